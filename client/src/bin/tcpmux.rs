@@ -1,0 +1,236 @@
+//! `tcpmux`: ask a TCPMUX server for a service by name, then relay stdin and stdout
+//! to it like `nc`, with half-close carried across.
+//!
+//! Exit status: 0 done, 1 the server refused the service, 2 usage error,
+//! 3 could not connect or the connection failed.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use tcpmux::{Error, Options, ServiceName};
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Connect to a TCPMUX (RFC 1078) service by name and relay stdin/stdout"
+)]
+struct Args {
+    /// Server host name or address.
+    #[arg(short = 'H', long, env = "TCPMUX_HOST", default_value = "localhost")]
+    host: String,
+    /// Server port (RFC 1078 assigns port 1).
+    #[arg(short, long, env = "TCPMUX_PORT", default_value_t = 1)]
+    port: u16,
+    /// Connect to a server's Unix socket instead of TCP.
+    #[arg(short = 'U', long, conflicts_with_all = ["host", "port"])]
+    unix: Option<PathBuf>,
+    /// Print the server's service list (HELP) and exit.
+    #[arg(short, long, conflicts_with = "service")]
+    list: bool,
+    /// Print connect time, negotiation time, bytes and MB/s on stderr at the end.
+    #[arg(short, long)]
+    stats: bool,
+    /// Seconds allowed for connecting and for the server's reply.
+    #[arg(short, long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Name of the service to connect to.
+    #[arg(required_unless_present = "list")]
+    service: Option<String>,
+}
+
+/// The two socket kinds the relay runs over.
+enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Conn {
+    fn try_clone(&self) -> io::Result<Conn> {
+        Ok(match self {
+            Conn::Tcp(s) => Conn::Tcp(s.try_clone()?),
+            Conn::Unix(s) => Conn::Unix(s.try_clone()?),
+        })
+    }
+
+    fn shutdown_write(&self) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.shutdown(Shutdown::Write),
+            Conn::Unix(s) => s.shutdown(Shutdown::Write),
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.read(buf),
+            Conn::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl std::os::fd::AsFd for Conn {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Conn::Tcp(s) => s.as_fd(),
+            Conn::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+impl tcpmux::Socket for Conn {
+    fn set_read_timeout(&self, limit: Option<Duration>) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => s.set_read_timeout(limit),
+            Conn::Unix(s) => s.set_read_timeout(limit),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.write(buf),
+            Conn::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = match &e {
+                Error::Refused { .. } => 1,
+                Error::InvalidName { .. } => 2,
+                _ => 3,
+            };
+            eprintln!("tcpmux: {}", describe(&e, &args));
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn describe(e: &Error, args: &Args) -> String {
+    let target = match &args.unix {
+        Some(path) => format!("unix:{}", path.display()),
+        None => format!("{}:{}", args.host, args.port),
+    };
+    match e {
+        Error::Refused { message } if !message.is_empty() => message.clone(),
+        Error::Connect(_) | Error::NoReply | Error::ReplyTimeout | Error::Protocol(_) => {
+            format!("{target}: {e}")
+        }
+        _ => e.to_string(),
+    }
+}
+
+fn run(args: &Args) -> Result<(), Error> {
+    let limit = (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout));
+    let options = Options {
+        connect_timeout: limit,
+        reply_timeout: limit,
+    };
+    if args.list {
+        let mut conn = open(args, &options)?;
+        for name in tcpmux::list(&mut conn, &options)? {
+            println!("{name}");
+        }
+        return Ok(());
+    }
+    let name = args.service.as_deref().unwrap_or_default();
+    let name = ServiceName::parse(name).map_err(|source| Error::InvalidName {
+        name: name.to_owned(),
+        source,
+    })?;
+
+    let started = Instant::now();
+    let mut conn = open(args, &options)?;
+    let connected = Instant::now();
+    tcpmux::negotiate(&mut conn, &name, &options)?;
+    let negotiated = Instant::now();
+    let (sent, received) = relay(conn)?;
+    let transfer = negotiated.elapsed();
+    if args.stats {
+        let seconds = transfer.as_secs_f64();
+        eprintln!(
+            "tcpmux: connect {:.3} ms, negotiate {:.3} ms, transfer {:.3} ms, received {received} bytes, sent {sent} bytes, {:.2} MB/s",
+            ms(connected - started),
+            ms(negotiated - connected),
+            ms(transfer),
+            if seconds > 0.0 { received as f64 / 1e6 / seconds } else { 0.0 },
+        );
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn open(args: &Args, options: &Options) -> Result<Conn, Error> {
+    match &args.unix {
+        Some(path) => Ok(Conn::Unix(
+            UnixStream::connect(path).map_err(Error::Connect)?,
+        )),
+        None => Ok(Conn::Tcp(tcpmux::open(
+            (args.host.as_str(), args.port),
+            options,
+        )?)),
+    }
+}
+
+/// stdin → socket on a helper thread (then half-close), socket → stdout here.
+/// Ends when the server closes its side, as `nc -N` does. Returns (sent, received).
+fn relay(conn: Conn) -> Result<(u64, u64), Error> {
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut upstream = conn.try_clone()?;
+    let sent_by_thread = Arc::clone(&sent);
+    std::thread::spawn(move || {
+        let mut stdin = io::stdin().lock();
+        // A failed write means the server is gone; the read side below will tell.
+        let _ = copy_counting(&mut stdin, &mut upstream, &sent_by_thread);
+        // The server sees EOF and may still answer; our read side stays open.
+        let _ = upstream.shutdown_write();
+    });
+    let received = AtomicU64::new(0);
+    let mut downstream = conn;
+    let mut stdout = io::stdout().lock();
+    match copy_counting(&mut downstream, &mut stdout, &received) {
+        Ok(()) => {}
+        // The reader of our stdout went away (`| head`): a normal way to stop.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
+        Err(e) => return Err(Error::Io(e)),
+    }
+    let _ = stdout.flush();
+    Ok((
+        sent.load(Ordering::Relaxed),
+        received.load(Ordering::Relaxed),
+    ))
+}
+
+fn copy_counting(from: &mut impl Read, to: &mut impl Write, total: &AtomicU64) -> io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        to.write_all(&buf[..n])?;
+        to.flush()?;
+        total.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}

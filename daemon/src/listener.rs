@@ -1,0 +1,221 @@
+//! Listening sockets: parsing listen addresses, binding them with errors that say
+//! what to do, and accepting without letting a transient error end the loop.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::{TcpListener, UnixListener};
+
+use crate::stream::{ClientStream, Peer};
+
+/// Pending-connection queue length; the kernel caps it at net.core.somaxconn.
+const BACKLOG: i32 = 1024;
+
+/// Where the daemon listens: `IP:PORT`, `[IPv6]:PORT` or `unix:/path`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid listen address {0:?}: expected IP:PORT, [IPv6]:PORT or unix:/path")]
+pub struct ListenAddrError(String);
+
+impl FromStr for ListenAddr {
+    type Err = ListenAddrError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(ListenAddrError(text.to_owned()));
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        text.parse()
+            .map(ListenAddr::Tcp)
+            .map_err(|_| ListenAddrError(text.to_owned()))
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddr::Tcp(addr) => write!(f, "{addr}"),
+            ListenAddr::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// A bind that failed, with the reason in words and, where there is one, the fix.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {reason}")]
+pub struct BindError {
+    pub addr: ListenAddr,
+    pub reason: String,
+}
+
+/// A bound listening socket. A Unix socket's file is removed when it is dropped.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+        label: Arc<str>,
+    },
+}
+
+impl Listener {
+    /// Binds `addr`. Must run inside the tokio runtime.
+    pub fn bind(addr: &ListenAddr) -> Result<Listener, BindError> {
+        let fail = |e: io::Error| BindError {
+            addr: addr.clone(),
+            reason: explain(addr, &e),
+        };
+        match addr {
+            ListenAddr::Tcp(socket_addr) => bind_tcp(*socket_addr).map(Listener::Tcp).map_err(fail),
+            ListenAddr::Unix(path) => {
+                remove_stale_socket(path).map_err(|reason| BindError {
+                    addr: addr.clone(),
+                    reason,
+                })?;
+                let listener = UnixListener::bind(path).map_err(fail)?;
+                Ok(Listener::Unix {
+                    listener,
+                    path: path.clone(),
+                    label: Arc::from(path.display().to_string()),
+                })
+            }
+        }
+    }
+
+    /// The address actually bound (the real port when 0 was asked for).
+    pub fn local_addr(&self) -> ListenAddr {
+        match self {
+            Listener::Tcp(l) => match l.local_addr() {
+                Ok(addr) => ListenAddr::Tcp(addr),
+                Err(_) => ListenAddr::Tcp(SocketAddr::from(([0, 0, 0, 0], 0))),
+            },
+            Listener::Unix { path, .. } => ListenAddr::Unix(path.clone()),
+        }
+    }
+
+    /// Accepts the next client. Errors are returned for the caller to log; see
+    /// [`accept_backoff`] for which ones call for a pause.
+    pub async fn accept(&self) -> io::Result<(ClientStream, Peer)> {
+        match self {
+            Listener::Tcp(l) => {
+                let (stream, peer) = l.accept().await?;
+                // Replies are written whole; without this, a reply written as two
+                // segments (status line, then data) waits on the client's delayed ACK.
+                stream.set_nodelay(true)?;
+                Ok((ClientStream::Tcp(stream), Peer::Tcp(peer)))
+            }
+            Listener::Unix {
+                listener, label, ..
+            } => {
+                let (stream, _) = listener.accept().await?;
+                Ok((ClientStream::Unix(stream), Peer::Unix(Arc::clone(label))))
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix { path, .. } = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// How long to pause after an accept error, if at all. Running out of descriptors
+/// or memory would otherwise spin the loop at full CPU while nothing can change.
+pub fn accept_backoff(e: &io::Error) -> Option<Duration> {
+    use rustix::io::Errno;
+    let errno = Errno::from_io_error(e)?;
+    [Errno::MFILE, Errno::NFILE, Errno::NOBUFS, Errno::NOMEM]
+        .contains(&errno)
+        .then_some(Duration::from_millis(100))
+}
+
+fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    // Restarting must not wait for old connections in TIME_WAIT to expire.
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        // `[::]:1` means IPv6 only; list `0.0.0.0:1` as well for both families.
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// A socket file left by a daemon that died can be replaced; a live one cannot.
+fn remove_stale_socket(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(format!(
+            "{} exists and is not a socket; remove it or choose another path",
+            path.display()
+        ));
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err("another process is serving on this socket".to_owned()),
+        Err(_) => std::fs::remove_file(path)
+            .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display())),
+    }
+}
+
+fn explain(addr: &ListenAddr, e: &io::Error) -> String {
+    match (addr, e.kind()) {
+        (ListenAddr::Tcp(a), io::ErrorKind::PermissionDenied) if a.port() < 1024 => format!(
+            "permission denied: port {} is privileged (below 1024) and needs root or \
+             CAP_NET_BIND_SERVICE; pick another port, e.g. --listen 127.0.0.1:41397",
+            a.port()
+        ),
+        (ListenAddr::Tcp(_), io::ErrorKind::AddrInUse) => {
+            "address already in use: another process listens there; stop it or pick another port with --listen".to_owned()
+        }
+        (ListenAddr::Tcp(_), io::ErrorKind::AddrNotAvailable) => {
+            "no local interface has this address".to_owned()
+        }
+        _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_three_forms() {
+        assert_eq!(
+            "127.0.0.1:41397".parse::<ListenAddr>().unwrap(),
+            ListenAddr::Tcp("127.0.0.1:41397".parse().unwrap())
+        );
+        assert_eq!(
+            "[::1]:1".parse::<ListenAddr>().unwrap(),
+            ListenAddr::Tcp("[::1]:1".parse().unwrap())
+        );
+        assert_eq!(
+            "unix:/run/tcpmux.sock".parse::<ListenAddr>().unwrap(),
+            ListenAddr::Unix("/run/tcpmux.sock".into())
+        );
+        for bad in ["localhost:1", "1", "unix:", "127.0.0.1", "::1:1"] {
+            assert!(bad.parse::<ListenAddr>().is_err(), "{bad}");
+        }
+    }
+}

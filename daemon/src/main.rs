@@ -1,0 +1,103 @@
+//! The `tcpmuxd` command: parse the command line, load the configuration, run the
+//! daemon on one event-loop thread. Errors are reported as one line on stderr.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tcpmuxd::config::Config;
+use tcpmuxd::listener::ListenAddr;
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "TCPMUX (RFC 1078) daemon: one port, services by name",
+    after_help = "With no --config, every built-in service is served. Logs go to stderr; \
+                  set RUST_LOG (e.g. RUST_LOG=debug) to change the level."
+)]
+struct Args {
+    /// TOML configuration file.
+    #[arg(short, long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on, replacing the configured ones; repeat for several.
+    /// IP:PORT, [IPv6]:PORT or unix:/path. Default: 0.0.0.0:1 (RFC 1078's port).
+    #[arg(short, long = "listen", value_name = "ADDR")]
+    listen: Vec<ListenAddr>,
+    /// Check FILE and exit: 0 if it is valid, 1 with the error if not.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["config", "listen"])]
+    check_config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+
+    if let Some(path) = &args.check_config {
+        return match Config::load(path) {
+            Ok(config) => {
+                let listen: Vec<String> = config.listen.iter().map(ToString::to_string).collect();
+                println!(
+                    "{}: ok: {} services ({}), listening on {}",
+                    path.display(),
+                    config.registry.len(),
+                    config.registry.names().collect::<Vec<_>>().join(", "),
+                    listen.join(", ")
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        };
+    }
+
+    let mut config = match &args.config {
+        Some(path) => match Config::load(path) {
+            Ok(config) => config,
+            Err(e) => return fail(e),
+        },
+        None => Config::default(),
+    };
+    if !args.listen.is_empty() {
+        config.listen = args.listen;
+    }
+
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(format!("cannot start the event loop: {e}")),
+    };
+    match runtime.block_on(tcpmuxd::run(config, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+fn fail(error: impl std::fmt::Display) -> ExitCode {
+    eprintln!("tcpmuxd: {error}");
+    ExitCode::FAILURE
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; stop with SIGINT");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,99 @@
+//! The registry: service names to services, and the HELP text derived from them.
+
+use std::collections::BTreeMap;
+
+use tcpmux_proto::ServiceName;
+
+use crate::services::{help, Builtin, ServiceKind};
+
+/// One registered service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Service {
+    pub name: ServiceName,
+    pub kind: ServiceKind,
+    /// Text sent after the `+` (may be empty).
+    pub message: String,
+}
+
+/// Names to services. Immutable once built: a new configuration builds a new one.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    services: BTreeMap<ServiceName, Service>,
+    help_text: Vec<u8>,
+}
+
+impl Registry {
+    /// Builds a registry; names are already unique because they are map keys.
+    pub fn new(services: BTreeMap<ServiceName, Service>) -> Self {
+        let help_text = help::render(services.keys().map(ServiceName::as_str));
+        Self {
+            services,
+            help_text,
+        }
+    }
+
+    /// Every built-in under its own name, the daemon's default service set.
+    pub fn builtins() -> Self {
+        Self::new(default_services())
+    }
+
+    pub fn lookup(&self, name: &ServiceName) -> Option<&Service> {
+        self.services.get(name)
+    }
+
+    /// Names in HELP order (sorted).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.services.keys().map(ServiceName::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.services.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+    }
+
+    /// The HELP answer: one name per CRLF line.
+    pub fn help_text(&self) -> &[u8] {
+        &self.help_text
+    }
+}
+
+/// The built-ins keyed by their own names, to start a configuration from.
+pub fn default_services() -> BTreeMap<ServiceName, Service> {
+    Builtin::ALL
+        .into_iter()
+        .filter_map(|builtin| {
+            let name = ServiceName::parse(builtin.name()).ok()?;
+            Some((
+                name.clone(),
+                Service {
+                    name,
+                    kind: ServiceKind::Builtin(builtin),
+                    message: String::new(),
+                },
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_are_all_listed_in_order() {
+        let registry = Registry::builtins();
+        assert_eq!(registry.len(), Builtin::ALL.len());
+        assert_eq!(
+            registry.help_text(),
+            b"chargen\r\ndaytime\r\ndiscard\r\necho\r\nisotime\r\nsometext\r\ntime\r\n"
+        );
+        let echo = ServiceName::parse("ECHO").unwrap();
+        assert_eq!(
+            registry.lookup(&echo).map(|s| &s.kind),
+            Some(&ServiceKind::Builtin(Builtin::Echo))
+        );
+    }
+}

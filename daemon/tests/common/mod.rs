@@ -1,0 +1,184 @@
+//! Test harness: starts the real `tcpmuxd` binary on an ephemeral loopback port and
+//! collects its log; plus small helpers for talking to it over real sockets.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Upper bound on any single wait in a test, so a bug fails a test instead of
+/// hanging it. Not a performance assertion.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub struct Daemon {
+    child: Child,
+    pub addr: SocketAddr,
+    logs: Arc<Mutex<Vec<String>>>,
+    pub dir: PathBuf,
+}
+
+impl Daemon {
+    /// The built-in services on 127.0.0.1, port chosen by the kernel.
+    pub fn start() -> Daemon {
+        Daemon::start_with(None, &[])
+    }
+
+    /// With a config file holding `config` (its `listen` is overridden).
+    pub fn with_config(config: &str) -> Daemon {
+        Daemon::start_with(Some(config), &[])
+    }
+
+    pub fn start_with(config: Option<&str>, extra_args: &[&str]) -> Daemon {
+        let dir = scratch_dir();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tcpmuxd"));
+        command.args(["--listen", "127.0.0.1:0"]);
+        if let Some(config) = config {
+            let path = dir.join("tcpmuxd.toml");
+            std::fs::write(&path, config).expect("write config");
+            command.arg("--config").arg(path);
+        }
+        command
+            .args(extra_args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("spawn tcpmuxd");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&logs);
+        // Drain stderr for the daemon's whole life, so its log can never fill the
+        // pipe and stall its event loop.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let mut daemon = Daemon {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            logs,
+            dir,
+        };
+        let line = daemon
+            .wait_for_log(|l| l.contains(" listening ") && l.contains("address=127.0.0.1:"))
+            .unwrap_or_else(|| panic!("tcpmuxd did not start; log:\n{}", daemon.logs().join("\n")));
+        let addr = line
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("address="))
+            .and_then(|a| a.parse().ok())
+            .expect("listen address in log");
+        daemon.addr = addr;
+        daemon
+    }
+
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().unwrap().clone()
+    }
+
+    /// Waits (up to PATIENCE) for a log line matching `pred`.
+    pub fn wait_for_log(&mut self, pred: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            if let Some(line) = self.logs.lock().unwrap().iter().find(|l| pred(l)) {
+                return Some(line.clone());
+            }
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A connection with read/write timeouts set.
+    pub fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(self.addr).expect("connect to tcpmuxd");
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        stream.set_write_timeout(Some(PATIENCE)).unwrap();
+        stream
+    }
+
+    /// Sends `request` as is and returns everything the server sends until it closes.
+    pub fn exchange(&self, request: &[u8]) -> Vec<u8> {
+        let mut stream = self.connect();
+        stream.write_all(request).unwrap();
+        read_all(&mut stream)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn read_all(stream: &mut impl Read) -> Vec<u8> {
+    let mut out = Vec::new();
+    stream
+        .read_to_end(&mut out)
+        .expect("read until the server closes");
+    out
+}
+
+/// Reads one line, up to and including LF, one byte at a time (so nothing behind it
+/// is consumed).
+pub fn read_line(stream: &mut impl Read) -> Vec<u8> {
+    let mut line = Vec::new();
+    let mut byte = [0u8];
+    while stream.read(&mut byte).expect("read line") == 1 {
+        line.push(byte[0]);
+        if byte[0] == b'\n' {
+            break;
+        }
+    }
+    line
+}
+
+/// A fresh directory under the system temp dir, removed by the Daemon's drop.
+pub fn scratch_dir() -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "tcpmuxd-test-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*), so a failure can be replayed.
+pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+/// Path of another binary of the workspace, built next to tcpmuxd.
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let daemon = Path::new(env!("CARGO_BIN_EXE_tcpmuxd"));
+    let path = daemon.with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} is not built; run the workspace tests (cargo test --workspace)",
+        path.display()
+    );
+    path
+}

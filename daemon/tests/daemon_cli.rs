@@ -1,0 +1,157 @@
+//! The `tcpmuxd` command itself: configuration files, --check-config, listen
+//! addresses (TCP and Unix) and start-up errors.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::process::Command;
+
+use common::{read_all, Daemon};
+
+fn tcpmuxd(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+        .args(args)
+        .output()
+        .expect("run tcpmuxd")
+}
+
+#[test]
+fn configured_services_replace_and_refine_the_builtins() {
+    let daemon = Daemon::with_config(
+        r#"
+builtin_services = false
+
+[service."Org.Example.Clock"]
+builtin = "isotime"
+message = "time follows"
+
+[service.echo]
+"#,
+    );
+    assert_eq!(
+        daemon.exchange(b"help\r\n"),
+        b"echo\r\norg.example.clock\r\n"
+    );
+    let reply = String::from_utf8(daemon.exchange(b"ORG.EXAMPLE.CLOCK\r\n")).unwrap();
+    assert!(reply.starts_with("+time follows\r\n20"), "{reply:?}");
+    assert!(daemon.exchange(b"chargen\r\n").starts_with(b"-"));
+}
+
+#[test]
+fn check_config_accepts_a_good_file_and_locates_errors_in_a_bad_one() {
+    let dir = common::scratch_dir();
+    let good = dir.join("good.toml");
+    std::fs::write(
+        &good,
+        "listen = [\"127.0.0.1:41397\"]\n[service.clock]\nbuiltin = \"daytime\"\n",
+    )
+    .unwrap();
+    let out = tcpmuxd(&["--check-config", good.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("ok") && stdout.contains("clock") && stdout.contains("127.0.0.1:41397"),
+        "{stdout}"
+    );
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "# services\n\n[service.clock]\nbuiltin = \"dyatime\"\n",
+    )
+    .unwrap();
+    let out = tcpmuxd(&["--check-config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{}:4:", bad.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unknown builtin \"dyatime\""), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+
+    let out = tcpmuxd(&["--check-config", dir.join("missing.toml").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_busy_port_fails_the_start_with_advice() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = tcpmuxd(&["--listen", &addr]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.contains(&format!("cannot listen on {addr}")),
+        "{stderr}"
+    );
+    assert!(
+        last.contains("already in use") && last.contains("--listen"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_listen_addresses_are_usage_errors() {
+    let out = tcpmuxd(&["--listen", "localhost:1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("IP:PORT, [IPv6]:PORT or unix:/path"));
+}
+
+#[test]
+fn serves_on_a_unix_socket_and_replaces_a_stale_one() {
+    let dir = common::scratch_dir();
+    let path = dir.join("tcpmux.sock");
+    // A socket file nobody serves, as a crashed daemon leaves behind.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let listen = format!("unix:{}", path.display());
+    let mut daemon = Daemon::start_with(None, &["--listen", &listen]);
+    daemon
+        .wait_for_log(|l| l.contains(&format!("address={listen}")))
+        .expect("unix listener up");
+    let mut stream = UnixStream::connect(&path).unwrap();
+    stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    stream.write_all(b"echo\r\nover unix").unwrap();
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(read_all(&mut stream), b"+\r\nover unix");
+
+    // The client library speaks Unix sockets too.
+    let mut stream = tcpmux::connect_unix(&path, "isotime").unwrap();
+    let text = String::from_utf8(read_all(&mut stream)).unwrap();
+    assert!(text.ends_with("Z\r\n"), "{text:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sigterm_stops_the_daemon_and_removes_its_unix_socket() {
+    let dir = common::scratch_dir();
+    let path = dir.join("term.sock");
+    let listen = format!("unix:{}", path.display());
+    let mut daemon = Daemon::start_with(None, &["--listen", &listen]);
+    daemon
+        .wait_for_log(|l| l.contains(&format!("address={listen}")))
+        .expect("unix listener up");
+    assert!(path.exists());
+    let status = Command::new("kill")
+        .args(["-TERM", &daemon.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    daemon
+        .wait_for_log(|l| l.contains("shutting down"))
+        .expect("shutdown logged");
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while path.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!path.exists(), "socket file left behind");
+    let _ = std::fs::remove_dir_all(dir);
+}

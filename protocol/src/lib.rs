@@ -1,0 +1,17 @@
+//! RFC 1078 (TCPMUX) negotiation as pure state machines: bytes in, a decision out.
+//!
+//! Nothing here performs I/O, spawns, allocates per byte or knows about async, so the
+//! daemon, the client and the fuzzers drive the exact same code.
+//!
+//! The exchange is tiny: the client sends a service name ended by CRLF; the server
+//! answers `+` (accepted) or `-` (refused) with an optional message and CRLF, except
+//! for `HELP`, which is answered by the list of names with no status line.
+//! [`RequestParser`] is the server's half, [`ReplyParser`] the client's.
+
+mod name;
+mod reply;
+mod request;
+
+pub use name::{NameError, ServiceName, MAX_NAME_LEN};
+pub use reply::{encode_reply, ReplyError, ReplyLine, ReplyParser, ReplyProgress, MAX_REPLY_LINE};
+pub use request::{encode_request, Decision, Progress, RequestParser};
