@@ -152,32 +152,33 @@ impl Config {
                 services.remove(&name);
                 continue;
             }
-            let kind =
-                match &table.builtin {
-                    Some(builtin) => Builtin::from_name(builtin.get_ref())
-                        .map(ServiceKind::Builtin)
-                        .ok_or_else(|| {
-                            at(
-                                Some(builtin.span()),
-                                format!(
-                                    "unknown builtin {:?}; the builtins are {}",
-                                    builtin.get_ref(),
-                                    builtin_list()
-                                ),
-                            )
-                        })?,
-                    // `[service.echo]` with only a message refines the built-in of that name.
-                    None => match Builtin::from_name(name.as_str()) {
-                        Some(builtin) => ServiceKind::Builtin(builtin),
-                        None => return Err(at(
+            let kind = match &table.builtin {
+                Some(builtin) => Builtin::from_name(builtin.get_ref())
+                    .map(ServiceKind::Builtin)
+                    .ok_or_else(|| {
+                        at(
+                            Some(builtin.span()),
+                            format!(
+                                "unknown builtin {:?}; the builtins are {}",
+                                builtin.get_ref(),
+                                builtin_list()
+                            ),
+                        )
+                    })?,
+                // `[service.echo]` with only a message refines the built-in of that name.
+                None => match Builtin::from_name(name.as_str()) {
+                    Some(builtin) => ServiceKind::Builtin(builtin),
+                    None => {
+                        return Err(at(
                             Some(key.span()),
                             format!(
                                 "service {name} says nothing to do: set `builtin = \"...\"` ({})",
                                 builtin_list()
                             ),
-                        )),
-                    },
-                };
+                        ))
+                    }
+                },
+            };
             let message = table.message.unwrap_or_default();
             services.insert(
                 name.clone(),

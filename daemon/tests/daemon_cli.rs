@@ -155,3 +155,46 @@ fn sigterm_stops_the_daemon_and_removes_its_unix_socket() {
     assert!(!path.exists(), "socket file left behind");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_privileged_port_without_root_explains_how_to_pick_another() {
+    // Needs a way to drop root; where there is none (not root, no setpriv), the
+    // check below cannot be arranged and the test says so.
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
+    if !(is_root && setpriv) {
+        eprintln!("skipped: needs root and setpriv to run tcpmuxd as an unprivileged user");
+        return;
+    }
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_tcpmuxd"))
+        .args(["--listen", "127.0.0.1:1"])
+        .output()
+        .expect("run tcpmuxd as nobody");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot listen on 127.0.0.1:1: permission denied"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("CAP_NET_BIND_SERVICE") && stderr.contains("--listen 127.0.0.1:41397"),
+        "{stderr}"
+    );
+}
