@@ -12,19 +12,23 @@ use serde::Deserialize;
 use tcpmux_proto::ServiceName;
 use toml::Spanned;
 
-use crate::listener::ListenAddr;
+use crate::cidr::Cidr;
+use crate::listener::{ListenAddr, ListenOptions, ListenSpec};
+use crate::proxy_protocol::ProxyVersion;
 use crate::registry::{default_services, Registry, Service};
+use crate::relay::RelayMode;
+use crate::services::proxy::{Backend, Proxy, DEFAULT_CONNECT_TIMEOUT};
 use crate::services::{Builtin, ServiceKind};
 
 /// RFC 1078's port. Binding it needs root or CAP_NET_BIND_SERVICE.
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:1";
+pub const DEFAULT_PORT: u16 = 1;
 pub const DEFAULT_NEGOTIATION_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_CLOSE_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A validated configuration, ready to run.
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub listen: Vec<ListenAddr>,
+    pub listen: Vec<ListenSpec>,
     /// How long a client may take to send its request line.
     pub negotiation_timeout: Duration,
     /// How long a graceful close waits for the client's FIN after ours.
@@ -53,9 +57,10 @@ impl Default for Config {
     /// No file: every built-in under its own name, on the RFC's port.
     fn default() -> Self {
         Self {
-            listen: vec![DEFAULT_LISTEN
-                .parse()
-                .expect("default listen address parses")],
+            listen: vec![ListenSpec::from(ListenAddr::Tcp(std::net::SocketAddr::from((
+                [0, 0, 0, 0],
+                DEFAULT_PORT,
+            ))))],
             negotiation_timeout: DEFAULT_NEGOTIATION_TIMEOUT,
             close_drain_timeout: DEFAULT_CLOSE_DRAIN_TIMEOUT,
             registry: Registry::builtins(),
@@ -97,9 +102,30 @@ impl Config {
             Some(list) => list
                 .iter()
                 .map(|item| {
-                    item.get_ref()
+                    let (address, accept_proxy_from) = match item.get_ref() {
+                        RawListen::Address(address) => (address, &[][..]),
+                        RawListen::Table {
+                            address,
+                            accept_proxy_from,
+                        } => (address, &accept_proxy_from[..]),
+                    };
+                    let addr = address
                         .parse::<ListenAddr>()
-                        .map_err(|e| at(Some(item.span()), e.to_string()))
+                        .map_err(|e| at(Some(item.span()), e.to_string()))?;
+                    let accept_proxy_from = accept_proxy_from
+                        .iter()
+                        .map(|range| range.parse::<Cidr>().map_err(|e| at(Some(item.span()), e.to_string())))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    if !accept_proxy_from.is_empty() && matches!(addr, ListenAddr::Unix(_)) {
+                        return Err(at(
+                            Some(item.span()),
+                            "accept_proxy_from needs a TCP listener (upstreams are matched by IP)".into(),
+                        ));
+                    }
+                    Ok(ListenSpec {
+                        addr,
+                        options: ListenOptions { accept_proxy_from },
+                    })
                 })
                 .collect::<Result<_, _>>()?,
         };
@@ -123,6 +149,9 @@ impl Config {
         } else {
             BTreeMap::new()
         };
+        if let Some(import) = &raw.import_etc_services {
+            import_etc_services(import, &mut services, &at)?;
+        }
         let mut seen: BTreeMap<ServiceName, Range<usize>> = BTreeMap::new();
         for (key, table) in raw.service {
             let name = ServiceName::parse(key.get_ref()).map_err(|e| {
@@ -152,8 +181,16 @@ impl Config {
                 services.remove(&name);
                 continue;
             }
-            let kind = match &table.builtin {
-                Some(builtin) => Builtin::from_name(builtin.get_ref())
+            let kind = match (&table.builtin, &table.proxy) {
+                (Some(builtin), Some(proxy)) => {
+                    let _ = builtin;
+                    return Err(at(
+                        Some(proxy.span()),
+                        format!("service {name} has both `builtin` and `proxy`; choose one"),
+                    ));
+                }
+                (None, Some(proxy)) => ServiceKind::Proxy(std::sync::Arc::new(proxy_settings(&table, proxy, &at)?)),
+                (Some(builtin), None) => Builtin::from_name(builtin.get_ref())
                     .map(ServiceKind::Builtin)
                     .ok_or_else(|| {
                         at(
@@ -166,7 +203,7 @@ impl Config {
                         )
                     })?,
                 // `[service.echo]` with only a message refines the built-in of that name.
-                None => match Builtin::from_name(name.as_str()) {
+                (None, None) => match Builtin::from_name(name.as_str()) {
                     Some(builtin) => ServiceKind::Builtin(builtin),
                     None => {
                         return Err(at(
@@ -179,6 +216,11 @@ impl Config {
                     }
                 },
             };
+            if !matches!(kind, ServiceKind::Proxy(_)) {
+                if let Some(span) = table.proxy_only_key() {
+                    return Err(at(Some(span), format!("service {name}: this key only applies to `proxy` services")));
+                }
+            }
             let message = table.message.unwrap_or_default();
             services.insert(
                 name.clone(),
@@ -211,10 +253,155 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// A proxy service from its table.
+fn proxy_settings(
+    table: &RawService,
+    proxy: &Spanned<toml::Value>,
+    at: &impl Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<Proxy, ConfigError> {
+    let texts: Vec<&str> = match proxy.get_ref() {
+        toml::Value::String(one) => vec![one.as_str()],
+        toml::Value::Array(many) => many
+            .iter()
+            .map(|v| v.as_str())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| at(Some(proxy.span()), "`proxy` must be a string or an array of strings".into()))?,
+        _ => return Err(at(Some(proxy.span()), "`proxy` must be a string or an array of strings".into())),
+    };
+    if texts.is_empty() {
+        return Err(at(Some(proxy.span()), "`proxy` lists no backend".into()));
+    }
+    let backends = texts
+        .iter()
+        .map(|t| t.parse::<Backend>().map_err(|e| at(Some(proxy.span()), e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let connect_timeout = match &table.connect_timeout {
+        None => DEFAULT_CONNECT_TIMEOUT,
+        Some(t) if t.get_ref().0.is_zero() => {
+            return Err(at(Some(t.span()), "connect_timeout must be greater than zero".into()))
+        }
+        Some(t) => t.get_ref().0,
+    };
+    let idle_timeout = table
+        .idle_timeout
+        .as_ref()
+        .map(|t| t.get_ref().0)
+        .filter(|t| !t.is_zero());
+    let send_proxy = match &table.send_proxy {
+        None => None,
+        Some(v) => Some(match v.get_ref().as_str() {
+            "v1" => ProxyVersion::V1,
+            "v2" => ProxyVersion::V2,
+            other => return Err(at(Some(v.span()), format!("send_proxy {other:?}: expected \"v1\" or \"v2\""))),
+        }),
+    };
+    let relay = match &table.relay {
+        None => RelayMode::default(),
+        Some(v) => match v.get_ref().as_str() {
+            "splice" => RelayMode::Splice,
+            "copy" => RelayMode::Copy,
+            other => return Err(at(Some(v.span()), format!("relay {other:?}: expected \"splice\" or \"copy\""))),
+        },
+    };
+    Ok(Proxy {
+        backends,
+        connect_timeout,
+        idle_timeout,
+        send_proxy,
+        relay,
+    })
+}
+
+/// RFC 1078 suggests offering the host's /etc/services by name; we do it for the
+/// names an administrator allows, as proxies to the same port on `host`.
+fn import_etc_services(
+    import: &RawImport,
+    services: &mut BTreeMap<ServiceName, Service>,
+    at: &impl Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    let file = import.file.as_deref().unwrap_or("/etc/services");
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| at(None, format!("import_etc_services: cannot read {file}: {e}")))?;
+    let ports = etc_services_tcp_ports(&text);
+    let host = import.host.as_deref().unwrap_or("127.0.0.1");
+    for wanted in &import.allow {
+        let name = ServiceName::parse(wanted.get_ref())
+            .map_err(|e| at(Some(wanted.span()), format!("import_etc_services: {:?}: {e}", wanted.get_ref())))?;
+        let Some(&port) = ports.get(name.as_str()) else {
+            return Err(at(
+                Some(wanted.span()),
+                format!("import_etc_services: {name} is not a TCP service in {file}"),
+            ));
+        };
+        let backend = format!("{host}:{port}")
+            .parse::<Backend>()
+            .map_err(|e| at(None, format!("import_etc_services: host {host:?}: {e}")))?;
+        let proxy = Proxy {
+            backends: vec![backend],
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            idle_timeout: None,
+            send_proxy: None,
+            relay: RelayMode::default(),
+        };
+        services.insert(
+            name.clone(),
+            Service {
+                name,
+                kind: ServiceKind::Proxy(std::sync::Arc::new(proxy)),
+                message: String::new(),
+            },
+        );
+    }
+    Ok(())
+}
+
+/// `name port/proto aliases... # comment` lines: every TCP name and alias (folded
+/// to lower case) to its port. Malformed lines are skipped, as libc does.
+fn etc_services_tcp_ports(text: &str) -> BTreeMap<String, u16> {
+    let mut ports = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or_default();
+        let mut fields = line.split_whitespace();
+        let (Some(name), Some(port_proto)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some((port, "tcp")) = port_proto.split_once('/') else {
+            continue;
+        };
+        let Ok(port) = port.parse::<u16>() else {
+            continue;
+        };
+        for alias in std::iter::once(name).chain(fields) {
+            ports.entry(alias.to_ascii_lowercase()).or_insert(port);
+        }
+    }
+    ports
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawListen {
+    Address(String),
+    Table {
+        address: String,
+        #[serde(default)]
+        accept_proxy_from: Vec<String>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawImport {
+    allow: Vec<Spanned<String>>,
+    host: Option<String>,
+    file: Option<String>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    listen: Option<Vec<Spanned<String>>>,
+    listen: Option<Vec<Spanned<RawListen>>>,
+    import_etc_services: Option<RawImport>,
     negotiation_timeout: Option<Spanned<ConfigDuration>>,
     close_drain_timeout: Option<Spanned<ConfigDuration>>,
     builtin_services: Option<bool>,
@@ -226,8 +413,23 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawService {
     builtin: Option<Spanned<String>>,
+    proxy: Option<Spanned<toml::Value>>,
     message: Option<String>,
     enabled: Option<bool>,
+    connect_timeout: Option<Spanned<ConfigDuration>>,
+    idle_timeout: Option<Spanned<ConfigDuration>>,
+    send_proxy: Option<Spanned<String>>,
+    relay: Option<Spanned<String>>,
+}
+
+impl RawService {
+    /// The span of the first key that only a proxy may have, if any.
+    fn proxy_only_key(&self) -> Option<Range<usize>> {
+        None.or(self.connect_timeout.as_ref().map(Spanned::span))
+            .or(self.idle_timeout.as_ref().map(Spanned::span))
+            .or(self.send_proxy.as_ref().map(Spanned::span))
+            .or(self.relay.as_ref().map(Spanned::span))
+    }
 }
 
 /// A duration written as seconds (`10`, `0.5`) or with a unit (`"250ms"`, `"10s"`,

@@ -4,9 +4,12 @@
 //! Reading order: [`config`] (what to run) → [`listener`] (sockets) → `session`
 //! (one connection) → [`registry`] and [`services`] (what a name does).
 
+pub mod cidr;
 pub mod config;
 pub mod listener;
+pub mod proxy_protocol;
 pub mod registry;
+pub mod relay;
 pub mod services;
 
 mod clock;
@@ -19,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::listener::{accept_backoff, BindError, Listener};
+use crate::listener::{accept_backoff, BindError, ListenOptions, Listener};
 use crate::registry::Registry;
 
 /// What every connection needs to know, shared read-only by all of them.
@@ -38,17 +41,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let listeners = config
         .listen
         .iter()
-        .map(Listener::bind)
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|spec| Ok((Listener::bind(&spec.addr)?, Arc::new(spec.options.clone()))))
+        .collect::<Result<Vec<_>, BindError>>()?;
     let daemon = Arc::new(Daemon {
         registry: config.registry,
         negotiation_timeout: config.negotiation_timeout,
         close_drain_timeout: config.close_drain_timeout,
     });
     let mut accepting = tokio::task::JoinSet::new();
-    for listener in listeners {
-        tracing::info!(address = %listener.local_addr(), services = daemon.registry.len(), "listening");
-        accepting.spawn(accept_loop(listener, Arc::clone(&daemon)));
+    for (listener, options) in listeners {
+        tracing::info!(
+            address = %listener.local_addr(),
+            services = daemon.registry.len(),
+            accept_proxy_from = ?options.accept_proxy_from.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "listening"
+        );
+        accepting.spawn(accept_loop(listener, options, Arc::clone(&daemon)));
     }
     shutdown.await;
     tracing::info!("shutting down");
@@ -57,11 +65,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     Ok(())
 }
 
-async fn accept_loop(listener: Listener, daemon: Arc<Daemon>) {
+async fn accept_loop(listener: Listener, options: Arc<ListenOptions>, daemon: Arc<Daemon>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                tokio::spawn(session::handle(Arc::clone(&daemon), stream, peer));
+                tokio::spawn(session::handle(
+                    Arc::clone(&daemon),
+                    stream,
+                    peer,
+                    Arc::clone(&options),
+                ));
             }
             Err(e) => {
                 let pause = accept_backoff(&e);

@@ -12,7 +12,8 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, UnixListener};
 
-use crate::stream::{ClientStream, Peer};
+use crate::cidr::Cidr;
+use crate::stream::{Peer, Stream};
 
 /// Pending-connection queue length; the kernel caps it at net.core.somaxconn.
 const BACKLOG: i32 = 1024;
@@ -49,6 +50,37 @@ impl fmt::Display for ListenAddr {
         match self {
             ListenAddr::Tcp(addr) => write!(f, "{addr}"),
             ListenAddr::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// Per-listener behaviour.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListenOptions {
+    /// Peers in these ranges must start with a PROXY protocol header (v1 or v2),
+    /// whose addresses then stand for the client. Others are plain TCPMUX clients,
+    /// so nobody else can claim to be someone they are not.
+    pub accept_proxy_from: Vec<Cidr>,
+}
+
+impl ListenOptions {
+    pub fn trusts_proxy(&self, ip: std::net::IpAddr) -> bool {
+        self.accept_proxy_from.iter().any(|range| range.contains(ip))
+    }
+}
+
+/// A listen address with its options, as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenSpec {
+    pub addr: ListenAddr,
+    pub options: ListenOptions,
+}
+
+impl From<ListenAddr> for ListenSpec {
+    fn from(addr: ListenAddr) -> Self {
+        ListenSpec {
+            addr,
+            options: ListenOptions::default(),
         }
     }
 }
@@ -109,20 +141,20 @@ impl Listener {
 
     /// Accepts the next client. Errors are returned for the caller to log; see
     /// [`accept_backoff`] for which ones call for a pause.
-    pub async fn accept(&self) -> io::Result<(ClientStream, Peer)> {
+    pub async fn accept(&self) -> io::Result<(Stream, Peer)> {
         match self {
             Listener::Tcp(l) => {
                 let (stream, peer) = l.accept().await?;
                 // Replies are written whole; without this, a reply written as two
                 // segments (status line, then data) waits on the client's delayed ACK.
                 stream.set_nodelay(true)?;
-                Ok((ClientStream::Tcp(stream), Peer::Tcp(peer)))
+                Ok((Stream::Tcp(stream), Peer::Tcp(peer)))
             }
             Listener::Unix {
                 listener, label, ..
             } => {
                 let (stream, _) = listener.accept().await?;
-                Ok((ClientStream::Unix(stream), Peer::Unix(Arc::clone(label))))
+                Ok((Stream::Unix(stream), Peer::Unix(Arc::clone(label))))
             }
         }
     }

@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     if let Some(path) = &args.check_config {
         return match Config::load(path) {
             Ok(config) => {
-                let listen: Vec<String> = config.listen.iter().map(ToString::to_string).collect();
+                let listen: Vec<String> = config.listen.iter().map(|l| l.addr.to_string()).collect();
                 println!(
                     "{}: ok: {} services ({}), listening on {}",
                     path.display(),
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
         None => Config::default(),
     };
     if !args.listen.is_empty() {
-        config.listen = args.listen;
+        config.listen = args.listen.into_iter().map(Into::into).collect();
     }
 
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -1,22 +1,26 @@
-//! One client connection, start to end: read the request line, answer it, run the
-//! service, close gracefully, and write the one log line that tells what happened.
+//! One client connection, start to end: (from a trusted upstream, the PROXY
+//! header), the request line, the answer, the service, a graceful close, and the
+//! one log line that tells what happened.
 
 use std::fmt;
 use std::io;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tcpmux_proto::{encode_reply, Decision, Progress, RequestParser};
+use tcpmux_proto::{Decision, NameError, Progress, RequestParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::close::close_gracefully;
-use crate::services;
-use crate::stream::{ClientStream, Metered, Peer};
+use crate::listener::ListenOptions;
+use crate::proxy_protocol::{self, Announced, HeaderError};
+use crate::services::{self, refuse, Ended};
+use crate::stream::{ClientInfo, Metered, Peer, Stream};
 use crate::Daemon;
 
-/// Read size during negotiation: a full name and its CRLF, with room for the first
-/// pipelined bytes, which are then handed to the service from this buffer.
-const NEGOTIATION_READ: usize = 4096;
+/// Read size during negotiation: room for a PROXY header, a full name and its
+/// CRLF, and the first pipelined bytes, which are handed to the service from here.
+const NEGOTIATION_READ: usize = proxy_protocol::MAX_HEADER;
 
 /// How a connection ended, for the log.
 enum Outcome {
@@ -24,7 +28,9 @@ enum Outcome {
     Help,
     ServiceError(io::Error),
     UnknownService,
-    BadRequest(tcpmux_proto::NameError),
+    ServiceRefused(String),
+    BadRequest(NameError),
+    BadProxyHeader(HeaderError),
     NegotiationTimeout,
     ClosedBeforeRequest,
     ReadError(io::Error),
@@ -37,7 +43,9 @@ impl fmt::Display for Outcome {
             Outcome::Help => f.write_str("help"),
             Outcome::ServiceError(e) => write!(f, "service error: {e}"),
             Outcome::UnknownService => f.write_str("refused: unknown service"),
+            Outcome::ServiceRefused(why) => write!(f, "refused: {why}"),
             Outcome::BadRequest(e) => write!(f, "refused: {e}"),
+            Outcome::BadProxyHeader(e) => write!(f, "refused: {e}"),
             Outcome::NegotiationTimeout => f.write_str("refused: negotiation timeout"),
             Outcome::ClosedBeforeRequest => f.write_str("closed before request"),
             Outcome::ReadError(e) => write!(f, "read error: {e}"),
@@ -45,24 +53,40 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// What the negotiation produced: a decision and where, in the read buffer, the
-/// bytes behind the request line are.
+/// What reading the start of the connection produced.
 enum Negotiated {
+    /// The request is decided; `pending` locates, in the read buffer, the bytes
+    /// the client sent behind its request line.
     Decided {
         decision: Decision,
-        pending: std::ops::Range<usize>,
+        pending: Range<usize>,
     },
+    BadProxyHeader(HeaderError),
     Closed,
 }
 
-pub async fn handle(daemon: Arc<Daemon>, stream: ClientStream, peer: Peer) {
+pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc<ListenOptions>) {
     let started = Instant::now();
+    let mut client = ClientInfo {
+        local: stream.local_addr(),
+        peer,
+    };
+    let via = client.peer.clone();
     let mut conn = Metered::new(stream);
     let mut buf = vec![0u8; NEGOTIATION_READ];
     let mut service_name = String::from("-");
+    let mut backend = None;
 
-    let negotiated =
-        tokio::time::timeout(daemon.negotiation_timeout, negotiate(&mut conn, &mut buf)).await;
+    let expect_header = client
+        .peer
+        .tcp_addr()
+        .is_some_and(|addr| listen.trusts_proxy(addr.ip()));
+    let negotiated = tokio::time::timeout(
+        daemon.negotiation_timeout,
+        negotiate(&mut conn, &mut buf, expect_header, &mut client),
+    )
+    .await;
+
     let outcome = match negotiated {
         Err(_elapsed) => {
             refuse(&mut conn, "negotiation timeout").await;
@@ -70,6 +94,10 @@ pub async fn handle(daemon: Arc<Daemon>, stream: ClientStream, peer: Peer) {
         }
         Ok(Err(e)) => Outcome::ReadError(e),
         Ok(Ok(Negotiated::Closed)) => Outcome::ClosedBeforeRequest,
+        Ok(Ok(Negotiated::BadProxyHeader(e))) => {
+            refuse(&mut conn, &e.to_string()).await;
+            Outcome::BadProxyHeader(e)
+        }
         Ok(Ok(Negotiated::Decided { decision, pending })) => match decision {
             Decision::Help => {
                 service_name = "help".into();
@@ -86,35 +114,32 @@ pub async fn handle(daemon: Arc<Daemon>, stream: ClientStream, peer: Peer) {
                 service_name = name.to_string();
                 match daemon.registry.lookup(&name) {
                     None => {
-                        refuse(
-                            &mut conn,
-                            &format!("unknown service {name}; send HELP for the list"),
-                        )
-                        .await;
+                        let reason = format!("unknown service {name}; send HELP for the list");
+                        refuse(&mut conn, &reason).await;
                         Outcome::UnknownService
                     }
-                    Some(service) => {
-                        let mut status = Vec::new();
-                        encode_reply(true, &service.message, &mut status);
-                        let served = async {
-                            conn.write_all(&status).await?;
-                            services::serve(&service.kind, &mut conn, &buf[pending]).await
-                        };
-                        match served.await {
-                            Ok(()) => Outcome::Served,
-                            Err(e) => Outcome::ServiceError(e),
+                    Some(service) => match services::serve(service, &mut conn, &client, &buf[pending]).await {
+                        Ok(Ended::Served { backend: used }) => {
+                            backend = used;
+                            Outcome::Served
                         }
-                    }
+                        Ok(Ended::Refused(why)) => Outcome::ServiceRefused(why),
+                        Err(e) => Outcome::ServiceError(e),
+                    },
                 }
             }
         },
     };
     close_gracefully(&mut conn, daemon.close_drain_timeout).await;
 
+    // Fields that are None are left out of the line.
+    let via = (client.peer.tcp_addr() != via.tcp_addr()).then(|| via.to_string());
     tracing::info!(
         target: "tcpmuxd::connection",
-        peer = %peer,
+        peer = %client.peer,
+        via = via.as_deref(),
         service = %service_name,
+        backend = backend.as_deref(),
         outcome = %outcome,
         bytes_in = conn.bytes_in,
         bytes_out = conn.bytes_out,
@@ -123,26 +148,57 @@ pub async fn handle(daemon: Arc<Daemon>, stream: ClientStream, peer: Peer) {
     );
 }
 
-/// Reads until the request line is complete. Bytes behind it stay in `buf`.
-async fn negotiate(conn: &mut Metered<ClientStream>, buf: &mut [u8]) -> io::Result<Negotiated> {
-    let mut parser = RequestParser::new();
-    loop {
-        let n = conn.read(buf).await?;
-        if n == 0 {
-            return Ok(Negotiated::Closed);
-        }
-        if let Progress::Decided { decision, consumed } = parser.feed(&buf[..n]) {
-            return Ok(Negotiated::Decided {
-                decision,
-                pending: consumed..n,
-            });
+/// Reads the PROXY header if one is expected, then the request line. Bytes behind
+/// the request line stay in `buf`.
+async fn negotiate(
+    conn: &mut Metered<Stream>,
+    buf: &mut [u8],
+    expect_header: bool,
+    client: &mut ClientInfo,
+) -> io::Result<Negotiated> {
+    let mut filled = 0..0;
+    if expect_header {
+        let mut len = 0;
+        loop {
+            let n = conn.read(&mut buf[len..]).await?;
+            if n == 0 {
+                return Ok(Negotiated::Closed);
+            }
+            len += n;
+            match proxy_protocol::decode(&buf[..len]) {
+                Ok(None) if len < buf.len() => continue,
+                Ok(None) => return Ok(Negotiated::BadProxyHeader(HeaderError::TooLong)),
+                Ok(Some((announced, header_len))) => {
+                    if let Announced::Proxied {
+                        source,
+                        destination,
+                    } = announced
+                    {
+                        client.peer = Peer::Tcp(source);
+                        client.local = Some(destination);
+                    }
+                    filled = header_len..len;
+                    break;
+                }
+                Err(e) => return Ok(Negotiated::BadProxyHeader(e)),
+            }
         }
     }
-}
-
-/// Sends a `-` line. A failure means the client is already gone; nothing to do.
-async fn refuse(conn: &mut Metered<ClientStream>, reason: &str) {
-    let mut line = Vec::new();
-    encode_reply(false, reason, &mut line);
-    let _ = conn.write_all(&line).await;
+    let mut parser = RequestParser::new();
+    loop {
+        if filled.is_empty() {
+            let n = conn.read(buf).await?;
+            if n == 0 {
+                return Ok(Negotiated::Closed);
+            }
+            filled = 0..n;
+        }
+        if let Progress::Decided { decision, consumed } = parser.feed(&buf[filled.clone()]) {
+            return Ok(Negotiated::Decided {
+                decision,
+                pending: filled.start + consumed..filled.end,
+            });
+        }
+        filled = 0..0;
+    }
 }

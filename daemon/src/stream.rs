@@ -1,4 +1,5 @@
-//! The client's connection as the services see it: TCP or Unix, with byte counters.
+//! Connected sockets as the services and the relay see them: TCP or Unix, with
+//! byte counters for the log.
 
 use std::fmt;
 use std::io;
@@ -9,11 +10,64 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-/// An accepted client connection.
+/// A connected stream socket: a client, or a proxy's backend.
 #[derive(Debug)]
-pub enum ClientStream {
+pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+}
+
+impl Stream {
+    /// Waits until the socket may be read (or has hung up).
+    pub async fn readable(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.readable().await,
+            Stream::Unix(s) => s.readable().await,
+        }
+    }
+
+    /// Waits until the socket may be written.
+    pub async fn writable(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.writable().await,
+            Stream::Unix(s) => s.writable().await,
+        }
+    }
+
+    /// Runs a raw non-blocking operation on the socket; `WouldBlock` clears the
+    /// readiness tokio recorded, so the next `readable`/`writable` really waits.
+    pub fn try_io<R>(
+        &self,
+        interest: tokio::io::Interest,
+        op: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        match self {
+            Stream::Tcp(s) => s.try_io(interest, op),
+            Stream::Unix(s) => s.try_io(interest, op),
+        }
+    }
+
+    /// Sends FIN: the peer reads EOF, and may still send to us.
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        socket2::SockRef::from(self).shutdown(std::net::Shutdown::Write)
+    }
+
+    /// The local address of a TCP socket (`None` for Unix).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.local_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+}
+
+impl std::os::fd::AsFd for Stream {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        }
+    }
 }
 
 /// Who is on the other end, for the log.
@@ -33,16 +87,35 @@ impl fmt::Display for Peer {
     }
 }
 
+impl Peer {
+    /// The client's IP address and port, if it came over TCP.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Peer::Tcp(addr) => Some(*addr),
+            Peer::Unix(_) => None,
+        }
+    }
+}
+
+/// The two ends of a client connection as the services should see them: after a
+/// trusted PROXY header, the addresses it announced rather than the upstream's.
+#[derive(Clone, Debug)]
+pub struct ClientInfo {
+    pub peer: Peer,
+    /// The address the client connected to (`None` on a Unix listener).
+    pub local: Option<SocketAddr>,
+}
+
 macro_rules! delegate {
     ($self:ident, $s:ident => $e:expr) => {
         match $self.get_mut() {
-            ClientStream::Tcp($s) => $e,
-            ClientStream::Unix($s) => $e,
+            Stream::Tcp($s) => $e,
+            Stream::Unix($s) => $e,
         }
     };
 }
 
-impl AsyncRead for ClientStream {
+impl AsyncRead for Stream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -52,7 +125,7 @@ impl AsyncRead for ClientStream {
     }
 }
 
-impl AsyncWrite for ClientStream {
+impl AsyncWrite for Stream {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -85,6 +158,10 @@ impl<S> Metered<S> {
             bytes_in: 0,
             bytes_out: 0,
         }
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.inner
     }
 }
 

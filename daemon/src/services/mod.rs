@@ -11,13 +11,19 @@ mod discard;
 mod echo;
 pub mod help;
 mod isotime;
+pub mod proxy;
 mod sometext;
 mod time;
 
 use std::fmt;
 use std::io;
+use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tcpmux_proto::encode_reply;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use crate::registry::Service;
+use crate::stream::{ClientInfo, Metered, Stream};
 
 /// Services built into the daemon.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -72,25 +78,66 @@ impl fmt::Display for Builtin {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServiceKind {
     Builtin(Builtin),
+    Proxy(Arc<proxy::Proxy>),
 }
 
-/// Runs `kind` on an accepted, negotiated connection. Returns when the service is
-/// done with the connection; closing it gracefully is the caller's job.
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
-    kind: &ServiceKind,
+/// How a service ended, for the log.
+#[derive(Debug)]
+pub enum Ended {
+    /// The service ran; `backend` names the proxy backend that served it.
+    Served { backend: Option<String> },
+    /// The service answered `-` for the reason given.
+    Refused(String),
+}
+
+/// Runs `service` on a connection whose request named it: sends the status line
+/// (a proxy only once its backend is up), then the service. Returns when the
+/// service is done with the connection; closing it gracefully is the caller's job.
+pub async fn serve(
+    service: &Service,
+    conn: &mut Metered<Stream>,
+    client: &ClientInfo,
+    pending: &[u8],
+) -> io::Result<Ended> {
+    match &service.kind {
+        ServiceKind::Builtin(builtin) => {
+            accept(conn, &service.message).await?;
+            run_builtin(*builtin, conn, pending).await?;
+            Ok(Ended::Served { backend: None })
+        }
+        ServiceKind::Proxy(settings) => {
+            proxy::serve(settings, &service.message, conn, client, pending).await
+        }
+    }
+}
+
+/// Sends the `+` line.
+async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::Result<()> {
+    let mut line = Vec::new();
+    encode_reply(true, message, &mut line);
+    conn.write_all(&line).await
+}
+
+/// Sends a `-` line. A failure means the client is already gone; nothing to do.
+pub async fn refuse<S: AsyncWrite + Unpin>(conn: &mut S, reason: &str) {
+    let mut line = Vec::new();
+    encode_reply(false, reason, &mut line);
+    let _ = conn.write_all(&line).await;
+}
+
+async fn run_builtin<S: AsyncRead + AsyncWrite + Unpin>(
+    builtin: Builtin,
     conn: &mut S,
     pending: &[u8],
 ) -> io::Result<()> {
-    match kind {
-        ServiceKind::Builtin(builtin) => match builtin {
-            Builtin::Echo => echo::serve(conn, pending).await,
-            Builtin::Discard => discard::serve(conn).await,
-            Builtin::Chargen => chargen::serve(conn).await,
-            Builtin::Daytime => daytime::serve(conn).await,
-            Builtin::Time => time::serve(conn).await,
-            Builtin::Sometext => sometext::serve(conn).await,
-            Builtin::Isotime => isotime::serve(conn).await,
-        },
+    match builtin {
+        Builtin::Echo => echo::serve(conn, pending).await,
+        Builtin::Discard => discard::serve(conn).await,
+        Builtin::Chargen => chargen::serve(conn).await,
+        Builtin::Daytime => daytime::serve(conn).await,
+        Builtin::Time => time::serve(conn).await,
+        Builtin::Sometext => sometext::serve(conn).await,
+        Builtin::Isotime => isotime::serve(conn).await,
     }
 }
 

@@ -1,0 +1,246 @@
+//! The relay between a client and a proxy's backend: both directions at once, each
+//! direction's EOF carried across as a half-close, an optional idle timeout, and on
+//! Linux zero-copy transfer with splice(2) through a pipe.
+//!
+//! Both engines run on tokio's readiness (`readable`/`writable` + `try_io`), so a
+//! relay costs no thread and no task beyond the session's own.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
+use rustix::net::{send, SendFlags};
+use rustix::pipe::{splice, SpliceFlags};
+use tokio::io::Interest;
+
+use crate::stream::Stream;
+
+/// How the bytes are moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RelayMode {
+    /// splice(2): socket → pipe → socket inside the kernel, no copy to user space.
+    /// A direction where the kernel refuses it falls back to `Copy`.
+    #[default]
+    Splice,
+    /// read(2)/send(2) through a 64 KiB buffer per direction.
+    Copy,
+}
+
+/// Bytes moved each way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Relayed {
+    pub client_to_backend: u64,
+    pub backend_to_client: u64,
+}
+
+/// Largest amount moved per system call.
+const CHUNK: usize = 64 * 1024;
+/// Pipe size asked for (the kernel may give less); bigger pipes mean fewer calls.
+const PIPE_SIZE: usize = 256 * 1024;
+
+/// Relays until both directions have seen EOF, an error, or `idle` passes with no
+/// byte moving either way. Each direction's EOF becomes a `shutdown(SHUT_WR)` of
+/// the other socket, so half-closing protocols work end to end. The byte counts
+/// are returned whatever the result, for the log.
+pub async fn relay(
+    client: &Stream,
+    backend: &Stream,
+    mode: RelayMode,
+    idle: Option<Duration>,
+) -> (Relayed, io::Result<()>) {
+    let activity = Activity::new();
+    let both = async {
+        tokio::try_join!(
+            one_way(client, backend, mode, &activity, &activity.up),
+            one_way(backend, client, mode, &activity, &activity.down)
+        )
+        .map(|_| ())
+    };
+    let result = match idle {
+        None => both.await,
+        Some(limit) => tokio::select! {
+            result = both => result,
+            () = activity.idle_for(limit) => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, format!("idle timeout ({limit:?})")))
+            }
+        },
+    };
+    let relayed = Relayed {
+        client_to_backend: activity.up.load(Ordering::Relaxed),
+        backend_to_client: activity.down.load(Ordering::Relaxed),
+    };
+    (relayed, result)
+}
+
+async fn one_way(
+    from: &Stream,
+    to: &Stream,
+    mode: RelayMode,
+    activity: &Activity,
+    moved: &AtomicU64,
+) -> io::Result<()> {
+    match mode {
+        RelayMode::Splice => match Pipe::new() {
+            Ok(pipe) => splice_one_way(from, to, &pipe, activity, moved).await?,
+            Err(_) => copy_one_way(from, to, activity, moved).await?,
+        },
+        RelayMode::Copy => copy_one_way(from, to, activity, moved).await?,
+    }
+    // EOF from `from`: pass it on, while the other direction may still run.
+    match to.shutdown_write() {
+        Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
+        _ => Ok(()),
+    }
+}
+
+struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl Pipe {
+    fn new() -> io::Result<Pipe> {
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        // A failure leaves the default 64 KiB, which still works.
+        let _ = rustix::pipe::fcntl_setpipe_size(&write, PIPE_SIZE);
+        Ok(Pipe { read, write })
+    }
+}
+
+/// socket → pipe, then pipe → socket until the pipe is empty, and again. The pipe is
+/// always emptied before it is refilled, so an EAGAIN from the socket → pipe splice
+/// can only mean the socket has nothing, never that the pipe is full; that keeps
+/// tokio's readiness bookkeeping true.
+async fn splice_one_way(
+    from: &Stream,
+    to: &Stream,
+    pipe: &Pipe,
+    activity: &Activity,
+    moved: &AtomicU64,
+) -> io::Result<()> {
+    let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+    let mut first = true;
+    loop {
+        let filled = loop {
+            from.readable().await?;
+            let attempt = from.try_io(Interest::READABLE, || {
+                splice(from.as_fd(), None, &pipe.write, None, CHUNK, flags).map_err(io::Error::from)
+            });
+            match attempt {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                // This kernel or socket type cannot splice: move the bytes by copying.
+                Err(e) if first && splice_unsupported(&e) => {
+                    return copy_one_way(from, to, activity, moved).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if filled == 0 {
+            return Ok(());
+        }
+        first = false;
+        activity.touch();
+        let mut in_pipe = filled;
+        while in_pipe > 0 {
+            to.writable().await?;
+            let attempt = to.try_io(Interest::WRITABLE, || {
+                splice(&pipe.read, None, to.as_fd(), None, in_pipe, flags).map_err(io::Error::from)
+            });
+            match attempt {
+                Ok(n) => {
+                    in_pipe -= n;
+                    moved.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+fn splice_unsupported(e: &io::Error) -> bool {
+    matches!(
+        Errno::from_io_error(e),
+        Some(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP)
+    )
+}
+
+/// read → send through a user-space buffer.
+async fn copy_one_way(
+    from: &Stream,
+    to: &Stream,
+    activity: &Activity,
+    moved: &AtomicU64,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = loop {
+            from.readable().await?;
+            match from.try_io(Interest::READABLE, || {
+                rustix::io::read(from.as_fd(), &mut buf[..]).map_err(io::Error::from)
+            }) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        activity.touch();
+        let mut sent = 0;
+        while sent < n {
+            to.writable().await?;
+            match to.try_io(Interest::WRITABLE, || {
+                send(to.as_fd(), &buf[sent..n], SendFlags::NOSIGNAL).map_err(io::Error::from)
+            }) {
+                Ok(m) => {
+                    sent += m;
+                    moved.fetch_add(m as u64, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// When a byte last moved and how many moved each way, shared by the two
+/// directions of one relay (atomics only because the session future must be Send).
+struct Activity {
+    start: Instant,
+    last_ms: AtomicU64,
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        self.last_ms
+            .store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Resolves once nothing has moved for `limit`.
+    async fn idle_for(&self, limit: Duration) {
+        loop {
+            let last = self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+            let quiet = last.elapsed();
+            if quiet >= limit {
+                return;
+            }
+            tokio::time::sleep(limit - quiet).await;
+        }
+    }
+}
