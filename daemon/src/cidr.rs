@@ -24,11 +24,15 @@ impl Cidr {
         };
         match (self.network, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u32::from(net) & mask == u32::from(ip) & mask
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u128::from(net) & mask == u128::from(ip) & mask
             }
             _ => false,
@@ -48,7 +52,11 @@ impl FromStr for Cidr {
         let network: IpAddr = address.parse().map_err(|_| error())?;
         let max = if network.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
-            Some(p) => p.parse::<u8>().ok().filter(|&p| p <= max).ok_or_else(error)?,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|&p| p <= max)
+                .ok_or_else(error)?,
             None => max,
         };
         Ok(Cidr { network, prefix })

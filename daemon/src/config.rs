@@ -57,10 +57,9 @@ impl Default for Config {
     /// No file: every built-in under its own name, on the RFC's port.
     fn default() -> Self {
         Self {
-            listen: vec![ListenSpec::from(ListenAddr::Tcp(std::net::SocketAddr::from((
-                [0, 0, 0, 0],
-                DEFAULT_PORT,
-            ))))],
+            listen: vec![ListenSpec::from(ListenAddr::Tcp(
+                std::net::SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+            ))],
             negotiation_timeout: DEFAULT_NEGOTIATION_TIMEOUT,
             close_drain_timeout: DEFAULT_CLOSE_DRAIN_TIMEOUT,
             registry: Registry::builtins(),
@@ -114,12 +113,17 @@ impl Config {
                         .map_err(|e| at(Some(item.span()), e.to_string()))?;
                     let accept_proxy_from = accept_proxy_from
                         .iter()
-                        .map(|range| range.parse::<Cidr>().map_err(|e| at(Some(item.span()), e.to_string())))
+                        .map(|range| {
+                            range
+                                .parse::<Cidr>()
+                                .map_err(|e| at(Some(item.span()), e.to_string()))
+                        })
                         .collect::<Result<Vec<_>, _>>()?;
                     if !accept_proxy_from.is_empty() && matches!(addr, ListenAddr::Unix(_)) {
                         return Err(at(
                             Some(item.span()),
-                            "accept_proxy_from needs a TCP listener (upstreams are matched by IP)".into(),
+                            "accept_proxy_from needs a TCP listener (upstreams are matched by IP)"
+                                .into(),
                         ));
                     }
                     Ok(ListenSpec {
@@ -189,7 +193,9 @@ impl Config {
                         format!("service {name} has both `builtin` and `proxy`; choose one"),
                     ));
                 }
-                (None, Some(proxy)) => ServiceKind::Proxy(std::sync::Arc::new(proxy_settings(&table, proxy, &at)?)),
+                (None, Some(proxy)) => {
+                    ServiceKind::Proxy(std::sync::Arc::new(proxy_settings(&table, proxy, &at)?))
+                }
                 (Some(builtin), None) => Builtin::from_name(builtin.get_ref())
                     .map(ServiceKind::Builtin)
                     .ok_or_else(|| {
@@ -218,7 +224,10 @@ impl Config {
             };
             if !matches!(kind, ServiceKind::Proxy(_)) {
                 if let Some(span) = table.proxy_only_key() {
-                    return Err(at(Some(span), format!("service {name}: this key only applies to `proxy` services")));
+                    return Err(at(
+                        Some(span),
+                        format!("service {name}: this key only applies to `proxy` services"),
+                    ));
                 }
             }
             let message = table.message.unwrap_or_default();
@@ -265,20 +274,36 @@ fn proxy_settings(
             .iter()
             .map(|v| v.as_str())
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| at(Some(proxy.span()), "`proxy` must be a string or an array of strings".into()))?,
-        _ => return Err(at(Some(proxy.span()), "`proxy` must be a string or an array of strings".into())),
+            .ok_or_else(|| {
+                at(
+                    Some(proxy.span()),
+                    "`proxy` must be a string or an array of strings".into(),
+                )
+            })?,
+        _ => {
+            return Err(at(
+                Some(proxy.span()),
+                "`proxy` must be a string or an array of strings".into(),
+            ))
+        }
     };
     if texts.is_empty() {
         return Err(at(Some(proxy.span()), "`proxy` lists no backend".into()));
     }
     let backends = texts
         .iter()
-        .map(|t| t.parse::<Backend>().map_err(|e| at(Some(proxy.span()), e.to_string())))
+        .map(|t| {
+            t.parse::<Backend>()
+                .map_err(|e| at(Some(proxy.span()), e.to_string()))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let connect_timeout = match &table.connect_timeout {
         None => DEFAULT_CONNECT_TIMEOUT,
         Some(t) if t.get_ref().0.is_zero() => {
-            return Err(at(Some(t.span()), "connect_timeout must be greater than zero".into()))
+            return Err(at(
+                Some(t.span()),
+                "connect_timeout must be greater than zero".into(),
+            ))
         }
         Some(t) => t.get_ref().0,
     };
@@ -292,7 +317,12 @@ fn proxy_settings(
         Some(v) => Some(match v.get_ref().as_str() {
             "v1" => ProxyVersion::V1,
             "v2" => ProxyVersion::V2,
-            other => return Err(at(Some(v.span()), format!("send_proxy {other:?}: expected \"v1\" or \"v2\""))),
+            other => {
+                return Err(at(
+                    Some(v.span()),
+                    format!("send_proxy {other:?}: expected \"v1\" or \"v2\""),
+                ))
+            }
         }),
     };
     let relay = match &table.relay {
@@ -300,7 +330,12 @@ fn proxy_settings(
         Some(v) => match v.get_ref().as_str() {
             "splice" => RelayMode::Splice,
             "copy" => RelayMode::Copy,
-            other => return Err(at(Some(v.span()), format!("relay {other:?}: expected \"splice\" or \"copy\""))),
+            other => {
+                return Err(at(
+                    Some(v.span()),
+                    format!("relay {other:?}: expected \"splice\" or \"copy\""),
+                ))
+            }
         },
     };
     Ok(Proxy {
@@ -320,13 +355,21 @@ fn import_etc_services(
     at: &impl Fn(Option<Range<usize>>, String) -> ConfigError,
 ) -> Result<(), ConfigError> {
     let file = import.file.as_deref().unwrap_or("/etc/services");
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| at(None, format!("import_etc_services: cannot read {file}: {e}")))?;
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        at(
+            None,
+            format!("import_etc_services: cannot read {file}: {e}"),
+        )
+    })?;
     let ports = etc_services_tcp_ports(&text);
     let host = import.host.as_deref().unwrap_or("127.0.0.1");
     for wanted in &import.allow {
-        let name = ServiceName::parse(wanted.get_ref())
-            .map_err(|e| at(Some(wanted.span()), format!("import_etc_services: {:?}: {e}", wanted.get_ref())))?;
+        let name = ServiceName::parse(wanted.get_ref()).map_err(|e| {
+            at(
+                Some(wanted.span()),
+                format!("import_etc_services: {:?}: {e}", wanted.get_ref()),
+            )
+        })?;
         let Some(&port) = ports.get(name.as_str()) else {
             return Err(at(
                 Some(wanted.span()),

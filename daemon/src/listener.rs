@@ -65,7 +65,9 @@ pub struct ListenOptions {
 
 impl ListenOptions {
     pub fn trusts_proxy(&self, ip: std::net::IpAddr) -> bool {
-        self.accept_proxy_from.iter().any(|range| range.contains(ip))
+        self.accept_proxy_from
+            .iter()
+            .any(|range| range.contains(ip))
     }
 }
 

@@ -42,7 +42,8 @@ fn main() -> ExitCode {
     if let Some(path) = &args.check_config {
         return match Config::load(path) {
             Ok(config) => {
-                let listen: Vec<String> = config.listen.iter().map(|l| l.addr.to_string()).collect();
+                let listen: Vec<String> =
+                    config.listen.iter().map(|l| l.addr.to_string()).collect();
                 println!(
                     "{}: ok: {} services ({}), listening on {}",
                     path.display(),

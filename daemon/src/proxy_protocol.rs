@@ -22,7 +22,11 @@ pub const MAX_HEADER: usize = 4096;
 /// The header announcing a connection from `source` to `destination`. Without both
 /// addresses of one family (a Unix-socket client) it says so: `PROXY UNKNOWN` for
 /// v1, the LOCAL command for v2, and the backend uses the socket's own addresses.
-pub fn encode(version: ProxyVersion, source: Option<SocketAddr>, destination: Option<SocketAddr>) -> Vec<u8> {
+pub fn encode(
+    version: ProxyVersion,
+    source: Option<SocketAddr>,
+    destination: Option<SocketAddr>,
+) -> Vec<u8> {
     let pair = match (source, destination) {
         (Some(s), Some(d)) if s.is_ipv4() == d.is_ipv4() => Some((s, d)),
         _ => None,
@@ -40,8 +44,16 @@ pub fn encode(version: ProxyVersion, source: Option<SocketAddr>, destination: Op
         (ProxyVersion::V1, None) => b"PROXY UNKNOWN\r\n".to_vec(),
         (ProxyVersion::V2, pair) => {
             let builder = match pair {
-                Some(addresses) => Builder::with_addresses(Version::Two | Command::Proxy, Protocol::Stream, addresses),
-                None => Builder::with_addresses(Version::Two | Command::Local, Protocol::Unspecified, Addresses::Unspecified),
+                Some(addresses) => Builder::with_addresses(
+                    Version::Two | Command::Proxy,
+                    Protocol::Stream,
+                    addresses,
+                ),
+                None => Builder::with_addresses(
+                    Version::Two | Command::Local,
+                    Protocol::Unspecified,
+                    Addresses::Unspecified,
+                ),
             };
             // Building only fails for payloads past 64 KiB; ours has none.
             builder.build().unwrap_or_default()
@@ -53,7 +65,10 @@ pub fn encode(version: ProxyVersion, source: Option<SocketAddr>, destination: Op
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Announced {
     /// The real client and the address it connected to.
-    Proxied { source: SocketAddr, destination: SocketAddr },
+    Proxied {
+        source: SocketAddr,
+        destination: SocketAddr,
+    },
     /// A health check or other connection of the upstream's own (v2 LOCAL, v1
     /// UNKNOWN, or a non-IP family): keep the socket's addresses.
     Local,
@@ -139,7 +154,11 @@ mod tests {
 
     #[test]
     fn v1_round_trip_with_trailing_request() {
-        let mut bytes = encode(ProxyVersion::V1, Some(addr("192.0.2.7:50000")), Some(addr("127.0.0.1:1")));
+        let mut bytes = encode(
+            ProxyVersion::V1,
+            Some(addr("192.0.2.7:50000")),
+            Some(addr("127.0.0.1:1")),
+        );
         assert_eq!(bytes, b"PROXY TCP4 192.0.2.7 127.0.0.1 50000 1\r\n");
         let header_len = bytes.len();
         bytes.extend_from_slice(b"echo\r\n");
@@ -157,7 +176,11 @@ mod tests {
 
     #[test]
     fn v2_round_trip_ipv6_and_every_prefix_is_incomplete() {
-        let bytes = encode(ProxyVersion::V2, Some(addr("[2001:db8::1]:4000")), Some(addr("[::1]:1")));
+        let bytes = encode(
+            ProxyVersion::V2,
+            Some(addr("[2001:db8::1]:4000")),
+            Some(addr("[::1]:1")),
+        );
         assert_eq!(bytes.len(), 16 + 36);
         for end in 0..bytes.len() {
             assert_eq!(decode(&bytes[..end]), Ok(None), "prefix {end}");
@@ -181,12 +204,18 @@ mod tests {
         assert_eq!(encode(ProxyVersion::V1, None, None), b"PROXY UNKNOWN\r\n");
         let v2 = encode(ProxyVersion::V2, None, None);
         assert_eq!(decode(&v2), Ok(Some((Announced::Local, 16))));
-        assert_eq!(decode(b"PROXY UNKNOWN\r\n"), Ok(Some((Announced::Local, 15))));
+        assert_eq!(
+            decode(b"PROXY UNKNOWN\r\n"),
+            Ok(Some((Announced::Local, 15)))
+        );
     }
 
     #[test]
     fn garbage_is_refused_not_waited_for() {
         assert!(matches!(decode(b"echo\r\n"), Err(HeaderError::Invalid(_))));
-        assert!(matches!(decode(b"PROXY TCP4 nonsense\r\n"), Err(HeaderError::Invalid(_))));
+        assert!(matches!(
+            decode(b"PROXY TCP4 nonsense\r\n"),
+            Err(HeaderError::Invalid(_))
+        ));
     }
 }

@@ -84,7 +84,10 @@ async fn one_way(
     match mode {
         RelayMode::Splice => match Pipe::new() {
             Ok(pipe) => splice_one_way(from, to, &pipe, activity, moved).await?,
-            Err(_) => copy_one_way(from, to, activity, moved).await?,
+            Err(e) => {
+                tracing::debug!(error = %e, "no pipe for splice; copying instead");
+                copy_one_way(from, to, activity, moved).await?
+            }
         },
         RelayMode::Copy => copy_one_way(from, to, activity, moved).await?,
     }
@@ -133,6 +136,7 @@ async fn splice_one_way(
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 // This kernel or socket type cannot splice: move the bytes by copying.
                 Err(e) if first && splice_unsupported(&e) => {
+                    tracing::debug!(error = %e, "splice not supported here; copying instead");
                     return copy_one_way(from, to, activity, moved).await;
                 }
                 Err(e) => return Err(e),

@@ -118,14 +118,16 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
                         refuse(&mut conn, &reason).await;
                         Outcome::UnknownService
                     }
-                    Some(service) => match services::serve(service, &mut conn, &client, &buf[pending]).await {
-                        Ok(Ended::Served { backend: used }) => {
-                            backend = used;
-                            Outcome::Served
+                    Some(service) => {
+                        match services::serve(service, &mut conn, &client, &buf[pending]).await {
+                            Ok(Ended::Served { backend: used }) => {
+                                backend = used;
+                                Outcome::Served
+                            }
+                            Ok(Ended::Refused(why)) => Outcome::ServiceRefused(why),
+                            Err(e) => Outcome::ServiceError(e),
                         }
-                        Ok(Ended::Refused(why)) => Outcome::ServiceRefused(why),
-                        Err(e) => Outcome::ServiceError(e),
-                    },
+                    }
                 }
             }
         },
@@ -137,9 +139,9 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
     tracing::info!(
         target: "tcpmuxd::connection",
         peer = %client.peer,
-        via = via.as_deref(),
+        via = via.as_deref().map(tracing::field::display),
         service = %service_name,
-        backend = backend.as_deref(),
+        backend = backend.as_deref().map(tracing::field::display),
         outcome = %outcome,
         bytes_in = conn.bytes_in,
         bytes_out = conn.bytes_out,

@@ -105,7 +105,10 @@ pub async fn serve(
         Err(failure) => {
             // The client learns why in general terms; backend addresses stay in the log.
             refuse(conn, &format!("service unavailable: {}", failure.reason)).await;
-            return Ok(Ended::Refused(format!("backend unavailable: {}", failure.detail)));
+            return Ok(Ended::Refused(format!(
+                "backend unavailable: {}",
+                failure.detail
+            )));
         }
     };
     // The backend reads the PROXY header first, then what the client pipelined.
@@ -120,7 +123,9 @@ pub async fn serve(
     let (relayed, result) = relay(conn.get_ref(), &backend, proxy.relay, proxy.idle_timeout).await;
     conn.bytes_in += relayed.client_to_backend;
     conn.bytes_out += relayed.backend_to_client;
-    result.map(|()| Ended::Served { backend: Some(name) })
+    result.map(|()| Ended::Served {
+        backend: Some(name),
+    })
 }
 
 struct ConnectFailure {
@@ -178,7 +183,15 @@ mod tests {
             "unix:/run/app.sock".parse::<Backend>().unwrap(),
             Backend::Unix("/run/app.sock".into())
         );
-        for bad in ["nohost", ":80", "host:0", "host:99999", "::1:22", "[nothex]:1", "unix:"] {
+        for bad in [
+            "nohost",
+            ":80",
+            "host:0",
+            "host:99999",
+            "::1:22",
+            "[nothex]:1",
+            "unix:",
+        ] {
             assert!(bad.parse::<Backend>().is_err(), "{bad}");
         }
     }
