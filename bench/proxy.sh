@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Loopback proxy throughput in one run: direct to a backend, through tcpmuxd
+# (splice and copy relays), through socat and through HAProxy, on the same
+# backend and workload. Prints one line per target and the ratios.
+#
+#   bench/proxy.sh [BYTES_PER_CONNECTION] [CONNECTIONS...]
+#
+# Needs socat and haproxy (apt-get install socat haproxy). Only loopback is used;
+# every process started here is stopped by PID on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BYTES=${1:-2000000000}
+shift || true
+CONNS=("${@:-1}")
+[ ${#CONNS[@]} -gt 0 ] || CONNS=(1)
+REPEAT=${REPEAT:-5}
+BASE=${BASE_PORT:-47100}
+SRC=$BASE MUX=$((BASE + 1)) SOCAT=$((BASE + 2)) HAP=$((BASE + 3)) HAPS=$((BASE + 4))
+
+for tool in socat haproxy; do
+  command -v "$tool" >/dev/null || { echo "bench/proxy.sh: $tool is not installed" >&2; exit 1; }
+done
+cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
+BIN=target/release
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+
+$BIN/tcpmux-bench source --listen 127.0.0.1:$SRC --bytes "$BYTES" & PIDS+=($!)
+cat > "$WORK/tcpmuxd.toml" <<CFG
+listen = ["127.0.0.1:$MUX"]
+[service.splice]
+proxy = "127.0.0.1:$SRC"
+relay = "splice"
+[service.copy]
+proxy = "127.0.0.1:$SRC"
+relay = "copy"
+CFG
+RUST_LOG=warn $BIN/tcpmuxd --config "$WORK/tcpmuxd.toml" & PIDS+=($!)
+socat TCP-LISTEN:$SOCAT,fork,reuseaddr TCP:127.0.0.1:$SRC & PIDS+=($!)
+cat > "$WORK/haproxy.cfg" <<CFG
+global
+  maxconn 4000
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend fe
+  bind 127.0.0.1:$HAP
+  default_backend be
+backend be
+  server src 127.0.0.1:$SRC
+# The same, with HAProxy's own kernel splicing turned on.
+frontend fe_splice
+  bind 127.0.0.1:$HAPS
+  option splice-auto
+  default_backend be_splice
+backend be_splice
+  option splice-auto
+  server src 127.0.0.1:$SRC
+CFG
+haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
+for port in $SRC $MUX $SOCAT $HAP $HAPS; do wait_port "$port"; done
+
+echo "# $(nproc) cores, $(uname -r), $BYTES bytes per connection, median of $REPEAT runs"
+for conns in "${CONNS[@]}"; do
+  run() { $BIN/tcpmux-bench bulk --connect "127.0.0.1:$1" ${3:+--service "$3"} --connections "$conns" --expect "$BYTES" --repeat "$REPEAT" --label "$2" --json; }
+  {
+    run $SRC direct
+    run $MUX tcpmuxd-splice splice
+    run $MUX tcpmuxd-copy copy
+    run $SOCAT socat
+    run $HAP haproxy
+    run $HAPS haproxy-splice
+  } > "$WORK/results.json"
+  python3 - "$WORK/results.json" "$conns" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rate = {r["label"]: r["median_aggregate_mb_s"] for r in rows}
+print(f"\n## {sys.argv[2]} connection(s)\n")
+print("| target | aggregate MB/s | per-connection MB/s (min..max) | vs direct |")
+print("|---|---:|---:|---:|")
+for r in rows:
+    print(f"| {r['label']} | {r['median_aggregate_mb_s']:.0f} | {r['per_connection_min_mb_s']:.0f}..{r['per_connection_max_mb_s']:.0f} | {r['median_aggregate_mb_s']/rate['direct']:.2f} |")
+for mode in ("tcpmuxd-splice", "tcpmuxd-copy"):
+    print(f"\n{mode}: {rate[mode]/rate['haproxy']:.2f}x haproxy, {rate[mode]/rate['haproxy-splice']:.2f}x haproxy-splice, {rate[mode]/rate['socat']:.2f}x socat, {rate[mode]/rate['direct']:.2f}x direct", end="")
+print()
+PY
+done
