@@ -4,11 +4,10 @@
 
 use std::fmt;
 use std::io;
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tcpmux_proto::{Decision, NameError, Progress, RequestParser};
+use tcpmux_proto::{Decision, NameError, Progress, RequestParser, MAX_NAME_LEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::close::close_gracefully;
@@ -18,9 +17,10 @@ use crate::services::{self, refuse, Ended};
 use crate::stream::{ClientInfo, Metered, Peer, Stream};
 use crate::Daemon;
 
-/// Read size during negotiation: room for a PROXY header, a full name and its
-/// CRLF, and the first pipelined bytes, which are handed to the service from here.
-const NEGOTIATION_READ: usize = proxy_protocol::MAX_HEADER;
+/// Peek size during negotiation: a whole name and its CRLF fit. Only what the
+/// parser claims is consumed, so bytes behind the request line stay in the socket
+/// for the service, whatever it is: a built-in, a relay, or a program exec'd on it.
+const PEEK: usize = MAX_NAME_LEN + 2;
 
 /// How a connection ended, for the log.
 enum Outcome {
@@ -55,12 +55,8 @@ impl fmt::Display for Outcome {
 
 /// What reading the start of the connection produced.
 enum Negotiated {
-    /// The request is decided; `pending` locates, in the read buffer, the bytes
-    /// the client sent behind its request line.
-    Decided {
-        decision: Decision,
-        pending: Range<usize>,
-    },
+    /// The request line (and any PROXY header) has been consumed, nothing more.
+    Decided(Decision),
     BadProxyHeader(HeaderError),
     Closed,
 }
@@ -73,7 +69,6 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
     };
     let via = client.peer.clone();
     let mut conn = Metered::new(stream);
-    let mut buf = vec![0u8; NEGOTIATION_READ];
     let mut service_name = String::from("-");
     let mut backend = None;
 
@@ -83,7 +78,7 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         .is_some_and(|addr| listen.trusts_proxy(addr.ip()));
     let negotiated = tokio::time::timeout(
         daemon.negotiation_timeout,
-        negotiate(&mut conn, &mut buf, expect_header, &mut client),
+        negotiate(&mut conn, expect_header, &mut client),
     )
     .await;
 
@@ -98,7 +93,7 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
             refuse(&mut conn, &e.to_string()).await;
             Outcome::BadProxyHeader(e)
         }
-        Ok(Ok(Negotiated::Decided { decision, pending })) => match decision {
+        Ok(Ok(Negotiated::Decided(decision))) => match decision {
             Decision::Help => {
                 service_name = "help".into();
                 match conn.write_all(daemon.registry.help_text()).await {
@@ -118,16 +113,14 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
                         refuse(&mut conn, &reason).await;
                         Outcome::UnknownService
                     }
-                    Some(service) => {
-                        match services::serve(service, &mut conn, &client, &buf[pending]).await {
-                            Ok(Ended::Served { backend: used }) => {
-                                backend = used;
-                                Outcome::Served
-                            }
-                            Ok(Ended::Refused(why)) => Outcome::ServiceRefused(why),
-                            Err(e) => Outcome::ServiceError(e),
+                    Some(service) => match services::serve(service, &mut conn, &client).await {
+                        Ok(Ended::Served { backend: used }) => {
+                            backend = used;
+                            Outcome::Served
                         }
-                    }
+                        Ok(Ended::Refused(why)) => Outcome::ServiceRefused(why),
+                        Err(e) => Outcome::ServiceError(e),
+                    },
                 }
             }
         },
@@ -150,27 +143,29 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
     );
 }
 
-/// Reads the PROXY header if one is expected, then the request line. Bytes behind
-/// the request line stay in `buf`.
+/// Consumes the PROXY header if one is expected, then the request line, and not a
+/// byte more: every read is a peek first, then a read of exactly what the parser
+/// claimed.
 async fn negotiate(
     conn: &mut Metered<Stream>,
-    buf: &mut [u8],
     expect_header: bool,
     client: &mut ClientInfo,
 ) -> io::Result<Negotiated> {
-    let mut filled = 0..0;
+    let mut scratch = [0u8; PEEK];
     if expect_header {
-        let mut len = 0;
+        // Until the header is complete, every byte seen belongs to it.
+        let mut header = Vec::new();
         loop {
-            let n = conn.read(&mut buf[len..]).await?;
+            let n = conn.get_ref().peek(&mut scratch).await?;
             if n == 0 {
                 return Ok(Negotiated::Closed);
             }
-            len += n;
-            match proxy_protocol::decode(&buf[..len]) {
-                Ok(None) if len < buf.len() => continue,
-                Ok(None) => return Ok(Negotiated::BadProxyHeader(HeaderError::TooLong)),
-                Ok(Some((announced, header_len))) => {
+            let seen = header.len();
+            header.extend_from_slice(&scratch[..n]);
+            match proxy_protocol::decode(&header) {
+                Ok(None) => conn.read_exact(&mut scratch[..n]).await.map(drop)?,
+                Ok(Some((announced, length))) => {
+                    conn.read_exact(&mut scratch[..length - seen]).await?;
                     if let Announced::Proxied {
                         source,
                         destination,
@@ -179,7 +174,6 @@ async fn negotiate(
                         client.peer = Peer::Tcp(source);
                         client.local = Some(destination);
                     }
-                    filled = header_len..len;
                     break;
                 }
                 Err(e) => return Ok(Negotiated::BadProxyHeader(e)),
@@ -188,19 +182,16 @@ async fn negotiate(
     }
     let mut parser = RequestParser::new();
     loop {
-        if filled.is_empty() {
-            let n = conn.read(buf).await?;
-            if n == 0 {
-                return Ok(Negotiated::Closed);
+        let n = conn.get_ref().peek(&mut scratch).await?;
+        if n == 0 {
+            return Ok(Negotiated::Closed);
+        }
+        match parser.feed(&scratch[..n]) {
+            Progress::NeedMore => conn.read_exact(&mut scratch[..n]).await.map(drop)?,
+            Progress::Decided { decision, consumed } => {
+                conn.read_exact(&mut scratch[..consumed]).await?;
+                return Ok(Negotiated::Decided(decision));
             }
-            filled = 0..n;
         }
-        if let Progress::Decided { decision, consumed } = parser.feed(&buf[filled.clone()]) {
-            return Ok(Negotiated::Decided {
-                decision,
-                pending: filled.start + consumed..filled.end,
-            });
-        }
-        filled = 0..0;
     }
 }

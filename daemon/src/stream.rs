@@ -47,6 +47,22 @@ impl Stream {
         }
     }
 
+    /// Copies pending input into `buf` without consuming it; 0 means EOF.
+    pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            self.readable().await?;
+            let peeked = self.try_io(tokio::io::Interest::READABLE, || {
+                rustix::net::recv(self, &mut *buf, rustix::net::RecvFlags::PEEK)
+                    .map(|(n, _)| n)
+                    .map_err(io::Error::from)
+            });
+            match peeked {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+
     /// Sends FIN: the peer reads EOF, and may still send to us.
     pub fn shutdown_write(&self) -> io::Result<()> {
         socket2::SockRef::from(self).shutdown(std::net::Shutdown::Write)

@@ -4,12 +4,7 @@ use std::io;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
-    conn: &mut S,
-    pending: &[u8],
-) -> io::Result<()> {
-    // Bytes the client pipelined behind its request line come first.
-    conn.write_all(pending).await?;
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut S) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = conn.read(&mut buf).await?;
@@ -25,14 +20,14 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn pending_first_then_stream() {
+    async fn echoes_until_eof() {
         let (mut client, mut server) = tokio::io::duplex(64);
-        let task = tokio::spawn(async move { serve(&mut server, b"early ").await });
-        client.write_all(b"late").await.unwrap();
+        let task = tokio::spawn(async move { serve(&mut server).await });
+        client.write_all(b"some bytes").await.unwrap();
         client.shutdown().await.unwrap();
         let mut out = Vec::new();
         client.read_to_end(&mut out).await.unwrap();
-        assert_eq!(out, b"early late");
+        assert_eq!(out, b"some bytes");
         task.await.unwrap().unwrap();
     }
 }

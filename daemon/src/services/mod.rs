@@ -2,8 +2,8 @@
 //!
 //! A service is a value ([`ServiceKind`]) that the registry stores under its names and
 //! [`serve`] dispatches on; there is no trait object or class hierarchy to follow.
-//! Every service receives the connection *after* the `+` line and the bytes the
-//! client sent behind its request line (`pending`), which are the service's input.
+//! Every service receives the connection with the request line consumed and not a
+//! byte more: whatever the client sent behind it is still in the socket.
 
 mod chargen;
 mod daytime;
@@ -97,16 +97,15 @@ pub async fn serve(
     service: &Service,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
-    pending: &[u8],
 ) -> io::Result<Ended> {
     match &service.kind {
         ServiceKind::Builtin(builtin) => {
             accept(conn, &service.message).await?;
-            run_builtin(*builtin, conn, pending).await?;
+            run_builtin(*builtin, conn).await?;
             Ok(Ended::Served { backend: None })
         }
         ServiceKind::Proxy(settings) => {
-            proxy::serve(settings, &service.message, conn, client, pending).await
+            proxy::serve(settings, &service.message, conn, client).await
         }
     }
 }
@@ -128,10 +127,9 @@ pub async fn refuse<S: AsyncWrite + Unpin>(conn: &mut S, reason: &str) {
 async fn run_builtin<S: AsyncRead + AsyncWrite + Unpin>(
     builtin: Builtin,
     conn: &mut S,
-    pending: &[u8],
 ) -> io::Result<()> {
     match builtin {
-        Builtin::Echo => echo::serve(conn, pending).await,
+        Builtin::Echo => echo::serve(conn).await,
         Builtin::Discard => discard::serve(conn).await,
         Builtin::Chargen => chargen::serve(conn).await,
         Builtin::Daytime => daytime::serve(conn).await,

@@ -98,7 +98,6 @@ pub async fn serve(
     message: &str,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
-    pending: &[u8],
 ) -> io::Result<Ended> {
     let (mut backend, name) = match connect_first(proxy).await {
         Ok(connected) => connected,
@@ -111,13 +110,12 @@ pub async fn serve(
             )));
         }
     };
-    // The backend reads the PROXY header first, then what the client pipelined.
-    let mut head = match proxy.send_proxy {
-        Some(version) => proxy_protocol::encode(version, client.peer.tcp_addr(), client.local),
-        None => Vec::new(),
-    };
-    head.extend_from_slice(pending);
-    backend.write_all(&head).await?;
+    // The header goes first; what the client pipelined is still in its socket and
+    // follows through the relay, in order.
+    if let Some(version) = proxy.send_proxy {
+        let header = proxy_protocol::encode(version, client.peer.tcp_addr(), client.local);
+        backend.write_all(&header).await?;
+    }
     accept(conn, message).await?;
 
     let (relayed, result) = relay(conn.get_ref(), &backend, proxy.relay, proxy.idle_timeout).await;
