@@ -17,6 +17,7 @@ use crate::listener::{ListenAddr, ListenOptions, ListenSpec};
 use crate::proxy_protocol::ProxyVersion;
 use crate::registry::{default_services, Registry, Service};
 use crate::relay::RelayMode;
+use crate::services::exec::{lookup_id, Exec, ExecReply, Instances, OnShutdown};
 use crate::services::proxy::{Backend, Proxy, DEFAULT_CONNECT_TIMEOUT};
 use crate::services::{Builtin, ServiceKind};
 
@@ -185,51 +186,7 @@ impl Config {
                 services.remove(&name);
                 continue;
             }
-            let kind = match (&table.builtin, &table.proxy) {
-                (Some(builtin), Some(proxy)) => {
-                    let _ = builtin;
-                    return Err(at(
-                        Some(proxy.span()),
-                        format!("service {name} has both `builtin` and `proxy`; choose one"),
-                    ));
-                }
-                (None, Some(proxy)) => {
-                    ServiceKind::Proxy(std::sync::Arc::new(proxy_settings(&table, proxy, &at)?))
-                }
-                (Some(builtin), None) => Builtin::from_name(builtin.get_ref())
-                    .map(ServiceKind::Builtin)
-                    .ok_or_else(|| {
-                        at(
-                            Some(builtin.span()),
-                            format!(
-                                "unknown builtin {:?}; the builtins are {}",
-                                builtin.get_ref(),
-                                builtin_list()
-                            ),
-                        )
-                    })?,
-                // `[service.echo]` with only a message refines the built-in of that name.
-                (None, None) => match Builtin::from_name(name.as_str()) {
-                    Some(builtin) => ServiceKind::Builtin(builtin),
-                    None => {
-                        return Err(at(
-                            Some(key.span()),
-                            format!(
-                                "service {name} says nothing to do: set `builtin = \"...\"` ({})",
-                                builtin_list()
-                            ),
-                        ))
-                    }
-                },
-            };
-            if !matches!(kind, ServiceKind::Proxy(_)) {
-                if let Some(span) = table.proxy_only_key() {
-                    return Err(at(
-                        Some(span),
-                        format!("service {name}: this key only applies to `proxy` services"),
-                    ));
-                }
-            }
+            let kind = service_kind(&name, key.span(), &table, &at)?;
             let message = table.message.unwrap_or_default();
             services.insert(
                 name.clone(),
@@ -260,6 +217,197 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
     let column = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
     (line, column)
+}
+
+/// Decides what a `[service.NAME]` table runs: exactly one of `builtin`, `proxy`
+/// and `exec`, and no key that belongs to another kind.
+fn service_kind(
+    name: &ServiceName,
+    key_span: Range<usize>,
+    table: &RawService,
+    at: &impl Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<ServiceKind, ConfigError> {
+    let kinds: Vec<(&str, Range<usize>)> = [
+        ("builtin", table.builtin.as_ref().map(Spanned::span)),
+        ("proxy", table.proxy.as_ref().map(Spanned::span)),
+        ("exec", table.exec.as_ref().map(Spanned::span)),
+    ]
+    .into_iter()
+    .filter_map(|(kind, span)| Some((kind, span?)))
+    .collect();
+    if let [(first, _), (second, span), ..] = &kinds[..] {
+        return Err(at(
+            Some(span.clone()),
+            format!("service {name} has both `{first}` and `{second}`; choose one"),
+        ));
+    }
+    let kind = kinds.first().map(|(kind, _)| *kind);
+    for (key, span, owner) in table.kind_specific_keys() {
+        if kind != Some(owner) {
+            return Err(at(
+                Some(span),
+                format!("service {name}: `{key}` only applies to `{owner}` services"),
+            ));
+        }
+    }
+    match (kind, &table.builtin, &table.proxy, &table.exec) {
+        (Some("builtin"), Some(builtin), _, _) => Builtin::from_name(builtin.get_ref())
+            .map(ServiceKind::Builtin)
+            .ok_or_else(|| {
+                at(
+                    Some(builtin.span()),
+                    format!(
+                        "unknown builtin {:?}; the builtins are {}",
+                        builtin.get_ref(),
+                        builtin_list()
+                    ),
+                )
+            }),
+        (Some("proxy"), _, Some(proxy), _) => Ok(ServiceKind::Proxy(std::sync::Arc::new(
+            proxy_settings(table, proxy, at)?,
+        ))),
+        (Some("exec"), _, _, Some(argv)) => Ok(ServiceKind::Exec(std::sync::Arc::new(
+            exec_settings(table, argv, at)?,
+        ))),
+        // `[service.echo]` with only a message refines the built-in of that name.
+        _ => Builtin::from_name(name.as_str())
+            .map(ServiceKind::Builtin)
+            .ok_or_else(|| {
+                at(
+                    Some(key_span),
+                    format!(
+                        "service {name} says nothing to do: set `proxy = \"host:port\"`, \
+                         `exec = [\"/path/program\"]` or `builtin = \"...\"` ({})",
+                        builtin_list()
+                    ),
+                )
+            }),
+    }
+}
+
+/// An exec service from its table.
+fn exec_settings(
+    table: &RawService,
+    argv: &Spanned<Vec<String>>,
+    at: &impl Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<Exec, ConfigError> {
+    let program = argv.get_ref().first().ok_or_else(|| {
+        at(
+            Some(argv.span()),
+            "`exec` is empty: give the program's path".into(),
+        )
+    })?;
+    let path = std::path::Path::new(program);
+    if !path.is_absolute() {
+        return Err(at(
+            Some(argv.span()),
+            format!("exec program {program:?} must be an absolute path (no shell or PATH search is used)"),
+        ));
+    }
+    if !path.is_file() {
+        return Err(at(
+            Some(argv.span()),
+            format!("exec program {program} does not exist"),
+        ));
+    }
+    let reply = match table
+        .reply
+        .as_ref()
+        .map(|r| (r.get_ref().as_str(), r.span()))
+    {
+        None | Some(("server", _)) => ExecReply::Server,
+        Some(("program", _)) => ExecReply::Program,
+        Some((other, span)) => {
+            return Err(at(
+                Some(span),
+                format!("reply {other:?}: expected \"server\" or \"program\""),
+            ))
+        }
+    };
+    let user = match &table.user {
+        None => None,
+        Some(user) => Some(
+            user.get_ref()
+                .parse::<u32>()
+                .ok()
+                .map(|uid| (uid, lookup_primary_gid(uid).unwrap_or(uid)))
+                .or_else(|| lookup_id("/etc/passwd", user.get_ref()))
+                .ok_or_else(|| {
+                    at(
+                        Some(user.span()),
+                        format!("unknown user {:?}", user.get_ref()),
+                    )
+                })?,
+        ),
+    };
+    let user = match (&table.group, user) {
+        (None, user) => user,
+        (Some(group), user) => {
+            let gid = group
+                .get_ref()
+                .parse::<u32>()
+                .ok()
+                .or_else(|| lookup_id("/etc/group", group.get_ref()).map(|(gid, _)| gid))
+                .ok_or_else(|| {
+                    at(
+                        Some(group.span()),
+                        format!("unknown group {:?}", group.get_ref()),
+                    )
+                })?;
+            // A group alone keeps the daemon's uid.
+            let uid = user.map_or_else(|| rustix::process::getuid().as_raw(), |(uid, _)| uid);
+            Some((uid, gid))
+        }
+    };
+    let on_shutdown = match table
+        .on_shutdown
+        .as_ref()
+        .map(|r| (r.get_ref().as_str(), r.span()))
+    {
+        None | Some(("kill", _)) => OnShutdown::Kill,
+        Some(("leave", _)) => OnShutdown::Leave,
+        Some((other, span)) => {
+            return Err(at(
+                Some(span),
+                format!("on_shutdown {other:?}: expected \"kill\" or \"leave\""),
+            ))
+        }
+    };
+    let max_instances = match &table.max_instances {
+        Some(max) if *max.get_ref() == 0 => {
+            return Err(at(
+                Some(max.span()),
+                "max_instances must be at least 1".into(),
+            ))
+        }
+        other => other.as_ref().map(|m| *m.get_ref()),
+    };
+    if let Some(cwd) = &table.cwd {
+        if !std::path::Path::new(cwd).is_dir() {
+            return Err(at(
+                Some(argv.span()),
+                format!("exec cwd {cwd} is not a directory"),
+            ));
+        }
+    }
+    Ok(Exec {
+        argv: argv.get_ref().clone(),
+        reply,
+        user,
+        cwd: table.cwd.clone().map(Into::into),
+        env: table.env.clone().unwrap_or_default(),
+        max_instances,
+        on_shutdown,
+        running: Instances::default(),
+    })
+}
+
+fn lookup_primary_gid(uid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    text.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.get(2)?.parse::<u32>().ok()? == uid).then(|| fields.get(3)?.parse().ok())?
+    })
 }
 
 /// A proxy service from its table.
@@ -463,15 +611,54 @@ struct RawService {
     idle_timeout: Option<Spanned<ConfigDuration>>,
     send_proxy: Option<Spanned<String>>,
     relay: Option<Spanned<String>>,
+    exec: Option<Spanned<Vec<String>>>,
+    reply: Option<Spanned<String>>,
+    user: Option<Spanned<String>>,
+    group: Option<Spanned<String>>,
+    cwd: Option<String>,
+    env: Option<BTreeMap<String, String>>,
+    max_instances: Option<Spanned<usize>>,
+    on_shutdown: Option<Spanned<String>>,
 }
 
 impl RawService {
-    /// The span of the first key that only a proxy may have, if any.
-    fn proxy_only_key(&self) -> Option<Range<usize>> {
-        None.or(self.connect_timeout.as_ref().map(Spanned::span))
-            .or(self.idle_timeout.as_ref().map(Spanned::span))
-            .or(self.send_proxy.as_ref().map(Spanned::span))
-            .or(self.relay.as_ref().map(Spanned::span))
+    /// Keys present that belong to one kind only: (key, where, kind).
+    fn kind_specific_keys(&self) -> Vec<(&'static str, Range<usize>, &'static str)> {
+        let spans = [
+            (
+                "connect_timeout",
+                self.connect_timeout.as_ref().map(Spanned::span),
+                "proxy",
+            ),
+            (
+                "idle_timeout",
+                self.idle_timeout.as_ref().map(Spanned::span),
+                "proxy",
+            ),
+            (
+                "send_proxy",
+                self.send_proxy.as_ref().map(Spanned::span),
+                "proxy",
+            ),
+            ("relay", self.relay.as_ref().map(Spanned::span), "proxy"),
+            ("reply", self.reply.as_ref().map(Spanned::span), "exec"),
+            ("user", self.user.as_ref().map(Spanned::span), "exec"),
+            ("group", self.group.as_ref().map(Spanned::span), "exec"),
+            (
+                "max_instances",
+                self.max_instances.as_ref().map(Spanned::span),
+                "exec",
+            ),
+            (
+                "on_shutdown",
+                self.on_shutdown.as_ref().map(Spanned::span),
+                "exec",
+            ),
+        ];
+        spans
+            .into_iter()
+            .filter_map(|(key, span, kind)| Some((key, span?, kind)))
+            .collect()
     }
 }
 

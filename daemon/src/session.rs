@@ -25,6 +25,7 @@ const PEEK: usize = MAX_NAME_LEN + 2;
 /// How a connection ended, for the log.
 enum Outcome {
     Served,
+    Exited { pid: u32, status: String },
     Help,
     ServiceError(io::Error),
     UnknownService,
@@ -40,6 +41,7 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Served => f.write_str("served"),
+            Outcome::Exited { pid, status } => write!(f, "served: pid {pid} {status}"),
             Outcome::Help => f.write_str("help"),
             Outcome::ServiceError(e) => write!(f, "service error: {e}"),
             Outcome::UnknownService => f.write_str("refused: unknown service"),
@@ -119,6 +121,7 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
                             Outcome::Served
                         }
                         Ok(Ended::Refused(why)) => Outcome::ServiceRefused(why),
+                        Ok(Ended::Exited { pid, status }) => Outcome::Exited { pid, status },
                         Err(e) => Outcome::ServiceError(e),
                     },
                 }

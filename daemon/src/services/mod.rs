@@ -9,6 +9,7 @@ mod chargen;
 mod daytime;
 mod discard;
 mod echo;
+pub mod exec;
 pub mod help;
 mod isotime;
 pub mod proxy;
@@ -79,6 +80,7 @@ impl fmt::Display for Builtin {
 pub enum ServiceKind {
     Builtin(Builtin),
     Proxy(Arc<proxy::Proxy>),
+    Exec(Arc<exec::Exec>),
 }
 
 /// How a service ended, for the log.
@@ -88,6 +90,8 @@ pub enum Ended {
     Served { backend: Option<String> },
     /// The service answered `-` for the reason given.
     Refused(String),
+    /// The program exec'd on the socket ended.
+    Exited { pid: u32, status: String },
 }
 
 /// Runs `service` on a connection whose request named it: sends the status line
@@ -106,6 +110,16 @@ pub async fn serve(
         }
         ServiceKind::Proxy(settings) => {
             proxy::serve(settings, &service.message, conn, client).await
+        }
+        ServiceKind::Exec(settings) => {
+            exec::serve(
+                settings,
+                service.name.as_str(),
+                &service.message,
+                conn,
+                client,
+            )
+            .await
         }
     }
 }
