@@ -15,6 +15,7 @@
 
 mod blocking;
 mod error;
+pub mod handoff;
 mod nonblocking;
 
 pub use blocking::{

@@ -13,6 +13,7 @@ use tcpmux_proto::ServiceName;
 use toml::Spanned;
 
 use crate::cidr::Cidr;
+use crate::handoff::HandoffRule;
 use crate::listener::{ListenAddr, ListenOptions, ListenSpec};
 use crate::proxy_protocol::ProxyVersion;
 use crate::registry::{default_services, Registry, Service};
@@ -35,6 +36,8 @@ pub struct Config {
     /// How long a graceful close waits for the client's FIN after ours.
     pub close_drain_timeout: Duration,
     pub registry: Registry,
+    /// Where handoff backends register (`handoff_socket`).
+    pub handoff_socket: Option<std::path::PathBuf>,
 }
 
 /// A configuration that cannot be used, located as precisely as we can.
@@ -64,6 +67,7 @@ impl Default for Config {
             negotiation_timeout: DEFAULT_NEGOTIATION_TIMEOUT,
             close_drain_timeout: DEFAULT_CLOSE_DRAIN_TIMEOUT,
             registry: Registry::builtins(),
+            handoff_socket: None,
         }
     }
 }
@@ -198,11 +202,20 @@ impl Config {
             );
         }
 
+        let registry = Registry::new(services);
+        if registry.has_handoff() && raw.handoff_socket.is_none() {
+            return Err(at(
+                None,
+                "handoff services need `handoff_socket = \"/path\"`, where their backends register"
+                    .into(),
+            ));
+        }
         Ok(Config {
             listen,
             negotiation_timeout,
             close_drain_timeout,
-            registry: Registry::new(services),
+            registry,
+            handoff_socket: raw.handoff_socket.map(Into::into),
         })
     }
 }
@@ -231,6 +244,7 @@ fn service_kind(
         ("builtin", table.builtin.as_ref().map(Spanned::span)),
         ("proxy", table.proxy.as_ref().map(Spanned::span)),
         ("exec", table.exec.as_ref().map(Spanned::span)),
+        ("handoff", table.handoff.as_ref().map(Spanned::span)),
     ]
     .into_iter()
     .filter_map(|(kind, span)| Some((kind, span?)))
@@ -249,6 +263,21 @@ fn service_kind(
                 format!("service {name}: `{key}` only applies to `{owner}` services"),
             ));
         }
+    }
+    if let (Some("handoff"), Some(rule)) = (kind, &table.handoff) {
+        let rule = rule.get_ref();
+        if rule.uid.is_empty() && rule.gid.is_empty() {
+            return Err(at(
+                Some(key_span),
+                format!(
+                    "handoff service {name} allows no one: give `uid = [...]` and/or `gid = [...]`"
+                ),
+            ));
+        }
+        return Ok(ServiceKind::Handoff(std::sync::Arc::new(HandoffRule {
+            uids: rule.uid.clone(),
+            gids: rule.gid.clone(),
+        })));
     }
     match (kind, &table.builtin, &table.proxy, &table.exec) {
         (Some("builtin"), Some(builtin), _, _) => Builtin::from_name(builtin.get_ref())
@@ -277,7 +306,7 @@ fn service_kind(
                     Some(key_span),
                     format!(
                         "service {name} says nothing to do: set `proxy = \"host:port\"`, \
-                         `exec = [\"/path/program\"]` or `builtin = \"...\"` ({})",
+                         `exec = [\"/path/program\"]`, `handoff = {{ uid = [...] }}` or `builtin = \"...\"` ({})",
                         builtin_list()
                     ),
                 )
@@ -582,6 +611,15 @@ enum RawListen {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawHandoff {
+    #[serde(default)]
+    uid: Vec<u32>,
+    #[serde(default)]
+    gid: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawImport {
     allow: Vec<Spanned<String>>,
     host: Option<String>,
@@ -593,6 +631,7 @@ struct RawImport {
 struct RawConfig {
     listen: Option<Vec<Spanned<RawListen>>>,
     import_etc_services: Option<RawImport>,
+    handoff_socket: Option<String>,
     negotiation_timeout: Option<Spanned<ConfigDuration>>,
     close_drain_timeout: Option<Spanned<ConfigDuration>>,
     builtin_services: Option<bool>,
@@ -612,6 +651,7 @@ struct RawService {
     send_proxy: Option<Spanned<String>>,
     relay: Option<Spanned<String>>,
     exec: Option<Spanned<Vec<String>>>,
+    handoff: Option<Spanned<RawHandoff>>,
     reply: Option<Spanned<String>>,
     user: Option<Spanned<String>>,
     group: Option<Spanned<String>>,

@@ -41,6 +41,17 @@ impl Registry {
         self.services.get(name)
     }
 
+    /// Every service, in HELP order.
+    pub fn services(&self) -> impl Iterator<Item = &Service> {
+        self.services.values()
+    }
+
+    /// Whether any service is a handoff, whose HELP entry depends on live backends.
+    pub fn has_handoff(&self) -> bool {
+        self.services()
+            .any(|s| matches!(s.kind, ServiceKind::Handoff(_)))
+    }
+
     /// Names in HELP order (sorted).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.services.keys().map(ServiceName::as_str)

@@ -25,6 +25,7 @@ const PEEK: usize = MAX_NAME_LEN + 2;
 /// How a connection ended, for the log.
 enum Outcome {
     Served,
+    HandedOff,
     Exited { pid: u32, status: String },
     Help,
     ServiceError(io::Error),
@@ -41,6 +42,7 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Served => f.write_str("served"),
+            Outcome::HandedOff => f.write_str("handed off"),
             Outcome::Exited { pid, status } => write!(f, "served: pid {pid} {status}"),
             Outcome::Help => f.write_str("help"),
             Outcome::ServiceError(e) => write!(f, "service error: {e}"),
@@ -98,7 +100,7 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         Ok(Ok(Negotiated::Decided(decision))) => match decision {
             Decision::Help => {
                 service_name = "help".into();
-                match conn.write_all(daemon.registry.help_text()).await {
+                match conn.write_all(&daemon.help_text()).await {
                     Ok(()) => Outcome::Help,
                     Err(e) => Outcome::ServiceError(e),
                 }
@@ -115,20 +117,27 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
                         refuse(&mut conn, &reason).await;
                         Outcome::UnknownService
                     }
-                    Some(service) => match services::serve(service, &mut conn, &client).await {
-                        Ok(Ended::Served { backend: used }) => {
-                            backend = used;
-                            Outcome::Served
+                    Some(service) => {
+                        match services::serve(service, &mut conn, &client, &daemon.hub).await {
+                            Ok(Ended::Served { backend: used }) => {
+                                backend = used;
+                                Outcome::Served
+                            }
+                            Ok(Ended::Refused(why)) => Outcome::ServiceRefused(why),
+                            Ok(Ended::Exited { pid, status }) => Outcome::Exited { pid, status },
+                            Ok(Ended::HandedOff) => Outcome::HandedOff,
+                            Err(e) => Outcome::ServiceError(e),
                         }
-                        Ok(Ended::Refused(why)) => Outcome::ServiceRefused(why),
-                        Ok(Ended::Exited { pid, status }) => Outcome::Exited { pid, status },
-                        Err(e) => Outcome::ServiceError(e),
-                    },
+                    }
                 }
             }
         },
     };
-    close_gracefully(&mut conn, daemon.close_drain_timeout).await;
+    // A handed-off socket belongs to its backend now: closing our descriptor is
+    // all we may do, and dropping `conn` does that.
+    if !matches!(outcome, Outcome::HandedOff) {
+        close_gracefully(&mut conn, daemon.close_drain_timeout).await;
+    }
 
     // Fields that are None are left out of the line.
     let via = (client.peer.tcp_addr() != via.tcp_addr()).then(|| via.to_string());

@@ -8,6 +8,7 @@
 //! for `HELP`, which is answered by the list of names with no status line.
 //! [`RequestParser`] is the server's half, [`ReplyParser`] the client's.
 
+pub mod handoff;
 mod name;
 mod reply;
 mod request;

@@ -10,6 +10,7 @@ mod daytime;
 mod discard;
 mod echo;
 pub mod exec;
+pub mod handoff;
 pub mod help;
 mod isotime;
 pub mod proxy;
@@ -81,6 +82,7 @@ pub enum ServiceKind {
     Builtin(Builtin),
     Proxy(Arc<proxy::Proxy>),
     Exec(Arc<exec::Exec>),
+    Handoff(Arc<crate::handoff::HandoffRule>),
 }
 
 /// How a service ended, for the log.
@@ -92,6 +94,8 @@ pub enum Ended {
     Refused(String),
     /// The program exec'd on the socket ended.
     Exited { pid: u32, status: String },
+    /// The socket went to a handoff backend: tcpmuxd must not touch it again.
+    HandedOff,
 }
 
 /// Runs `service` on a connection whose request named it: sends the status line
@@ -101,6 +105,7 @@ pub async fn serve(
     service: &Service,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
+    hub: &crate::handoff::Hub,
 ) -> io::Result<Ended> {
     match &service.kind {
         ServiceKind::Builtin(builtin) => {
@@ -111,6 +116,7 @@ pub async fn serve(
         ServiceKind::Proxy(settings) => {
             proxy::serve(settings, &service.message, conn, client).await
         }
+        ServiceKind::Handoff(_) => handoff::serve(service, hub, conn, client).await,
         ServiceKind::Exec(settings) => {
             exec::serve(
                 settings,

@@ -189,3 +189,15 @@ pub fn sibling_binary(name: &str) -> PathBuf {
     );
     path
 }
+
+/// Path of an example program of the workspace (cargo test builds them).
+pub fn example_binary(name: &str) -> PathBuf {
+    let daemon = Path::new(env!("CARGO_BIN_EXE_tcpmuxd"));
+    let path = daemon.with_file_name("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built; run the workspace tests (cargo test --workspace)",
+        path.display()
+    );
+    path
+}

@@ -1,0 +1,267 @@
+//! The backend side of tcpmuxd's handoff: register service names on the daemon's
+//! control socket, then receive each client's connection as an ordinary stream.
+//! tcpmuxd has already answered `+` and keeps no copy of the socket.
+//!
+//! ```no_run
+//! use std::io::Write;
+//! let mut backend = tcpmux::handoff::Backend::register("/run/tcpmuxd/handoff.sock", &["myapp"])?;
+//! loop {
+//!     let mut client = backend.accept()?;
+//!     writeln!(client.stream, "hello {}", client.peer)?;
+//! }
+//! # Ok::<(), tcpmux::handoff::HandoffError>(())
+//! ```
+
+use std::io::{self, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::net::TcpStream;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+use tcpmux_proto::handoff::{encode_register, parse_client_frame, ClientFrame, FRAME_LEN};
+use tcpmux_proto::ServiceName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+
+/// Why registering or receiving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffError {
+    #[error("invalid service name {name:?}: {source}")]
+    InvalidName {
+        name: String,
+        source: tcpmux_proto::NameError,
+    },
+    #[error("tcpmuxd refused the registration: {0}")]
+    Refused(String),
+    #[error("tcpmuxd closed the control connection")]
+    Closed,
+    #[error("malformed handoff frame from tcpmuxd")]
+    Protocol,
+    #[error("i/o error on the control socket: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// A connection handed over by tcpmuxd.
+#[derive(Debug)]
+pub struct Handoff<S> {
+    pub stream: S,
+    /// The service name the client asked for (lower case).
+    pub service: String,
+    /// The client's `ip:port`, or `unix`.
+    pub peer: String,
+    /// The address the client connected to, or `-`.
+    pub local: String,
+}
+
+/// The socket kinds a client can arrive on.
+#[derive(Debug)]
+pub enum ClientStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Read for ClientStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ClientStream::Tcp(s) => s.read(buf),
+            ClientStream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for ClientStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            ClientStream::Tcp(s) => s.write(buf),
+            ClientStream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ClientStream {
+    fn from_fd(fd: OwnedFd) -> io::Result<ClientStream> {
+        let is_tcp = matches!(
+            rustix::net::getsockname(&fd).map(|a| a.address_family()),
+            Ok(rustix::net::AddressFamily::INET | rustix::net::AddressFamily::INET6)
+        );
+        let stream = if is_tcp {
+            let s = TcpStream::from(fd);
+            s.set_nonblocking(false)?;
+            ClientStream::Tcp(s)
+        } else {
+            let s = UnixStream::from(fd);
+            s.set_nonblocking(false)?;
+            ClientStream::Unix(s)
+        };
+        Ok(stream)
+    }
+}
+
+fn names(list: &[&str]) -> Result<Vec<ServiceName>, HandoffError> {
+    list.iter()
+        .map(|n| {
+            ServiceName::parse(n).map_err(|source| HandoffError::InvalidName {
+                name: (*n).to_owned(),
+                source,
+            })
+        })
+        .collect()
+}
+
+fn check_answer(answer: &[u8]) -> Result<(), HandoffError> {
+    match answer {
+        b"OK" => Ok(()),
+        other => Err(HandoffError::Refused(
+            String::from_utf8_lossy(other.strip_prefix(b"ERR ").unwrap_or(other)).into_owned(),
+        )),
+    }
+}
+
+/// One frame from `fd` by recvmsg: the bytes read and the descriptor, if any.
+fn receive(fd: impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let msg = recvmsg(
+        fd,
+        &mut [IoSliceMut::new(buf)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    let mut received = None;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = message {
+            // Exactly one is sent; any extra would be closed as it is dropped.
+            for fd in fds {
+                received.get_or_insert(fd);
+            }
+        }
+    }
+    Ok((msg.bytes, received))
+}
+
+/// A registered backend (blocking).
+pub struct Backend {
+    control: UnixStream,
+}
+
+impl Backend {
+    /// Connects to tcpmuxd's `handoff_socket` and registers `names`.
+    pub fn register(control: impl AsRef<Path>, names: &[&str]) -> Result<Backend, HandoffError> {
+        let names = self::names(names)?;
+        let mut control = UnixStream::connect(control)?;
+        control.write_all(&encode_register(&names))?;
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        loop {
+            if control.read(&mut byte)? == 0 {
+                return Err(HandoffError::Closed);
+            }
+            if byte[0] == b'\n' {
+                break;
+            }
+            answer.push(byte[0]);
+        }
+        check_answer(&answer)?;
+        Ok(Backend { control })
+    }
+
+    /// Waits for the next client. `Err(Closed)` means tcpmuxd went away.
+    pub fn accept(&mut self) -> Result<Handoff<ClientStream>, HandoffError> {
+        let mut frame = [0u8; FRAME_LEN];
+        let (mut filled, fd) = loop {
+            match receive(&self.control, &mut frame) {
+                Ok(got) => break got,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if filled == 0 {
+            return Err(HandoffError::Closed);
+        }
+        while filled < FRAME_LEN {
+            let n = self.control.read(&mut frame[filled..])?;
+            if n == 0 {
+                return Err(HandoffError::Closed);
+            }
+            filled += n;
+        }
+        let fd = fd.ok_or(HandoffError::Protocol)?;
+        let ClientFrame {
+            service,
+            peer,
+            local,
+        } = parse_client_frame(&frame).map_err(|_| HandoffError::Protocol)?;
+        Ok(Handoff {
+            stream: ClientStream::from_fd(fd)?,
+            service,
+            peer,
+            local,
+        })
+    }
+}
+
+/// A registered backend on tokio.
+pub struct AsyncBackend {
+    control: tokio::net::UnixStream,
+}
+
+impl AsyncBackend {
+    pub async fn register(
+        control: impl AsRef<Path>,
+        names: &[&str],
+    ) -> Result<AsyncBackend, HandoffError> {
+        let names = self::names(names)?;
+        let mut control = tokio::net::UnixStream::connect(control).await?;
+        control.write_all(&encode_register(&names)).await?;
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        loop {
+            if control.read(&mut byte).await? == 0 {
+                return Err(HandoffError::Closed);
+            }
+            if byte[0] == b'\n' {
+                break;
+            }
+            answer.push(byte[0]);
+        }
+        check_answer(&answer)?;
+        Ok(AsyncBackend { control })
+    }
+
+    /// Waits for the next client; TCP clients come as tokio `TcpStream`s.
+    pub async fn accept(&mut self) -> Result<Handoff<tokio::net::TcpStream>, HandoffError> {
+        let mut frame = [0u8; FRAME_LEN];
+        let control = &self.control;
+        let (mut filled, fd) = control
+            .async_io(Interest::READABLE, || receive(control, &mut frame))
+            .await?;
+        if filled == 0 {
+            return Err(HandoffError::Closed);
+        }
+        while filled < FRAME_LEN {
+            let n = self.control.read(&mut frame[filled..]).await?;
+            if n == 0 {
+                return Err(HandoffError::Closed);
+            }
+            filled += n;
+        }
+        let fd = fd.ok_or(HandoffError::Protocol)?;
+        let ClientFrame {
+            service,
+            peer,
+            local,
+        } = parse_client_frame(&frame).map_err(|_| HandoffError::Protocol)?;
+        let std_stream = TcpStream::from(fd);
+        std_stream.set_nonblocking(true)?;
+        Ok(Handoff {
+            stream: tokio::net::TcpStream::from_std(std_stream)?,
+            service,
+            peer,
+            local,
+        })
+    }
+}
