@@ -14,11 +14,12 @@ use toml::Spanned;
 
 use crate::cidr::Cidr;
 use crate::handoff::HandoffRule;
+use crate::limits::{Access, Counter, Limits};
 use crate::listener::{ListenAddr, ListenOptions, ListenSpec};
 use crate::proxy_protocol::ProxyVersion;
 use crate::registry::{default_services, Registry, Service};
 use crate::relay::RelayMode;
-use crate::services::exec::{lookup_id, Exec, ExecReply, Instances, OnShutdown};
+use crate::services::exec::{lookup_id, Exec, ExecReply, OnShutdown};
 use crate::services::proxy::{Backend, Proxy, DEFAULT_CONNECT_TIMEOUT};
 use crate::services::{Builtin, ServiceKind};
 
@@ -26,6 +27,10 @@ use crate::services::{Builtin, ServiceKind};
 pub const DEFAULT_PORT: u16 = 1;
 pub const DEFAULT_NEGOTIATION_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_CLOSE_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Far above what one event loop needs for ordinary loads, low enough that a flood
+/// meets a `-` instead of the descriptor limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
 
 /// A validated configuration, ready to run.
 #[derive(Clone, Debug)]
@@ -38,6 +43,9 @@ pub struct Config {
     pub registry: Registry,
     /// Where handoff backends register (`handoff_socket`).
     pub handoff_socket: Option<std::path::PathBuf>,
+    /// On SIGTERM/SIGINT, how long running sessions may take to finish.
+    pub shutdown_grace: Duration,
+    pub limits: Limits,
 }
 
 /// A configuration that cannot be used, located as precisely as we can.
@@ -68,6 +76,11 @@ impl Default for Config {
             close_drain_timeout: DEFAULT_CLOSE_DRAIN_TIMEOUT,
             registry: Registry::builtins(),
             handoff_socket: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            limits: Limits {
+                max_connections: Some(DEFAULT_MAX_CONNECTIONS),
+                ..Limits::default()
+            },
         }
     }
 }
@@ -191,13 +204,40 @@ impl Config {
                 continue;
             }
             let kind = service_kind(&name, key.span(), &table, &at)?;
-            let message = table.message.unwrap_or_default();
+            let ranges = |list: &Option<Spanned<Vec<String>>>| -> Result<Vec<Cidr>, ConfigError> {
+                let Some(list) = list else {
+                    return Ok(Vec::new());
+                };
+                list.get_ref()
+                    .iter()
+                    .map(|r| {
+                        r.parse::<Cidr>()
+                            .map_err(|e| at(Some(list.span()), e.to_string()))
+                    })
+                    .collect()
+            };
+            let access = Access {
+                allow: ranges(&table.allow)?,
+                deny: ranges(&table.deny)?,
+                uids: table.allow_uid.clone().unwrap_or_default(),
+                gids: table.allow_gid.clone().unwrap_or_default(),
+            };
+            let max_connections = match &table.max_connections {
+                Some(max) if *max.get_ref() == 0 => {
+                    return Err(at(
+                        Some(max.span()),
+                        "max_connections must be at least 1".into(),
+                    ))
+                }
+                other => other.as_ref().map(|m| *m.get_ref()),
+            };
             services.insert(
                 name.clone(),
                 Service {
-                    name,
-                    kind,
-                    message,
+                    message: table.message.clone().unwrap_or_default(),
+                    access,
+                    max_connections,
+                    ..Service::new(name, kind)
                 },
             );
         }
@@ -210,12 +250,42 @@ impl Config {
                     .into(),
             ));
         }
+        let positive = |value: &Option<Spanned<usize>>, key: &str| match value {
+            Some(v) if *v.get_ref() == 0 => {
+                Err(at(Some(v.span()), format!("{key} must be at least 1")))
+            }
+            other => Ok(other.as_ref().map(|v| *v.get_ref())),
+        };
+        let connection_rate_per_ip = match &raw.connection_rate_per_ip {
+            Some(rate) if !(*rate.get_ref() >= 1.0 && rate.get_ref().is_finite()) => {
+                return Err(at(
+                    Some(rate.span()),
+                    "connection_rate_per_ip must be at least 1 (new connections per second)".into(),
+                ))
+            }
+            other => other.as_ref().map(|r| *r.get_ref()),
+        };
+        let limits = Limits {
+            max_connections: Some(
+                positive(&raw.max_connections, "max_connections")?
+                    .unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            ),
+            max_connections_per_ip: positive(
+                &raw.max_connections_per_ip,
+                "max_connections_per_ip",
+            )?,
+            connection_rate_per_ip,
+        };
         Ok(Config {
             listen,
             negotiation_timeout,
             close_drain_timeout,
             registry,
             handoff_socket: raw.handoff_socket.map(Into::into),
+            shutdown_grace: raw
+                .shutdown_grace
+                .map_or(DEFAULT_SHUTDOWN_GRACE, |g| g.into_inner().0),
+            limits,
         })
     }
 }
@@ -427,7 +497,7 @@ fn exec_settings(
         env: table.env.clone().unwrap_or_default(),
         max_instances,
         on_shutdown,
-        running: Instances::default(),
+        running: Counter::default(),
     })
 }
 
@@ -565,11 +635,7 @@ fn import_etc_services(
         };
         services.insert(
             name.clone(),
-            Service {
-                name,
-                kind: ServiceKind::Proxy(std::sync::Arc::new(proxy)),
-                message: String::new(),
-            },
+            Service::new(name, ServiceKind::Proxy(std::sync::Arc::new(proxy))),
         );
     }
     Ok(())
@@ -632,6 +698,10 @@ struct RawConfig {
     listen: Option<Vec<Spanned<RawListen>>>,
     import_etc_services: Option<RawImport>,
     handoff_socket: Option<String>,
+    shutdown_grace: Option<Spanned<ConfigDuration>>,
+    max_connections: Option<Spanned<usize>>,
+    max_connections_per_ip: Option<Spanned<usize>>,
+    connection_rate_per_ip: Option<Spanned<f64>>,
     negotiation_timeout: Option<Spanned<ConfigDuration>>,
     close_drain_timeout: Option<Spanned<ConfigDuration>>,
     builtin_services: Option<bool>,
@@ -659,6 +729,11 @@ struct RawService {
     env: Option<BTreeMap<String, String>>,
     max_instances: Option<Spanned<usize>>,
     on_shutdown: Option<Spanned<String>>,
+    allow: Option<Spanned<Vec<String>>>,
+    deny: Option<Spanned<Vec<String>>>,
+    allow_uid: Option<Vec<u32>>,
+    allow_gid: Option<Vec<u32>>,
+    max_connections: Option<Spanned<usize>>,
 }
 
 impl RawService {

@@ -23,6 +23,7 @@ use crate::listener::Listener;
 use crate::registry::Registry;
 use crate::services::ServiceKind;
 use crate::stream::Stream;
+use crate::Daemon;
 
 /// Who may register a handoff name: a peer whose uid or gid is listed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -108,21 +109,18 @@ impl Hub {
     }
 }
 
-/// Accepts backends on the control socket until the daemon stops.
-pub async fn control_loop(
-    listener: Listener,
-    hub: Arc<Hub>,
-    registry: Arc<Registry>,
-    register_timeout: Duration,
-) {
+/// Accepts backends on the control socket until the daemon stops. Registrations
+/// are checked against the configuration in force when they arrive.
+pub async fn control_loop(listener: Listener, daemon: Arc<Daemon>) {
     loop {
         match listener.accept().await {
             Ok((Stream::Unix(stream), _)) => {
+                let settings = daemon.settings();
                 tokio::spawn(backend_session(
                     stream,
-                    Arc::clone(&hub),
-                    Arc::clone(&registry),
-                    register_timeout,
+                    Arc::clone(&daemon.hub),
+                    Arc::clone(&settings.registry),
+                    settings.negotiation_timeout,
                 ));
             }
             Ok(_) => {}

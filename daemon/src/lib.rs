@@ -7,6 +7,7 @@
 pub mod cidr;
 pub mod config;
 pub mod handoff;
+pub mod limits;
 pub mod listener;
 pub mod proxy_protocol;
 pub mod registry;
@@ -19,32 +20,66 @@ mod session;
 mod stream;
 
 use std::borrow::Cow;
-use std::future::Future;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::config::Config;
 use crate::handoff::Hub;
+use crate::limits::{Gate, Limits};
 use crate::listener::{accept_backoff, BindError, ListenAddr, ListenOptions, Listener};
 use crate::registry::Registry;
 use crate::services::{help, ServiceKind};
 
-/// What every connection needs to know, shared by all of them.
-pub struct Daemon {
+/// The part of the configuration a reload replaces. A session takes a snapshot
+/// when it starts and keeps it to the end, so a reload never changes a running
+/// session.
+pub struct Settings {
     pub registry: Arc<Registry>,
     pub negotiation_timeout: Duration,
     pub close_drain_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub limits: Limits,
+}
+
+impl Settings {
+    fn from_config(config: Config) -> Settings {
+        Settings {
+            registry: Arc::new(config.registry),
+            negotiation_timeout: config.negotiation_timeout,
+            close_drain_timeout: config.close_drain_timeout,
+            shutdown_grace: config.shutdown_grace,
+            limits: config.limits,
+        }
+    }
+}
+
+/// What every connection shares.
+pub struct Daemon {
+    settings: RwLock<Arc<Settings>>,
     /// Live handoff registrations.
     pub hub: Arc<Hub>,
+    /// Connections admitted and not yet closed, daemon-wide and per address.
+    pub gate: Arc<Gate>,
 }
 
 impl Daemon {
-    /// The HELP answer. Handoff names are listed only while a backend serves them.
-    pub fn help_text(&self) -> Cow<'_, [u8]> {
-        if !self.registry.has_handoff() {
-            return Cow::Borrowed(self.registry.help_text());
+    /// The settings in force now.
+    pub fn settings(&self) -> Arc<Settings> {
+        Arc::clone(&self.settings.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn replace_settings(&self, settings: Settings) {
+        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(settings);
+    }
+
+    /// The HELP answer for `registry`. Handoff names are listed only while a
+    /// backend serves them.
+    pub fn help_text<'a>(&self, registry: &'a Registry) -> Cow<'a, [u8]> {
+        if !registry.has_handoff() {
+            return Cow::Borrowed(registry.help_text());
         }
-        let live = self.registry.services().filter(|s| match s.kind {
+        let live = registry.services().filter(|s| match s.kind {
             ServiceKind::Handoff(_) => self.hub.is_live(&s.name),
             _ => true,
         });
@@ -52,11 +87,23 @@ impl Daemon {
     }
 }
 
-/// Binds every listen address of `config`, then serves until `shutdown` resolves.
+/// Binds every listen address of `config`, then serves until SIGTERM or SIGINT,
+/// reloading `config_path` on SIGHUP.
 ///
 /// All addresses are bound before any is served, so a bad one fails the start
-/// instead of leaving a half-listening daemon. Must run inside a tokio runtime.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), BindError> {
+/// instead of leaving a half-listening daemon. On shutdown, accepting stops at
+/// once and running sessions get `shutdown_grace` to finish. Must run inside a
+/// tokio runtime.
+pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), BindError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let signal_error = |e: std::io::Error| BindError {
+        addr: ListenAddr::Unix(PathBuf::from("-")),
+        reason: format!("cannot install signal handlers: {e}"),
+    };
+    let mut hangup = signal(SignalKind::hangup()).map_err(signal_error)?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(signal_error)?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(signal_error)?;
+
     let listeners = config
         .listen
         .iter()
@@ -66,36 +113,76 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Some(path) => Some(bind_control_socket(path)?),
         None => None,
     };
+    let listen = config.listen.clone();
+    let handoff_socket = config.handoff_socket.clone();
     let daemon = Arc::new(Daemon {
-        registry: Arc::new(config.registry),
-        negotiation_timeout: config.negotiation_timeout,
-        close_drain_timeout: config.close_drain_timeout,
+        settings: RwLock::new(Arc::new(Settings::from_config(config))),
         hub: Arc::new(Hub::default()),
+        gate: Arc::new(Gate::default()),
     });
     let mut accepting = tokio::task::JoinSet::new();
     if let Some(control) = control {
         tracing::info!(address = %control.local_addr(), "handoff control socket");
-        accepting.spawn(handoff::control_loop(
-            control,
-            Arc::clone(&daemon.hub),
-            Arc::clone(&daemon.registry),
-            daemon.negotiation_timeout,
-        ));
+        accepting.spawn(handoff::control_loop(control, Arc::clone(&daemon)));
     }
     for (listener, options) in listeners {
         tracing::info!(
             address = %listener.local_addr(),
-            services = daemon.registry.len(),
+            services = daemon.settings().registry.len(),
             accept_proxy_from = ?options.accept_proxy_from.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "listening"
         );
         accepting.spawn(accept_loop(listener, options, Arc::clone(&daemon)));
     }
-    shutdown.await;
-    tracing::info!("shutting down");
+
+    loop {
+        tokio::select! {
+            _ = hangup.recv() => reload(&daemon, config_path.as_deref(), &listen, handoff_socket.as_deref()),
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+        }
+    }
+    let grace = daemon.settings().shutdown_grace;
+    tracing::info!(active = daemon.gate.active.get(), grace = ?grace, "shutting down");
     // Dropping the accept loops drops the listeners, which removes Unix socket files.
     accepting.shutdown().await;
+    let deadline = tokio::time::Instant::now() + grace;
+    while daemon.gate.active.get() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = daemon.gate.active.get();
+    if left > 0 {
+        tracing::warn!(
+            sessions = left,
+            "grace period over; closing the remaining sessions"
+        );
+    }
     Ok(())
+}
+
+/// SIGHUP: load the file again; new connections get the new services, running
+/// sessions keep theirs. A bad file keeps the old configuration.
+fn reload(
+    daemon: &Daemon,
+    path: Option<&std::path::Path>,
+    listen: &[listener::ListenSpec],
+    handoff: Option<&std::path::Path>,
+) {
+    let Some(path) = path else {
+        tracing::warn!("SIGHUP ignored: started without --config, nothing to reload");
+        return;
+    };
+    match Config::load(path) {
+        Ok(config) => {
+            if config.listen != listen || config.handoff_socket.as_deref() != handoff {
+                tracing::warn!("listen addresses and handoff_socket change only on restart; keeping the current ones");
+            }
+            let services = config.registry.len();
+            daemon.replace_settings(Settings::from_config(config));
+            tracing::info!(path = %path.display(), services, "configuration reloaded");
+        }
+        Err(e) => tracing::error!("reload failed, keeping the running configuration: {e}"),
+    }
 }
 
 /// The control socket is open to every local user: authorization is per name, by

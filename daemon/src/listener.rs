@@ -156,7 +156,13 @@ impl Listener {
                 listener, label, ..
             } => {
                 let (stream, _) = listener.accept().await?;
-                Ok((Stream::Unix(stream), Peer::Unix(Arc::clone(label))))
+                let cred = stream.peer_cred()?;
+                let peer = Peer::Unix {
+                    listener: Arc::clone(label),
+                    uid: cred.uid(),
+                    gid: cred.gid(),
+                };
+                Ok((Stream::Unix(stream), peer))
             }
         }
     }

@@ -75,7 +75,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("cannot start the event loop: {e}")),
     };
-    match runtime.block_on(tcpmuxd::run(config, shutdown_signal())) {
+    match runtime.block_on(tcpmuxd::run(config, args.config.clone())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }
@@ -84,21 +84,4 @@ fn main() -> ExitCode {
 fn fail(error: impl std::fmt::Display) -> ExitCode {
     eprintln!("tcpmuxd: {error}");
     ExitCode::FAILURE
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; stop with SIGINT");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }

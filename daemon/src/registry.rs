@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use tcpmux_proto::ServiceName;
 
+use crate::limits::{Access, Counter};
 use crate::services::{help, Builtin, ServiceKind};
 
 /// One registered service.
@@ -13,6 +14,25 @@ pub struct Service {
     pub kind: ServiceKind,
     /// Text sent after the `+` (may be empty).
     pub message: String,
+    /// Which clients may use it.
+    pub access: Access,
+    /// Cap on its simultaneous connections, counted in `connections`.
+    pub max_connections: Option<usize>,
+    pub connections: Counter,
+}
+
+impl Service {
+    /// A service with no message, access rules or cap.
+    pub fn new(name: ServiceName, kind: ServiceKind) -> Self {
+        Service {
+            name,
+            kind,
+            message: String::new(),
+            access: Access::default(),
+            max_connections: None,
+            connections: Counter::default(),
+        }
+    }
 }
 
 /// Names to services. Immutable once built: a new configuration builds a new one.
@@ -79,11 +99,7 @@ pub fn default_services() -> BTreeMap<ServiceName, Service> {
             let name = ServiceName::parse(builtin.name()).ok()?;
             Some((
                 name.clone(),
-                Service {
-                    name,
-                    kind: ServiceKind::Builtin(builtin),
-                    message: String::new(),
-                },
+                Service::new(name, ServiceKind::Builtin(builtin)),
             ))
         })
         .collect()

@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::close::close_gracefully;
 use crate::listener::ListenOptions;
 use crate::proxy_protocol::{self, Announced, HeaderError};
+use crate::registry::Service;
 use crate::services::{self, refuse, Ended};
 use crate::stream::{ClientInfo, Metered, Peer, Stream};
 use crate::Daemon;
@@ -63,10 +64,15 @@ enum Negotiated {
     Decided(Decision),
     BadProxyHeader(HeaderError),
     Closed,
+    /// A daemon-wide or per-address limit refused the connection.
+    NotAdmitted(crate::limits::Refusal),
 }
 
 pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc<ListenOptions>) {
     let started = Instant::now();
+    let settings = daemon.settings();
+    // Counted from accept to close, so limits and the shutdown grace see it all.
+    let admission = daemon.gate.admit(&peer, &settings.limits);
     let mut client = ClientInfo {
         local: stream.local_addr(),
         peer,
@@ -80,11 +86,16 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         .peer
         .tcp_addr()
         .is_some_and(|addr| listen.trusts_proxy(addr.ip()));
-    let negotiated = tokio::time::timeout(
-        daemon.negotiation_timeout,
-        negotiate(&mut conn, expect_header, &mut client),
-    )
-    .await;
+    let negotiated = match &admission {
+        Err(refusal) => Ok(Ok(Negotiated::NotAdmitted(*refusal))),
+        Ok(_) => {
+            tokio::time::timeout(
+                settings.negotiation_timeout,
+                negotiate(&mut conn, expect_header, &mut client),
+            )
+            .await
+        }
+    };
 
     let outcome = match negotiated {
         Err(_elapsed) => {
@@ -93,6 +104,10 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         }
         Ok(Err(e)) => Outcome::ReadError(e),
         Ok(Ok(Negotiated::Closed)) => Outcome::ClosedBeforeRequest,
+        Ok(Ok(Negotiated::NotAdmitted(refusal))) => {
+            refuse(&mut conn, &refusal.to_string()).await;
+            Outcome::ServiceRefused(refusal.to_string())
+        }
         Ok(Ok(Negotiated::BadProxyHeader(e))) => {
             refuse(&mut conn, &e.to_string()).await;
             Outcome::BadProxyHeader(e)
@@ -100,7 +115,7 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         Ok(Ok(Negotiated::Decided(decision))) => match decision {
             Decision::Help => {
                 service_name = "help".into();
-                match conn.write_all(&daemon.help_text()).await {
+                match conn.write_all(&daemon.help_text(&settings.registry)).await {
                     Ok(()) => Outcome::Help,
                     Err(e) => Outcome::ServiceError(e),
                 }
@@ -111,23 +126,17 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
             }
             Decision::Service(name) => {
                 service_name = name.to_string();
-                match daemon.registry.lookup(&name) {
+                match settings.registry.lookup(&name) {
+                    Some(service) => {
+                        let (outcome, used) =
+                            serve_named(service, &mut conn, &client, &daemon).await;
+                        backend = used;
+                        outcome
+                    }
                     None => {
                         let reason = format!("unknown service {name}; send HELP for the list");
                         refuse(&mut conn, &reason).await;
                         Outcome::UnknownService
-                    }
-                    Some(service) => {
-                        match services::serve(service, &mut conn, &client, &daemon.hub).await {
-                            Ok(Ended::Served { backend: used }) => {
-                                backend = used;
-                                Outcome::Served
-                            }
-                            Ok(Ended::Refused(why)) => Outcome::ServiceRefused(why),
-                            Ok(Ended::Exited { pid, status }) => Outcome::Exited { pid, status },
-                            Ok(Ended::HandedOff) => Outcome::HandedOff,
-                            Err(e) => Outcome::ServiceError(e),
-                        }
                     }
                 }
             }
@@ -136,7 +145,7 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
     // A handed-off socket belongs to its backend now: closing our descriptor is
     // all we may do, and dropping `conn` does that.
     if !matches!(outcome, Outcome::HandedOff) {
-        close_gracefully(&mut conn, daemon.close_drain_timeout).await;
+        close_gracefully(&mut conn, settings.close_drain_timeout).await;
     }
 
     // Fields that are None are left out of the line.
@@ -153,6 +162,33 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         ms = format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
         "connection"
     );
+    drop(admission);
+}
+
+/// Runs a service the client named, once its access rules and connection cap
+/// allow; returns the outcome and the proxy backend used, if any.
+async fn serve_named(
+    service: &Service,
+    conn: &mut Metered<Stream>,
+    client: &ClientInfo,
+    daemon: &Daemon,
+) -> (Outcome, Option<String>) {
+    if !service.access.permits(&client.peer) {
+        refuse(conn, "access denied").await;
+        return (Outcome::ServiceRefused("access denied".into()), None);
+    }
+    let Some(_slot) = service.connections.acquire(service.max_connections) else {
+        let reason = "service busy: too many connections, try again later";
+        refuse(conn, reason).await;
+        return (Outcome::ServiceRefused(reason.into()), None);
+    };
+    match services::serve(service, conn, client, &daemon.hub).await {
+        Ok(Ended::Served { backend }) => (Outcome::Served, backend),
+        Ok(Ended::Refused(why)) => (Outcome::ServiceRefused(why), None),
+        Ok(Ended::Exited { pid, status }) => (Outcome::Exited { pid, status }, None),
+        Ok(Ended::HandedOff) => (Outcome::HandedOff, None),
+        Err(e) => (Outcome::ServiceError(e), None),
+    }
 }
 
 /// Consumes the PROXY header if one is expected, then the request line, and not a

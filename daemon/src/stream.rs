@@ -90,15 +90,20 @@ impl std::os::fd::AsFd for Stream {
 #[derive(Clone, Debug)]
 pub enum Peer {
     Tcp(SocketAddr),
-    /// Unix peers have no useful address; the listener path says where they came in.
-    Unix(std::sync::Arc<str>),
+    /// Unix peers have no useful address: the listener path says where they came
+    /// in, SO_PEERCRED who they are.
+    Unix {
+        listener: std::sync::Arc<str>,
+        uid: u32,
+        gid: u32,
+    },
 }
 
 impl fmt::Display for Peer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Peer::Tcp(addr) => write!(f, "{addr}"),
-            Peer::Unix(path) => write!(f, "unix:{path}"),
+            Peer::Unix { listener, uid, .. } => write!(f, "unix:{listener}(uid {uid})"),
         }
     }
 }
@@ -108,7 +113,7 @@ impl Peer {
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         match self {
             Peer::Tcp(addr) => Some(*addr),
-            Peer::Unix(_) => None,
+            Peer::Unix { .. } => None,
         }
     }
 }

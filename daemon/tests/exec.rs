@@ -222,9 +222,9 @@ fn running(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn program_pid_then_stop_daemon(on_shutdown: &str) -> u32 {
+fn program_pid_then_stop_daemon(on_shutdown: &str) -> (u32, Daemon) {
     let mut daemon = Daemon::with_config(&format!(
-        "[service.long]\nexec = [\"/bin/sh\", \"-c\", \"echo $$; exec sleep 30\"]\non_shutdown = \"{on_shutdown}\"\n"
+        "shutdown_grace = \"500ms\"\n[service.long]\nexec = [\"/bin/sh\", \"-c\", \"echo $$; exec sleep 30\"]\non_shutdown = \"{on_shutdown}\"\n"
     ));
     let mut stream = daemon.connect();
     stream.write_all(b"long\r\n").unwrap();
@@ -243,22 +243,26 @@ fn program_pid_then_stop_daemon(on_shutdown: &str) -> u32 {
     daemon
         .wait_for_log(|l| l.contains("shutting down"))
         .expect("shutdown");
-    pid
+    (pid, daemon)
 }
 
 #[test]
 fn programs_are_killed_on_shutdown_by_default() {
-    let pid = program_pid_then_stop_daemon("kill");
+    let (pid, daemon) = program_pid_then_stop_daemon("kill");
     let deadline = Instant::now() + common::PATIENCE;
     while running(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(!running(pid), "program {pid} outlived the daemon");
+    assert!(
+        !running(pid),
+        "program {pid} outlived the daemon:\n{}",
+        daemon.logs().join("\n")
+    );
 }
 
 #[test]
 fn programs_can_be_left_running_on_shutdown() {
-    let pid = program_pid_then_stop_daemon("leave");
+    let (pid, _daemon) = program_pid_then_stop_daemon("leave");
     std::thread::sleep(Duration::from_millis(300));
     let alive = running(pid);
     // It was ours (started through our daemon): stop it by its PID.

@@ -8,13 +8,12 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::{accept, refuse, Ended};
+use crate::limits::Counter;
 use crate::stream::{ClientInfo, Metered, Stream};
 
 /// Who sends the status line.
@@ -51,39 +50,7 @@ pub struct Exec {
     /// Beyond this many running instances, clients get `-busy`.
     pub max_instances: Option<usize>,
     pub on_shutdown: OnShutdown,
-    pub running: Instances,
-}
-
-/// The count of running instances, shared by every connection to the service.
-#[derive(Clone, Debug, Default)]
-pub struct Instances(Arc<AtomicUsize>);
-
-impl PartialEq for Instances {
-    /// Settings compare equal whatever is running right now.
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for Instances {}
-
-/// One running instance; dropping it frees the slot.
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Instances {
-    fn acquire(&self, max: Option<usize>) -> Option<Slot> {
-        let previous = self.0.fetch_add(1, Ordering::AcqRel);
-        let slot = Slot(Arc::clone(&self.0));
-        match max {
-            Some(max) if previous >= max => None, // dropping `slot` undoes the add
-            _ => Some(slot),
-        }
-    }
+    pub running: Counter,
 }
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";

@@ -201,3 +201,31 @@ pub fn example_binary(name: &str) -> PathBuf {
     );
     path
 }
+
+impl Daemon {
+    /// The config file the daemon was started with (rewrite it, then `signal`).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("tcpmuxd.toml")
+    }
+
+    /// Sends `signal` (e.g. "HUP", "TERM") to the daemon.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+
+    /// Waits (up to PATIENCE) for the daemon to exit.
+    pub fn wait_exit(&mut self) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}

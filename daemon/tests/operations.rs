@@ -1,0 +1,205 @@
+//! Operating the daemon: access control, connection limits, reload and shutdown.
+
+mod common;
+
+use std::io::Write;
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+
+use common::{read_all, read_line, Daemon};
+
+fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn services_allow_and_deny_by_address() {
+    let daemon = Daemon::with_config(
+        "[service.lan]\nbuiltin = \"echo\"\nallow = [\"10.0.0.0/8\"]\n\
+         [service.blocked]\nbuiltin = \"echo\"\ndeny = [\"127.0.0.1\"]\n\
+         [service.open]\nbuiltin = \"echo\"\nallow = [\"127.0.0.0/8\"]\ndeny = [\"127.0.0.2\"]\n",
+    );
+    assert_eq!(text(daemon.exchange(b"lan\r\n")), "-access denied\r\n");
+    assert_eq!(text(daemon.exchange(b"blocked\r\n")), "-access denied\r\n");
+    let mut stream = daemon.connect();
+    stream.write_all(b"open\r\nok").unwrap();
+    stream.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(text(read_all(&mut stream)), "+\r\nok");
+}
+
+#[test]
+fn unix_clients_are_judged_by_uid() {
+    let dir = common::scratch_dir();
+    let path = dir.join("ops.sock");
+    let me = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        })
+        .unwrap();
+    let daemon = Daemon::with_config(&format!(
+        "listen = [\"unix:{}\"]\n[service.mine]\nbuiltin = \"echo\"\nallow_uid = [{me}]\n\
+         [service.theirs]\nbuiltin = \"echo\"\nallow_uid = [4242]\n",
+        path.display()
+    ));
+    let ask = |name: &str| {
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.write_all(format!("{name}\r\nhi").as_bytes()).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        text(read_all(&mut s))
+    };
+    assert_eq!(ask("mine"), "+\r\nhi");
+    assert_eq!(ask("theirs"), "-access denied\r\n");
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_service_connection_cap_answers_busy() {
+    let daemon = Daemon::with_config("[service.echo]\nmax_connections = 1\n");
+    let mut first = daemon.connect();
+    first.write_all(b"echo\r\n").unwrap();
+    assert_eq!(read_line(&mut first), b"+\r\n");
+    assert!(text(daemon.exchange(b"echo\r\n")).starts_with("-service busy"));
+    // Other services are not affected.
+    assert!(daemon.exchange(b"time\r\n").starts_with(b"+\r\n"));
+}
+
+#[test]
+fn daemon_and_per_address_caps_refuse_before_the_name() {
+    let daemon = Daemon::with_config("max_connections = 2\n");
+    let _a = daemon.connect();
+    let _b = daemon.connect();
+    // Refused at once, without sending a name: a '-' line, not a silent drop.
+    let mut third = daemon.connect();
+    assert_eq!(
+        text(read_all(&mut third)),
+        "-server busy: too many connections, try again later\r\n"
+    );
+
+    let daemon = Daemon::with_config("max_connections_per_ip = 1\n");
+    let _a = daemon.connect();
+    let mut second = daemon.connect();
+    assert_eq!(
+        text(read_all(&mut second)),
+        "-too many connections from your address\r\n"
+    );
+}
+
+#[test]
+fn new_connections_per_address_are_rate_limited() {
+    let daemon = Daemon::with_config("connection_rate_per_ip = 3\n");
+    let replies: Vec<String> = (0..6)
+        .map(|_| text(daemon.exchange(b"daytime\r\n")))
+        .collect();
+    let refused = replies
+        .iter()
+        .filter(|r| r.starts_with("-too many new connections"))
+        .count();
+    assert!(refused >= 2, "{replies:?}");
+    assert!(replies[0].starts_with('+'), "{replies:?}");
+}
+
+#[test]
+fn sighup_reloads_services_without_touching_running_sessions() {
+    let mut daemon =
+        Daemon::with_config("builtin_services = false\n[service.old]\nbuiltin = \"echo\"\n");
+    let mut running = daemon.connect();
+    running.write_all(b"old\r\n").unwrap();
+    assert_eq!(read_line(&mut running), b"+\r\n");
+
+    std::fs::write(
+        daemon.config_path(),
+        "builtin_services = false\n[service.new]\nbuiltin = \"isotime\"\n",
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    daemon
+        .wait_for_log(|l| l.contains("configuration reloaded"))
+        .expect("reloaded");
+    assert!(text(daemon.exchange(b"old\r\n")).starts_with("-unknown service old"));
+    assert!(text(daemon.exchange(b"new\r\n")).ends_with("Z\r\n"));
+    assert_eq!(text(daemon.exchange(b"help\r\n")), "new\r\n");
+
+    // The session that started before the reload still has its echo.
+    running.write_all(b"still here").unwrap();
+    running.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(text(read_all(&mut running)), "still here");
+
+    // A broken file is refused with one clear error and the old services stay.
+    std::fs::write(
+        daemon.config_path(),
+        "[service.new]\nbuiltin = \"nonsense\"\n",
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    let line = daemon
+        .wait_for_log(|l| l.contains("reload failed"))
+        .expect("reload error");
+    assert!(
+        line.contains("unknown builtin \"nonsense\"") && line.contains("tcpmuxd.toml:2:"),
+        "{line}"
+    );
+    assert!(text(daemon.exchange(b"new\r\n")).starts_with("+\r\n"));
+}
+
+#[test]
+fn sigterm_stops_accepting_and_lets_sessions_finish() {
+    let mut daemon = Daemon::with_config("shutdown_grace = \"20s\"\n");
+    let addr = daemon.addr;
+    let mut session = daemon.connect();
+    session.write_all(b"echo\r\n").unwrap();
+    assert_eq!(read_line(&mut session), b"+\r\n");
+    daemon.signal("TERM");
+    daemon
+        .wait_for_log(|l| l.contains("shutting down"))
+        .expect("shutdown");
+    // The listener is gone...
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while TcpStream::connect(addr).is_ok() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "still accepting after SIGTERM"
+    );
+    // ...but the running session still works, and its end lets the daemon exit.
+    session.write_all(b"finishing").unwrap();
+    session.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(text(read_all(&mut session)), "finishing");
+    let status = daemon
+        .wait_exit()
+        .expect("daemon exits once its sessions are done");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn bad_limits_are_config_errors() {
+    let dir = common::scratch_dir();
+    for (config, words) in [
+        ("max_connections = 0\n", "at least 1"),
+        ("connection_rate_per_ip = 0.5\n", "at least 1"),
+        (
+            "[service.echo]\ndeny = [\"10.0.0.0/40\"]\n",
+            "invalid address range",
+        ),
+        ("[service.echo]\nmax_connections = 0\n", "at least 1"),
+    ] {
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, config).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+            .arg("--check-config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{config}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(words),
+            "{config}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
