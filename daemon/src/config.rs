@@ -46,6 +46,8 @@ pub struct Config {
     /// On SIGTERM/SIGINT, how long running sessions may take to finish.
     pub shutdown_grace: Duration,
     pub limits: Limits,
+    /// After binding, switch to this uid and gid (top-level `user`/`group`).
+    pub run_as: Option<(u32, u32)>,
 }
 
 /// A configuration that cannot be used, located as precisely as we can.
@@ -81,6 +83,7 @@ impl Default for Config {
                 max_connections: Some(DEFAULT_MAX_CONNECTIONS),
                 ..Limits::default()
             },
+            run_as: None,
         }
     }
 }
@@ -286,6 +289,7 @@ impl Config {
                 .shutdown_grace
                 .map_or(DEFAULT_SHUTDOWN_GRACE, |g| g.into_inner().0),
             limits,
+            run_as: resolve_user(raw.user.as_ref(), raw.group.as_ref(), &at)?,
         })
     }
 }
@@ -423,41 +427,7 @@ fn exec_settings(
             ))
         }
     };
-    let user = match &table.user {
-        None => None,
-        Some(user) => Some(
-            user.get_ref()
-                .parse::<u32>()
-                .ok()
-                .map(|uid| (uid, lookup_primary_gid(uid).unwrap_or(uid)))
-                .or_else(|| lookup_id("/etc/passwd", user.get_ref()))
-                .ok_or_else(|| {
-                    at(
-                        Some(user.span()),
-                        format!("unknown user {:?}", user.get_ref()),
-                    )
-                })?,
-        ),
-    };
-    let user = match (&table.group, user) {
-        (None, user) => user,
-        (Some(group), user) => {
-            let gid = group
-                .get_ref()
-                .parse::<u32>()
-                .ok()
-                .or_else(|| lookup_id("/etc/group", group.get_ref()).map(|(gid, _)| gid))
-                .ok_or_else(|| {
-                    at(
-                        Some(group.span()),
-                        format!("unknown group {:?}", group.get_ref()),
-                    )
-                })?;
-            // A group alone keeps the daemon's uid.
-            let uid = user.map_or_else(|| rustix::process::getuid().as_raw(), |(uid, _)| uid);
-            Some((uid, gid))
-        }
-    };
+    let user = resolve_user(table.user.as_ref(), table.group.as_ref(), at)?;
     let on_shutdown = match table
         .on_shutdown
         .as_ref()
@@ -499,6 +469,50 @@ fn exec_settings(
         on_shutdown,
         running: Counter::default(),
     })
+}
+
+/// A `user` (name or uid; its primary group by default) and optional `group`
+/// (name or gid) to (uid, gid).
+fn resolve_user(
+    user: Option<&Spanned<String>>,
+    group: Option<&Spanned<String>>,
+    at: &impl Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<Option<(u32, u32)>, ConfigError> {
+    let user = match user {
+        None => None,
+        Some(user) => Some(
+            user.get_ref()
+                .parse::<u32>()
+                .ok()
+                .map(|uid| (uid, lookup_primary_gid(uid).unwrap_or(uid)))
+                .or_else(|| lookup_id("/etc/passwd", user.get_ref()))
+                .ok_or_else(|| {
+                    at(
+                        Some(user.span()),
+                        format!("unknown user {:?}", user.get_ref()),
+                    )
+                })?,
+        ),
+    };
+    match (group, user) {
+        (None, user) => Ok(user),
+        (Some(group), user) => {
+            let gid = group
+                .get_ref()
+                .parse::<u32>()
+                .ok()
+                .or_else(|| lookup_id("/etc/group", group.get_ref()).map(|(gid, _)| gid))
+                .ok_or_else(|| {
+                    at(
+                        Some(group.span()),
+                        format!("unknown group {:?}", group.get_ref()),
+                    )
+                })?;
+            // A group alone keeps the daemon's uid.
+            let uid = user.map_or_else(|| rustix::process::getuid().as_raw(), |(uid, _)| uid);
+            Ok(Some((uid, gid)))
+        }
+    }
 }
 
 fn lookup_primary_gid(uid: u32) -> Option<u32> {
@@ -699,6 +713,8 @@ struct RawConfig {
     import_etc_services: Option<RawImport>,
     handoff_socket: Option<String>,
     shutdown_grace: Option<Spanned<ConfigDuration>>,
+    user: Option<Spanned<String>>,
+    group: Option<Spanned<String>>,
     max_connections: Option<Spanned<usize>>,
     max_connections_per_ip: Option<Spanned<usize>>,
     connection_rate_per_ip: Option<Spanned<f64>>,

@@ -14,6 +14,8 @@ pub mod registry;
 pub mod relay;
 pub mod services;
 
+pub mod systemd;
+
 mod clock;
 mod close;
 mod session;
@@ -94,7 +96,14 @@ impl Daemon {
 /// instead of leaving a half-listening daemon. On shutdown, accepting stops at
 /// once and running sessions get `shutdown_grace` to finish. Must run inside a
 /// tokio runtime.
-pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), BindError> {
+///
+/// `inherited` are listening sockets from systemd socket activation; when there
+/// are any, they replace the configured TCPMUX listen addresses.
+pub async fn run(
+    config: Config,
+    config_path: Option<PathBuf>,
+    inherited: Vec<std::os::fd::OwnedFd>,
+) -> Result<(), BindError> {
     use tokio::signal::unix::{signal, SignalKind};
     let signal_error = |e: std::io::Error| BindError {
         addr: ListenAddr::Unix(PathBuf::from("-")),
@@ -104,15 +113,27 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), Bin
     let mut terminate = signal(SignalKind::terminate()).map_err(signal_error)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(signal_error)?;
 
-    let listeners = config
-        .listen
-        .iter()
-        .map(|spec| Ok((Listener::bind(&spec.addr)?, Arc::new(spec.options.clone()))))
-        .collect::<Result<Vec<_>, BindError>>()?;
+    let listeners = if inherited.is_empty() {
+        config
+            .listen
+            .iter()
+            .map(|spec| Ok((Listener::bind(&spec.addr)?, Arc::new(spec.options.clone()))))
+            .collect::<Result<Vec<_>, BindError>>()?
+    } else {
+        adopt(inherited, &config.listen)?
+    };
     let control = match &config.handoff_socket {
         Some(path) => Some(bind_control_socket(path)?),
         None => None,
     };
+    // Everything privileged (binding port 1, creating sockets in /run) is done.
+    if let Some((uid, gid)) = config.run_as {
+        drop_privileges(uid, gid).map_err(|reason| BindError {
+            addr: ListenAddr::Unix(PathBuf::from("-")),
+            reason,
+        })?;
+        tracing::info!(uid, gid, "dropped privileges");
+    }
     let listen = config.listen.clone();
     let handoff_socket = config.handoff_socket.clone();
     let daemon = Arc::new(Daemon {
@@ -135,13 +156,20 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), Bin
         accepting.spawn(accept_loop(listener, options, Arc::clone(&daemon)));
     }
 
+    systemd::notify("READY=1");
     loop {
         tokio::select! {
-            _ = hangup.recv() => reload(&daemon, config_path.as_deref(), &listen, handoff_socket.as_deref()),
+            _ = hangup.recv() => {
+                systemd::notify_reloading();
+                reload(&daemon, config_path.as_deref(), &listen, handoff_socket.as_deref());
+                systemd::notify("READY=1");
+            }
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
         }
     }
+    systemd::notify("STOPPING=1");
+
     let grace = daemon.settings().shutdown_grace;
     tracing::info!(active = daemon.gate.active.get(), grace = ?grace, "shutting down");
     // Dropping the accept loops drops the listeners, which removes Unix socket files.
@@ -156,6 +184,53 @@ pub async fn run(config: Config, config_path: Option<PathBuf>) -> Result<(), Bin
             sessions = left,
             "grace period over; closing the remaining sessions"
         );
+    }
+    Ok(())
+}
+
+/// Listeners from systemd; each keeps the options of the configured address it
+/// matches, if any.
+fn adopt(
+    inherited: Vec<std::os::fd::OwnedFd>,
+    configured: &[listener::ListenSpec],
+) -> Result<Vec<(Listener, Arc<ListenOptions>)>, BindError> {
+    inherited
+        .into_iter()
+        .map(|fd| {
+            let listener = Listener::from_inherited(fd).map_err(|e| BindError {
+                addr: ListenAddr::Unix(PathBuf::from("(systemd)")),
+                reason: format!("cannot use a socket passed by systemd: {e}"),
+            })?;
+            let addr = listener.local_addr();
+            let options = configured
+                .iter()
+                .find(|spec| spec.addr == addr)
+                .map(|spec| spec.options.clone())
+                .unwrap_or_default();
+            Ok((listener, Arc::new(options)))
+        })
+        .collect()
+}
+
+/// Switches to `uid`/`gid` for good (saved ids too) and drops supplementary
+/// groups. The kernel changes credentials per thread, so this must run while the
+/// process has its only thread; every later thread inherits the new ones.
+fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
+    use rustix::process::{Gid, Uid};
+    let threads = std::fs::read_dir("/proc/self/task")
+        .map(Iterator::count)
+        .unwrap_or(1);
+    if threads != 1 {
+        return Err(format!(
+            "cannot drop privileges with {threads} threads running"
+        ));
+    }
+    let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
+    rustix::thread::set_thread_groups(&[]).map_err(|e| format!("setgroups: {e}"))?;
+    rustix::thread::set_thread_res_gid(gid, gid, gid).map_err(|e| format!("setresgid: {e}"))?;
+    rustix::thread::set_thread_res_uid(uid, uid, uid).map_err(|e| format!("setresuid: {e}"))?;
+    if rustix::process::geteuid() != uid || rustix::process::getegid() != gid {
+        return Err("credentials did not change".into());
     }
     Ok(())
 }

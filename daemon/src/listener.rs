@@ -103,6 +103,8 @@ pub enum Listener {
         listener: UnixListener,
         path: PathBuf,
         label: Arc<str>,
+        /// Ours to remove on drop (not when systemd created it).
+        owns_path: bool,
     },
 }
 
@@ -125,9 +127,37 @@ impl Listener {
                     listener,
                     path: path.clone(),
                     label: Arc::from(path.display().to_string()),
+                    owns_path: true,
                 })
             }
         }
+    }
+
+    /// Adopts a listening socket passed in by systemd. Must run inside the runtime.
+    pub fn from_inherited(fd: std::os::fd::OwnedFd) -> io::Result<Listener> {
+        use rustix::net::AddressFamily;
+        let local = rustix::net::getsockname(&fd)?;
+        if matches!(
+            local.address_family(),
+            AddressFamily::INET | AddressFamily::INET6
+        ) {
+            let listener = std::net::TcpListener::from(fd);
+            listener.set_nonblocking(true)?;
+            return Ok(Listener::Tcp(TcpListener::from_std(listener)?));
+        }
+        let listener = std::os::unix::net::UnixListener::from(fd);
+        listener.set_nonblocking(true)?;
+        let path = listener
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("(inherited)"));
+        Ok(Listener::Unix {
+            listener: UnixListener::from_std(listener)?,
+            label: Arc::from(path.display().to_string()),
+            path,
+            owns_path: false,
+        })
     }
 
     /// The address actually bound (the real port when 0 was asked for).
@@ -170,7 +200,12 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Listener::Unix { path, .. } = self {
+        if let Listener::Unix {
+            path,
+            owns_path: true,
+            ..
+        } = self
+        {
             let _ = std::fs::remove_file(path);
         }
     }

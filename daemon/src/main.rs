@@ -68,6 +68,8 @@ fn main() -> ExitCode {
         config.listen = args.listen.into_iter().map(Into::into).collect();
     }
 
+    // Before the runtime (and any thread) exists: it edits the environment.
+    let inherited = tcpmuxd::systemd::take_listen_fds();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -75,7 +77,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("cannot start the event loop: {e}")),
     };
-    match runtime.block_on(tcpmuxd::run(config, args.config.clone())) {
+    match runtime.block_on(tcpmuxd::run(config, args.config.clone(), inherited)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }

@@ -33,6 +33,11 @@ impl Daemon {
     }
 
     pub fn start_with(config: Option<&str>, extra_args: &[&str]) -> Daemon {
+        Daemon::start_full(config, extra_args, &[])
+    }
+
+    /// With extra environment variables too.
+    pub fn start_full(config: Option<&str>, extra_args: &[&str], envs: &[(&str, &str)]) -> Daemon {
         let dir = scratch_dir();
         let mut command = Command::new(env!("CARGO_BIN_EXE_tcpmuxd"));
         // A config with its own `listen` (port 0, for tests) keeps it.
@@ -49,6 +54,7 @@ impl Daemon {
         command
             .args(extra_args)
             .env("RUST_LOG", "info")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
