@@ -48,6 +48,8 @@ pub struct Config {
     pub limits: Limits,
     /// After binding, switch to this uid and gid (top-level `user`/`group`).
     pub run_as: Option<(u32, u32)>,
+    /// Where to serve Prometheus metrics over HTTP, if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// A configuration that cannot be used, located as precisely as we can.
@@ -84,6 +86,7 @@ impl Default for Config {
                 ..Limits::default()
             },
             run_as: None,
+            metrics_listen: None,
         }
     }
 }
@@ -219,12 +222,15 @@ impl Config {
                     })
                     .collect()
             };
-            let access = Access {
+            let mut access = Access {
                 allow: ranges(&table.allow)?,
                 deny: ranges(&table.deny)?,
                 uids: table.allow_uid.clone().unwrap_or_default(),
                 gids: table.allow_gid.clone().unwrap_or_default(),
             };
+            if kind == ServiceKind::Builtin(Builtin::Stats) && table.allow.is_none() {
+                access.allow = crate::registry::loopback();
+            }
             let max_connections = match &table.max_connections {
                 Some(max) if *max.get_ref() == 0 => {
                     return Err(at(
@@ -290,6 +296,15 @@ impl Config {
                 .map_or(DEFAULT_SHUTDOWN_GRACE, |g| g.into_inner().0),
             limits,
             run_as: resolve_user(raw.user.as_ref(), raw.group.as_ref(), &at)?,
+            metrics_listen: match &raw.metrics_listen {
+                None => None,
+                Some(addr) => Some(addr.get_ref().parse().map_err(|_| {
+                    at(
+                        Some(addr.span()),
+                        format!("metrics_listen {:?}: expected IP:PORT", addr.get_ref()),
+                    )
+                })?),
+            },
         })
     }
 }
@@ -715,6 +730,7 @@ struct RawConfig {
     shutdown_grace: Option<Spanned<ConfigDuration>>,
     user: Option<Spanned<String>>,
     group: Option<Spanned<String>>,
+    metrics_listen: Option<Spanned<String>>,
     max_connections: Option<Spanned<usize>>,
     max_connections_per_ip: Option<Spanned<usize>>,
     connection_rate_per_ip: Option<Spanned<f64>>,

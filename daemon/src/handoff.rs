@@ -80,6 +80,17 @@ impl Hub {
             .collect()
     }
 
+    /// Registered backends per name, for the metrics.
+    pub fn counts(&self) -> Vec<(String, usize)> {
+        let mut counts: Vec<_> = self
+            .lock()
+            .iter()
+            .map(|(n, l)| (n.to_string(), l.len()))
+            .collect();
+        counts.sort();
+        counts
+    }
+
     fn add(&self, names: &[ServiceName], deliveries: &mpsc::Sender<Delivery>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
         let mut backends = self.lock();

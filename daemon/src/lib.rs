@@ -9,6 +9,7 @@ pub mod config;
 pub mod handoff;
 pub mod limits;
 pub mod listener;
+pub mod metrics;
 pub mod proxy_protocol;
 pub mod registry;
 pub mod relay;
@@ -63,6 +64,7 @@ pub struct Daemon {
     pub hub: Arc<Hub>,
     /// Connections admitted and not yet closed, daemon-wide and per address.
     pub gate: Arc<Gate>,
+    pub metrics: metrics::Metrics,
 }
 
 impl Daemon {
@@ -73,6 +75,12 @@ impl Daemon {
 
     fn replace_settings(&self, settings: Settings) {
         *self.settings.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(settings);
+    }
+
+    /// The counters in the Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        self.metrics
+            .render(self.gate.active.get(), &self.hub.counts())
     }
 
     /// The HELP answer for `registry`. Handoff names are listed only while a
@@ -134,14 +142,23 @@ pub async fn run(
         })?;
         tracing::info!(uid, gid, "dropped privileges");
     }
+    let metrics_listener = match &config.metrics_listen {
+        Some(addr) => Some(Listener::bind(&ListenAddr::Tcp(*addr))?),
+        None => None,
+    };
+    let mut accepting = tokio::task::JoinSet::new();
     let listen = config.listen.clone();
     let handoff_socket = config.handoff_socket.clone();
     let daemon = Arc::new(Daemon {
         settings: RwLock::new(Arc::new(Settings::from_config(config))),
         hub: Arc::new(Hub::default()),
         gate: Arc::new(Gate::default()),
+        metrics: metrics::Metrics::default(),
     });
-    let mut accepting = tokio::task::JoinSet::new();
+    if let Some(listener) = metrics_listener {
+        tracing::info!(address = %listener.local_addr(), "metrics endpoint");
+        accepting.spawn(serve_metrics(listener, Arc::clone(&daemon)));
+    }
     if let Some(control) = control {
         tracing::info!(address = %control.local_addr(), "handoff control socket");
         accepting.spawn(handoff::control_loop(control, Arc::clone(&daemon)));
@@ -186,6 +203,47 @@ pub async fn run(
         );
     }
     Ok(())
+}
+
+/// A minimal HTTP/1.0 responder for Prometheus: `GET /metrics` gets the counters,
+/// anything else 404; one request per connection, bounded in size and time.
+async fn serve_metrics(listener: Listener, daemon: Arc<Daemon>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let daemon = Arc::clone(&daemon);
+        tokio::spawn(async move {
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            let read = tokio::time::timeout(Duration::from_secs(5), async {
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 8192 {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+            if read.await.is_err() {
+                return;
+            }
+            let response = if request.starts_with(b"GET /metrics ")
+                || request.starts_with(b"GET / ")
+            {
+                let body = daemon.render_metrics();
+                format!(
+                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                "HTTP/1.0 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n".to_owned()
+            };
+            let _ = stream.write_all(response.as_bytes()).await;
+            close::close_gracefully(&mut stream, Duration::from_secs(1)).await;
+        });
+    }
 }
 
 /// Listeners from systemd; each keeps the options of the configured address it

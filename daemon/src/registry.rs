@@ -91,16 +91,26 @@ impl Registry {
     }
 }
 
+/// The loopback ranges, the default audience of `stats`.
+pub fn loopback() -> Vec<crate::cidr::Cidr> {
+    ["127.0.0.0/8", "::1/128"]
+        .iter()
+        .filter_map(|r| r.parse().ok())
+        .collect()
+}
+
 /// The built-ins keyed by their own names, to start a configuration from.
 pub fn default_services() -> BTreeMap<ServiceName, Service> {
     Builtin::ALL
         .into_iter()
         .filter_map(|builtin| {
             let name = ServiceName::parse(builtin.name()).ok()?;
-            Some((
-                name.clone(),
-                Service::new(name, ServiceKind::Builtin(builtin)),
-            ))
+            let mut service = Service::new(name.clone(), ServiceKind::Builtin(builtin));
+            if builtin == Builtin::Stats {
+                // Counters say what runs here: not for everyone by default.
+                service.access.allow = loopback();
+            }
+            Some((name, service))
         })
         .collect()
 }
@@ -115,7 +125,7 @@ mod tests {
         assert_eq!(registry.len(), Builtin::ALL.len());
         assert_eq!(
             registry.help_text(),
-            b"chargen\r\ndaytime\r\ndiscard\r\necho\r\nisotime\r\nsometext\r\ntime\r\n"
+            b"chargen\r\ndaytime\r\ndiscard\r\necho\r\nisotime\r\nsometext\r\nstats\r\ntime\r\n"
         );
         let echo = ServiceName::parse("ECHO").unwrap();
         assert_eq!(

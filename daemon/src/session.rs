@@ -39,6 +39,23 @@ enum Outcome {
     ReadError(io::Error),
 }
 
+impl Outcome {
+    /// The metric label: a few fixed words.
+    fn category(&self) -> &'static str {
+        match self {
+            Outcome::Served | Outcome::HandedOff | Outcome::Exited { .. } => "served",
+            Outcome::Help => "help",
+            Outcome::ServiceError(_) | Outcome::ReadError(_) => "error",
+            Outcome::UnknownService => "unknown",
+            Outcome::ServiceRefused(_) | Outcome::BadRequest(_) | Outcome::BadProxyHeader(_) => {
+                "refused"
+            }
+            Outcome::NegotiationTimeout => "timeout",
+            Outcome::ClosedBeforeRequest => "closed",
+        }
+    }
+}
+
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -162,6 +179,15 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         ms = format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
         "connection"
     );
+    // Label by registered name only, so clients cannot grow the metric set.
+    let label = match &outcome {
+        Outcome::UnknownService | Outcome::BadRequest(_) | Outcome::BadProxyHeader(_) => "-",
+        Outcome::NegotiationTimeout | Outcome::ClosedBeforeRequest | Outcome::ReadError(_) => "-",
+        _ => service_name.as_str(),
+    };
+    daemon
+        .metrics
+        .record(label, outcome.category(), conn.bytes_in, conn.bytes_out);
     drop(admission);
 }
 
@@ -182,7 +208,7 @@ async fn serve_named(
         refuse(conn, reason).await;
         return (Outcome::ServiceRefused(reason.into()), None);
     };
-    match services::serve(service, conn, client, &daemon.hub).await {
+    match services::serve(service, conn, client, daemon).await {
         Ok(Ended::Served { backend }) => (Outcome::Served, backend),
         Ok(Ended::Refused(why)) => (Outcome::ServiceRefused(why), None),
         Ok(Ended::Exited { pid, status }) => (Outcome::Exited { pid, status }, None),

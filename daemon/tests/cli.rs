@@ -76,7 +76,7 @@ fn list_prints_help() {
     assert!(out.status.success());
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        "chargen\ndaytime\ndiscard\necho\nisotime\nsometext\ntime\n"
+        "chargen\ndaytime\ndiscard\necho\nisotime\nsometext\nstats\ntime\n"
     );
 }
 

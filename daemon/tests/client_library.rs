@@ -39,7 +39,7 @@ fn list_returns_the_names() {
     let names = tcpmux::list(&mut stream, &tcpmux::Options::default()).unwrap();
     assert_eq!(
         names,
-        ["chargen", "daytime", "discard", "echo", "isotime", "sometext", "time"]
+        ["chargen", "daytime", "discard", "echo", "isotime", "sometext", "stats", "time"]
     );
 }
 

@@ -8,7 +8,8 @@ use std::net::Shutdown;
 
 use common::{read_all, read_line, Daemon};
 
-const BUILTINS: &str = "chargen\r\ndaytime\r\ndiscard\r\necho\r\nisotime\r\nsometext\r\ntime\r\n";
+const BUILTINS: &str =
+    "chargen\r\ndaytime\r\ndiscard\r\necho\r\nisotime\r\nsometext\r\nstats\r\ntime\r\n";
 
 #[test]
 fn help_lists_services_without_a_status_line() {

@@ -203,3 +203,70 @@ fn bad_limits_are_config_errors() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn stats_counts_connections_and_is_loopback_only_by_default() {
+    let mut daemon = Daemon::with_config(
+        "metrics_listen = \"127.0.0.1:0\"\n[service.stats]\n[service.remote-stats]\nbuiltin = \"stats\"\nallow = [\"192.0.2.0/24\"]\n",
+    );
+    for _ in 0..3 {
+        let mut s = daemon.connect();
+        s.write_all(b"echo\r\nx").unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        read_all(&mut s);
+    }
+    let _ = daemon.exchange(b"nonsense-name\r\n");
+    // Wait until those sessions have logged, i.e. been counted.
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while daemon
+        .logs()
+        .iter()
+        .filter(|l| l.contains("tcpmuxd::connection"))
+        .count()
+        < 4
+    {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let stats = text(daemon.exchange(b"stats\r\n"));
+    assert!(stats.starts_with("+\r\n# HELP"), "{stats}");
+    assert!(
+        stats.contains("tcpmuxd_connections_total{service=\"echo\",outcome=\"served\"} 3\n"),
+        "{stats}"
+    );
+    // What a client typed never becomes a label.
+    assert!(
+        stats.contains("tcpmuxd_connections_total{service=\"-\",outcome=\"unknown\"} 1\n"),
+        "{stats}"
+    );
+    assert!(!stats.contains("nonsense-name"), "{stats}");
+    assert!(stats.contains("tcpmuxd_connections_active 1\n"), "{stats}");
+    // An allow list that excludes loopback refuses us.
+    assert_eq!(
+        text(daemon.exchange(b"remote-stats\r\n")),
+        "-access denied\r\n"
+    );
+
+    // The same counters over HTTP for Prometheus.
+    let line = daemon
+        .wait_for_log(|l| l.contains("metrics endpoint"))
+        .unwrap();
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("address="))
+        .unwrap()
+        .to_owned();
+    let mut http = TcpStream::connect(&addr).unwrap();
+    http.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let response = text(read_all(&mut http));
+    assert!(response.starts_with("HTTP/1.0 200 OK\r\n"), "{response}");
+    assert!(
+        response.contains("tcpmuxd_connections_total{service=\"echo\",outcome=\"served\"} 3\n"),
+        "{response}"
+    );
+    let mut http = TcpStream::connect(&addr).unwrap();
+    http.write_all(b"GET /other HTTP/1.0\r\n\r\n").unwrap();
+    assert!(text(read_all(&mut http)).starts_with("HTTP/1.0 404"));
+}

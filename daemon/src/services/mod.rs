@@ -37,10 +37,11 @@ pub enum Builtin {
     Time,
     Sometext,
     Isotime,
+    Stats,
 }
 
 impl Builtin {
-    pub const ALL: [Builtin; 7] = [
+    pub const ALL: [Builtin; 8] = [
         Builtin::Echo,
         Builtin::Discard,
         Builtin::Chargen,
@@ -48,6 +49,7 @@ impl Builtin {
         Builtin::Time,
         Builtin::Sometext,
         Builtin::Isotime,
+        Builtin::Stats,
     ];
 
     /// The name it is configured by, and served under by default.
@@ -60,6 +62,7 @@ impl Builtin {
             Builtin::Time => "time",
             Builtin::Sometext => "sometext",
             Builtin::Isotime => "isotime",
+            Builtin::Stats => "stats",
         }
     }
 
@@ -105,9 +108,14 @@ pub async fn serve(
     service: &Service,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
-    hub: &crate::handoff::Hub,
+    daemon: &crate::Daemon,
 ) -> io::Result<Ended> {
     match &service.kind {
+        ServiceKind::Builtin(Builtin::Stats) => {
+            accept(conn, &service.message).await?;
+            conn.write_all(daemon.render_metrics().as_bytes()).await?;
+            Ok(Ended::Served { backend: None })
+        }
         ServiceKind::Builtin(builtin) => {
             accept(conn, &service.message).await?;
             run_builtin(*builtin, conn).await?;
@@ -116,7 +124,7 @@ pub async fn serve(
         ServiceKind::Proxy(settings) => {
             proxy::serve(settings, &service.message, conn, client).await
         }
-        ServiceKind::Handoff(_) => handoff::serve(service, hub, conn, client).await,
+        ServiceKind::Handoff(_) => handoff::serve(service, &daemon.hub, conn, client).await,
         ServiceKind::Exec(settings) => {
             exec::serve(
                 settings,
@@ -156,6 +164,8 @@ async fn run_builtin<S: AsyncRead + AsyncWrite + Unpin>(
         Builtin::Time => time::serve(conn).await,
         Builtin::Sometext => sometext::serve(conn).await,
         Builtin::Isotime => isotime::serve(conn).await,
+        // Served above, where the daemon's counters are at hand.
+        Builtin::Stats => Ok(()),
     }
 }
 

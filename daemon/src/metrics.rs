@@ -1,0 +1,99 @@
+//! Counters of what the daemon did, rendered in the Prometheus text format for
+//! the `stats` built-in and the optional metrics listener.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Connection counts by (service, outcome), and byte totals.
+#[derive(Default)]
+pub struct Metrics {
+    connections: Mutex<BTreeMap<(String, &'static str), u64>>,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+impl Metrics {
+    /// Records a finished connection. `service` must be a registered name or `-`,
+    /// never what a client typed, so clients cannot grow the label set.
+    pub fn record(&self, service: &str, outcome: &'static str, bytes_in: u64, bytes_out: u64) {
+        self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
+        self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
+        let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        *map.entry((service.to_owned(), outcome)).or_insert(0) += 1;
+    }
+
+    /// The exposition text, with `active` connections and live handoff backends.
+    pub fn render(&self, active: usize, handoff: &[(String, usize)]) -> String {
+        let mut out = String::new();
+        out.push_str(
+            "# HELP tcpmuxd_connections_total Connections closed, by service and outcome.\n",
+        );
+        out.push_str("# TYPE tcpmuxd_connections_total counter\n");
+        let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        for ((service, outcome), count) in map.iter() {
+            let _ = writeln!(
+                out,
+                "tcpmuxd_connections_total{{service=\"{}\",outcome=\"{outcome}\"}} {count}",
+                escape(service)
+            );
+        }
+        drop(map);
+        out.push_str("# HELP tcpmuxd_connections_active Connections open now.\n");
+        out.push_str("# TYPE tcpmuxd_connections_active gauge\n");
+        let _ = writeln!(out, "tcpmuxd_connections_active {active}");
+        out.push_str(
+            "# HELP tcpmuxd_bytes_received_total Bytes read from clients by tcpmuxd itself.\n",
+        );
+        out.push_str("# TYPE tcpmuxd_bytes_received_total counter\n");
+        let _ = writeln!(
+            out,
+            "tcpmuxd_bytes_received_total {}",
+            self.bytes_in.load(Ordering::Relaxed)
+        );
+        out.push_str(
+            "# HELP tcpmuxd_bytes_sent_total Bytes written to clients by tcpmuxd itself.\n",
+        );
+        out.push_str("# TYPE tcpmuxd_bytes_sent_total counter\n");
+        let _ = writeln!(
+            out,
+            "tcpmuxd_bytes_sent_total {}",
+            self.bytes_out.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP tcpmuxd_handoff_backends Registered handoff backends, by service.\n");
+        out.push_str("# TYPE tcpmuxd_handoff_backends gauge\n");
+        for (service, count) in handoff {
+            let _ = writeln!(
+                out,
+                "tcpmuxd_handoff_backends{{service=\"{}\"}} {count}",
+                escape(service)
+            );
+        }
+        out
+    }
+}
+
+fn escape(label: &str) -> String {
+    label.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counts() {
+        let metrics = Metrics::default();
+        metrics.record("echo", "served", 10, 20);
+        metrics.record("echo", "served", 1, 2);
+        metrics.record("-", "refused", 5, 30);
+        let text = metrics.render(3, &[("app".into(), 2)]);
+        assert!(text.contains("tcpmuxd_connections_total{service=\"echo\",outcome=\"served\"} 2\n"));
+        assert!(text.contains("tcpmuxd_connections_total{service=\"-\",outcome=\"refused\"} 1\n"));
+        assert!(text.contains("tcpmuxd_connections_active 3\n"));
+        assert!(text.contains("tcpmuxd_bytes_received_total 16\n"));
+        assert!(text.contains("tcpmuxd_bytes_sent_total 52\n"));
+        assert!(text.contains("tcpmuxd_handoff_backends{service=\"app\"} 2\n"));
+    }
+}
