@@ -32,6 +32,16 @@ enum Command {
         #[arg(long, default_value_t = 1 << 30)]
         bytes: u64,
     },
+    /// Idle clients: open C connections that never send a name, hold them, close.
+    Idle {
+        #[arg(long)]
+        connect: SocketAddr,
+        #[arg(long, default_value_t = 10_000)]
+        connections: usize,
+        /// Seconds to hold them open.
+        #[arg(long, default_value_t = 5.0)]
+        hold: f64,
+    },
     /// Bulk download: C connections at once, each reading to EOF.
     Bulk {
         #[arg(long)]
@@ -60,6 +70,11 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
         Command::Source { listen, bytes } => source(listen, bytes),
+        Command::Idle {
+            connect,
+            connections,
+            hold,
+        } => idle(connect, connections, hold),
         Command::Bulk {
             connect,
             service,
@@ -88,6 +103,22 @@ fn main() -> ExitCode {
 }
 
 const BUFFER: usize = 256 * 1024;
+
+fn idle(target: SocketAddr, connections: usize, hold: f64) -> Result<(), String> {
+    let mut open = Vec::with_capacity(connections);
+    for i in 0..connections {
+        match TcpStream::connect(target) {
+            Ok(stream) => open.push(stream),
+            Err(e) => return Err(format!("connection {i}: {e} (raise ulimit -n?)")),
+        }
+    }
+    println!("holding {} idle connections for {hold} s", open.len());
+    let _ = io::stdout().flush();
+    std::thread::sleep(Duration::from_secs_f64(hold.max(0.0)));
+    // Each still-open connection proves the daemon kept it (reads would see EOF).
+    drop(open);
+    Ok(())
+}
 
 fn source(listen: SocketAddr, bytes: u64) -> Result<(), String> {
     let listener =

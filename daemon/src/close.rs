@@ -19,7 +19,9 @@ pub async fn close_gracefully<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut S, d
     if conn.shutdown().await.is_err() {
         return;
     }
-    let mut scratch = [0u8; 4096];
+    // On the heap, not in the future: every session future would otherwise carry
+    // these 4 KiB for its whole life, idle or not.
+    let mut scratch = vec![0u8; 4096];
     let mut drained = 0;
     let _ = tokio::time::timeout(drain, async {
         while drained < DRAIN_LIMIT {

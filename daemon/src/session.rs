@@ -208,7 +208,9 @@ async fn serve_named(
         refuse(conn, reason).await;
         return (Outcome::ServiceRefused(reason.into()), None);
     };
-    match services::serve(service, conn, client, daemon).await {
+    // Boxed: the largest service future (the relay, exec) would otherwise size
+    // every session future, including the idle ones still negotiating.
+    match Box::pin(services::serve(service, conn, client, daemon)).await {
         Ok(Ended::Served { backend }) => (Outcome::Served, backend),
         Ok(Ended::Refused(why)) => (Outcome::ServiceRefused(why), None),
         Ok(Ended::Exited { pid, status }) => (Outcome::Exited { pid, status }, None),
