@@ -277,3 +277,90 @@ mod tests {
         );
     }
 }
+
+/// The fuzz target's central property, checked on every `cargo test` run with a
+/// deterministic generator: how the input is cut into reads never changes the
+/// decision or where it falls.
+#[cfg(test)]
+mod properties {
+    use super::*;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Inputs near the interesting edges: names of many lengths, CR and LF in and
+    /// out of place, case, other bytes.
+    fn input(rng: &mut Rng) -> Vec<u8> {
+        const ALPHABET: &[u8] = b"aZ.-9\r\n \x00\xff";
+        let len = match rng.below(4) {
+            0 => rng.below(8),
+            1 => 250 + rng.below(12),
+            _ => rng.below(300),
+        };
+        (0..len)
+            .map(|_| {
+                if rng.below(4) == 0 {
+                    ALPHABET[rng.below(ALPHABET.len())]
+                } else {
+                    b'a' + rng.below(26) as u8
+                }
+            })
+            .collect()
+    }
+
+    fn feed_in_pieces(input: &[u8], cuts: &[usize]) -> Progress {
+        let mut parser = RequestParser::new();
+        let mut start = 0;
+        for &end in cuts.iter().chain(std::iter::once(&input.len())) {
+            if let Progress::Decided { decision, consumed } = parser.feed(&input[start..end]) {
+                return Progress::Decided {
+                    decision,
+                    consumed: start + consumed,
+                };
+            }
+            start = end;
+        }
+        Progress::NeedMore
+    }
+
+    #[test]
+    fn any_cutting_decides_like_the_whole() {
+        let mut rng = Rng(0x5eed_1078);
+        for case in 0..20_000 {
+            let input = input(&mut rng);
+            let whole = RequestParser::new().feed(&input);
+            let mut cuts: Vec<usize> = (0..rng.below(5))
+                .map(|_| rng.below(input.len() + 1))
+                .collect();
+            cuts.sort_unstable();
+            assert_eq!(
+                feed_in_pieces(&input, &cuts),
+                whole,
+                "case {case}: {input:?} cut at {cuts:?}"
+            );
+            if let Progress::Decided {
+                decision: Decision::Service(name),
+                consumed,
+            } = &whole
+            {
+                assert_eq!(input[consumed - 1], b'\n');
+                let line = &input[..consumed - 1];
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                assert_eq!(
+                    name.as_str().as_bytes(),
+                    line.to_ascii_lowercase().as_slice()
+                );
+            }
+        }
+    }
+}
