@@ -110,7 +110,7 @@ impl Daemon {
 pub async fn run(
     config: Config,
     config_path: Option<PathBuf>,
-    inherited: Vec<std::os::fd::OwnedFd>,
+    inherited: Vec<listener::Prebound>,
 ) -> Result<(), BindError> {
     use tokio::signal::unix::{signal, SignalKind};
     let signal_error = |e: std::io::Error| BindError {
@@ -140,7 +140,6 @@ pub async fn run(
             addr: ListenAddr::Unix(PathBuf::from("-")),
             reason,
         })?;
-        tracing::info!(uid, gid, "dropped privileges");
     }
     let metrics_listener = match &config.metrics_listen {
         Some(addr) => Some(Listener::bind(&ListenAddr::Tcp(*addr))?),
@@ -249,22 +248,27 @@ async fn serve_metrics(listener: Listener, daemon: Arc<Daemon>) {
 /// Listeners from systemd; each keeps the options of the configured address it
 /// matches, if any.
 fn adopt(
-    inherited: Vec<std::os::fd::OwnedFd>,
+    inherited: Vec<listener::Prebound>,
     configured: &[listener::ListenSpec],
 ) -> Result<Vec<(Listener, Arc<ListenOptions>)>, BindError> {
     inherited
         .into_iter()
-        .map(|fd| {
-            let listener = Listener::from_inherited(fd).map_err(|e| BindError {
-                addr: ListenAddr::Unix(PathBuf::from("(systemd)")),
-                reason: format!("cannot use a socket passed by systemd: {e}"),
-            })?;
+        .map(|prebound| {
+            let listener =
+                Listener::from_inherited(prebound.fd, prebound.owns_path).map_err(|e| {
+                    BindError {
+                        addr: ListenAddr::Unix(PathBuf::from("(inherited)")),
+                        reason: format!("cannot use an inherited listening socket: {e}"),
+                    }
+                })?;
             let addr = listener.local_addr();
-            let options = configured
-                .iter()
-                .find(|spec| spec.addr == addr)
-                .map(|spec| spec.options.clone())
-                .unwrap_or_default();
+            let options = prebound.options.unwrap_or_else(|| {
+                configured
+                    .iter()
+                    .find(|spec| spec.addr == addr)
+                    .map(|spec| spec.options.clone())
+                    .unwrap_or_default()
+            });
             Ok((listener, Arc::new(options)))
         })
         .collect()
@@ -273,7 +277,7 @@ fn adopt(
 /// Switches to `uid`/`gid` for good (saved ids too) and drops supplementary
 /// groups. The kernel changes credentials per thread, so this must run while the
 /// process has its only thread; every later thread inherits the new ones.
-fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
+pub fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
     use rustix::process::{Gid, Uid};
     let threads = std::fs::read_dir("/proc/self/task")
         .map(Iterator::count)
@@ -290,6 +294,7 @@ fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
     if rustix::process::geteuid() != uid || rustix::process::getegid() != gid {
         return Err("credentials did not change".into());
     }
+    tracing::info!(uid = uid.as_raw(), gid = gid.as_raw(), "dropped privileges");
     Ok(())
 }
 

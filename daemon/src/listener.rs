@@ -133,8 +133,9 @@ impl Listener {
         }
     }
 
-    /// Adopts a listening socket passed in by systemd. Must run inside the runtime.
-    pub fn from_inherited(fd: std::os::fd::OwnedFd) -> io::Result<Listener> {
+    /// Adopts a listening socket bound elsewhere (by systemd, or by `prebind` for
+    /// a worker). Must run inside the runtime.
+    pub fn from_inherited(fd: std::os::fd::OwnedFd, owns_path: bool) -> io::Result<Listener> {
         use rustix::net::AddressFamily;
         let local = rustix::net::getsockname(&fd)?;
         if matches!(
@@ -156,7 +157,7 @@ impl Listener {
             listener: UnixListener::from_std(listener)?,
             label: Arc::from(path.display().to_string()),
             path,
-            owns_path: false,
+            owns_path,
         })
     }
 
@@ -221,7 +222,65 @@ pub fn accept_backoff(e: &io::Error) -> Option<Duration> {
         .then_some(Duration::from_millis(100))
 }
 
+/// A listening socket bound before the event loops start.
+#[derive(Debug)]
+pub struct Prebound {
+    pub fd: std::os::fd::OwnedFd,
+    /// `None`: take the options of the configured address it matches (systemd).
+    pub options: Option<ListenOptions>,
+    /// Remove the socket file on shutdown (ours, not systemd's).
+    pub owns_path: bool,
+}
+
+/// Binds the listen addresses once per worker for the multi-core mode: every
+/// worker gets its own TCP socket on each address, with SO_REUSEPORT so the
+/// kernel spreads new connections across them; Unix sockets (which cannot be
+/// shared that way) go to worker 0 only. A port 0 is resolved by the first bind
+/// and reused by the rest.
+pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>>, BindError> {
+    let mut sets: Vec<Vec<Prebound>> = (0..workers).map(|_| Vec::new()).collect();
+    for spec in specs {
+        let fail = |e: io::Error| BindError {
+            addr: spec.addr.clone(),
+            reason: explain(&spec.addr, &e),
+        };
+        match &spec.addr {
+            ListenAddr::Tcp(addr) => {
+                let mut actual = *addr;
+                for set in sets.iter_mut() {
+                    let socket = tcp_socket(actual, true).map_err(fail)?;
+                    if let Some(bound) = socket.local_addr().ok().and_then(|a| a.as_socket()) {
+                        actual = bound;
+                    }
+                    set.push(Prebound {
+                        fd: socket.into(),
+                        options: Some(spec.options.clone()),
+                        owns_path: false,
+                    });
+                }
+            }
+            ListenAddr::Unix(path) => {
+                remove_stale_socket(path).map_err(|reason| BindError {
+                    addr: spec.addr.clone(),
+                    reason,
+                })?;
+                let listener = std::os::unix::net::UnixListener::bind(path).map_err(fail)?;
+                sets[0].push(Prebound {
+                    fd: listener.into(),
+                    options: Some(spec.options.clone()),
+                    owns_path: true,
+                });
+            }
+        }
+    }
+    Ok(sets)
+}
+
 fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::from_std(tcp_socket(addr, false)?.into())
+}
+
+fn tcp_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     // Restarting must not wait for old connections in TIME_WAIT to expire.
     socket.set_reuse_address(true)?;
@@ -229,10 +288,13 @@ fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
         // `[::]:1` means IPv6 only; list `0.0.0.0:1` as well for both families.
         socket.set_only_v6(true)?;
     }
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(BACKLOG)?;
-    TcpListener::from_std(socket.into())
+    Ok(socket)
 }
 
 /// A socket file left by a daemon that died can be replaced; a live one cannot.

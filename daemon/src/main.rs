@@ -23,6 +23,11 @@ struct Args {
     /// IP:PORT, [IPv6]:PORT or unix:/path. Default: 0.0.0.0:1 (RFC 1078's port).
     #[arg(short, long = "listen", value_name = "ADDR")]
     listen: Vec<ListenAddr>,
+    /// Event loops to run, each a single thread with its own listening sockets
+    /// (SO_REUSEPORT): the shared-nothing multi-core mode. 1 (the default) is the
+    /// classic single event loop.
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    workers: u16,
     /// Check FILE and exit: 0 if it is valid, 1 with the error if not.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["config", "listen"])]
     check_config: Option<PathBuf>,
@@ -70,6 +75,23 @@ fn main() -> ExitCode {
 
     // Before the runtime (and any thread) exists: it edits the environment.
     let inherited = tcpmuxd::systemd::take_listen_fds();
+    if args.workers > 1 {
+        return run_workers(
+            config,
+            args.config.clone(),
+            inherited,
+            usize::from(args.workers),
+        );
+    }
+    event_loop(config, args.config.clone(), inherited)
+}
+
+/// One event loop on the calling thread.
+fn event_loop(
+    config: Config,
+    path: Option<PathBuf>,
+    inherited: Vec<tcpmuxd::listener::Prebound>,
+) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -77,10 +99,75 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("cannot start the event loop: {e}")),
     };
-    match runtime.block_on(tcpmuxd::run(config, args.config.clone(), inherited)) {
+    match runtime.block_on(tcpmuxd::run(config, path, inherited)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }
+}
+
+/// The multi-core mode: every socket is bound here, on the only thread, then
+/// privileges are dropped, then each worker thread runs its own event loop on
+/// its own sockets. Workers share only the settings they were started with.
+fn run_workers(
+    mut config: Config,
+    path: Option<PathBuf>,
+    inherited: Vec<tcpmuxd::listener::Prebound>,
+    workers: usize,
+) -> ExitCode {
+    if config.handoff_socket.is_some() {
+        return fail("handoff services need a single event loop: run with --workers 1");
+    }
+    let sets = if inherited.is_empty() {
+        match tcpmuxd::listener::prebind(&config.listen, workers) {
+            Ok(sets) => sets,
+            Err(e) => return fail(e),
+        }
+    } else {
+        // systemd's sockets are shared: every worker accepts from the same queues.
+        let mut sets: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
+        for prebound in inherited {
+            for set in sets.iter_mut().skip(1) {
+                match prebound.fd.try_clone() {
+                    Ok(fd) => set.push(tcpmuxd::listener::Prebound {
+                        fd,
+                        options: None,
+                        owns_path: false,
+                    }),
+                    Err(e) => return fail(format!("cannot share a socket passed by systemd: {e}")),
+                }
+            }
+            sets[0].push(prebound);
+        }
+        sets
+    };
+    if let Some((uid, gid)) = config.run_as.take() {
+        if let Err(e) = tcpmuxd::drop_privileges(uid, gid) {
+            return fail(e);
+        }
+    }
+    let metrics_listen = config.metrics_listen.take();
+    let threads: Vec<_> = sets
+        .into_iter()
+        .enumerate()
+        .map(|(index, set)| {
+            let mut config = config.clone();
+            // One metrics endpoint, on the first worker (it reports that worker).
+            config.metrics_listen = if index == 0 { metrics_listen } else { None };
+            let path = path.clone();
+            std::thread::Builder::new()
+                .name(format!("tcpmuxd-worker-{index}"))
+                .spawn(move || event_loop(config, path, set))
+        })
+        .collect();
+    let mut status = ExitCode::SUCCESS;
+    for thread in threads {
+        match thread.map(|t| t.join()) {
+            Ok(Ok(code)) if code != ExitCode::SUCCESS => status = code,
+            Ok(Ok(_)) => {}
+            _ => status = fail("a worker thread failed"),
+        }
+    }
+    status
 }
 
 fn fail(error: impl std::fmt::Display) -> ExitCode {

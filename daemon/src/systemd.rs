@@ -10,7 +10,7 @@ const LISTEN_FDS_START: RawFd = 3;
 
 /// Takes the listening sockets systemd passed to this process, if any. Clears
 /// the variables so that programs we exec do not think the sockets are theirs.
-pub fn take_listen_fds() -> Vec<OwnedFd> {
+pub fn take_listen_fds() -> Vec<crate::listener::Prebound> {
     let pid_matches = std::env::var("LISTEN_PID")
         .ok()
         .and_then(|p| p.parse::<u32>().ok())
@@ -32,7 +32,11 @@ pub fn take_listen_fds() -> Vec<OwnedFd> {
             // which owns them from here on; nothing else in it refers to them.
             let owned = unsafe { OwnedFd::from_raw_fd(fd) };
             let _ = rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC);
-            owned
+            crate::listener::Prebound {
+                fd: owned,
+                options: None,
+                owns_path: false,
+            }
         })
         .collect()
 }

@@ -270,3 +270,84 @@ fn stats_counts_connections_and_is_loopback_only_by_default() {
     http.write_all(b"GET /other HTTP/1.0\r\n\r\n").unwrap();
     assert!(text(read_all(&mut http)).starts_with("HTTP/1.0 404"));
 }
+
+#[test]
+fn workers_mode_runs_one_event_loop_per_thread_on_one_port() {
+    let mut daemon = Daemon::start_with(
+        Some("[service.e]\nbuiltin = \"echo\"\n"),
+        &["--workers", "3"],
+    );
+    // The main thread plus three event-loop threads.
+    let threads = std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))
+        .unwrap()
+        .count();
+    assert_eq!(threads, 4);
+    let listening = daemon
+        .logs()
+        .iter()
+        .filter(|l| l.contains(" listening "))
+        .count();
+    assert_eq!(listening, 3, "each worker binds its own socket");
+    let addr = daemon.addr;
+    let clients: Vec<_> = (0..60u64)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let payload = common::random_bytes(i, 10_000);
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(common::PATIENCE)).unwrap();
+                s.write_all(b"e\r\n").unwrap();
+                s.write_all(&payload).unwrap();
+                s.shutdown(Shutdown::Write).unwrap();
+                let reply = read_all(&mut s);
+                assert!(reply[3..] == payload[..], "client {i}");
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    // Every worker reloads and stops on the process's signals.
+    std::fs::write(daemon.config_path(), "[service.f]\nbuiltin = \"daytime\"\n").unwrap();
+    daemon.signal("HUP");
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while daemon
+        .logs()
+        .iter()
+        .filter(|l| l.contains("configuration reloaded"))
+        .count()
+        < 3
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not every worker reloaded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for _ in 0..6 {
+        assert!(daemon.exchange(b"f\r\n").starts_with(b"+\r\n"));
+    }
+    daemon.signal("TERM");
+    assert!(daemon.wait_exit().is_some_and(|s| s.success()));
+}
+
+#[test]
+fn handoff_needs_a_single_event_loop() {
+    let dir = common::scratch_dir();
+    let path = dir.join("t.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "handoff_socket = \"{}\"\n[service.a]\nhandoff = {{ uid = [0] }}\n",
+            dir.join("h.sock").display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+        .args(["--workers", "2", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--workers 1"));
+    let _ = std::fs::remove_dir_all(dir);
+}
