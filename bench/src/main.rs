@@ -32,6 +32,24 @@ enum Command {
         #[arg(long, default_value_t = 1 << 30)]
         bytes: u64,
     },
+    /// Short connections: C clients in a loop of connect, request, read the whole
+    /// (short) answer, close; connections per second and latency percentiles.
+    Short {
+        #[arg(long)]
+        connect: SocketAddr,
+        /// Service to ask for; its whole answer is read (e.g. daytime).
+        #[arg(long)]
+        service: String,
+        #[arg(long, default_value_t = 8)]
+        connections: usize,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 5.0)]
+        duration: f64,
+        #[arg(long, default_value = "target")]
+        label: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Idle clients: open C connections that never send a name, hold them, close.
     Idle {
         #[arg(long)]
@@ -70,6 +88,14 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
         Command::Source { listen, bytes } => source(listen, bytes),
+        Command::Short {
+            connect,
+            service,
+            connections,
+            duration,
+            label,
+            json,
+        } => short(connect, &service, connections.max(1), duration, &label, json),
         Command::Idle {
             connect,
             connections,
@@ -103,6 +129,78 @@ fn main() -> ExitCode {
 }
 
 const BUFFER: usize = 256 * 1024;
+
+/// One short exchange; `Ok(true)` when the answer was a `+` line.
+fn short_once(target: SocketAddr, request: &[u8], buf: &mut Vec<u8>) -> io::Result<bool> {
+    let mut stream = TcpStream::connect(target)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.write_all(request)?;
+    buf.clear();
+    stream.read_to_end(buf)?;
+    Ok(buf.first() == Some(&b'+'))
+}
+
+fn short(target: SocketAddr, service: &str, connections: usize, duration: f64, label: &str, json: bool) -> Result<(), String> {
+    let request: Arc<[u8]> = format!("{service}\r\n").into_bytes().into();
+    let deadline = Instant::now() + Duration::from_secs_f64(duration.max(0.1));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let request = Arc::clone(&request);
+            std::thread::spawn(move || {
+                let mut latencies = Vec::new();
+                let mut failures = 0u64;
+                let mut buf = Vec::with_capacity(256);
+                while Instant::now() < deadline {
+                    let t0 = Instant::now();
+                    match short_once(target, &request, &mut buf) {
+                        Ok(true) => latencies.push(t0.elapsed()),
+                        _ => failures += 1,
+                    }
+                }
+                (latencies, failures)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut failures = 0;
+    for worker in workers {
+        let (l, f) = worker.join().map_err(|_| "a client thread panicked".to_owned())?;
+        latencies.extend(l);
+        failures += f;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if latencies.is_empty() {
+            return 0.0;
+        }
+        let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+        latencies[i].as_secs_f64() * 1e6
+    };
+    let rate = latencies.len() as f64 / seconds;
+    if json {
+        println!(
+            "{{\"label\":\"{label}\",\"service\":\"{service}\",\"clients\":{connections},\"seconds\":{seconds:.2},\"completed\":{},\"failed\":{failures},\"per_second\":{rate:.0},\"p50_us\":{:.0},\"p99_us\":{:.0},\"p999_us\":{:.0}}}",
+            latencies.len(),
+            pct(0.50),
+            pct(0.99),
+            pct(0.999)
+        );
+    } else {
+        println!(
+            "{label}: {rate:.0} connections/s ({} in {seconds:.1} s, {failures} failed), latency p50 {:.0} us, p99 {:.0} us, p99.9 {:.0} us",
+            latencies.len(),
+            pct(0.50),
+            pct(0.99),
+            pct(0.999)
+        );
+    }
+    if latencies.is_empty() {
+        return Err(format!("{label}: no exchange succeeded"));
+    }
+    Ok(())
+}
 
 fn idle(target: SocketAddr, connections: usize, hold: f64) -> Result<(), String> {
     let mut open = Vec::with_capacity(connections);
