@@ -95,7 +95,14 @@ fn main() -> ExitCode {
             duration,
             label,
             json,
-        } => short(connect, &service, connections.max(1), duration, &label, json),
+        } => short(
+            connect,
+            &service,
+            connections.max(1),
+            duration,
+            &label,
+            json,
+        ),
         Command::Idle {
             connect,
             connections,
@@ -140,7 +147,14 @@ fn short_once(target: SocketAddr, request: &[u8], buf: &mut Vec<u8>) -> io::Resu
     Ok(buf.first() == Some(&b'+'))
 }
 
-fn short(target: SocketAddr, service: &str, connections: usize, duration: f64, label: &str, json: bool) -> Result<(), String> {
+fn short(
+    target: SocketAddr,
+    service: &str,
+    connections: usize,
+    duration: f64,
+    label: &str,
+    json: bool,
+) -> Result<(), String> {
     let request: Arc<[u8]> = format!("{service}\r\n").into_bytes().into();
     let deadline = Instant::now() + Duration::from_secs_f64(duration.max(0.1));
     let started = Instant::now();
@@ -165,7 +179,9 @@ fn short(target: SocketAddr, service: &str, connections: usize, duration: f64, l
     let mut latencies = Vec::new();
     let mut failures = 0;
     for worker in workers {
-        let (l, f) = worker.join().map_err(|_| "a client thread panicked".to_owned())?;
+        let (l, f) = worker
+            .join()
+            .map_err(|_| "a client thread panicked".to_owned())?;
         latencies.extend(l);
         failures += f;
     }

@@ -8,15 +8,6 @@ use std::time::{Duration, Instant};
 
 use common::{read_all, read_line, Daemon};
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 /// Children of `pid` that are zombies (exited, not yet reaped).
 fn zombie_children(pid: u32) -> usize {
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -120,7 +111,7 @@ fn the_program_gets_tcpmux_and_ucspi_tcp_variables() {
 
 #[test]
 fn runs_as_the_configured_user() {
-    if !is_root() {
+    if !common::is_root() {
         eprintln!("skipped: switching users needs root");
         return;
     }

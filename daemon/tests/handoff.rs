@@ -165,10 +165,7 @@ fn backends_share_clients_round_robin_and_survive_one_dying() {
 #[test]
 fn an_unauthorized_uid_cannot_squat_on_a_name() {
     let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-    });
+    let root = common::is_root();
     let (daemon, control) = daemon_with_handoff("{ uid = [0] }");
     // Names that are not handoff services cannot be registered by anyone.
     let error = Backend::start(&control, &["echo"], false)

@@ -31,14 +31,7 @@ fn services_allow_and_deny_by_address() {
 fn unix_clients_are_judged_by_uid() {
     let dir = common::scratch_dir();
     let path = dir.join("ops.sock");
-    let me = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
-        })
-        .unwrap();
+    let me = common::my_uid();
     let daemon = Daemon::with_config(&format!(
         "listen = [\"unix:{}\"]\n[service.mine]\nbuiltin = \"echo\"\nallow_uid = [{me}]\n\
          [service.theirs]\nbuiltin = \"echo\"\nallow_uid = [4242]\n",

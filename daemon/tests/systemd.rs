@@ -12,21 +12,17 @@ use std::time::Duration;
 
 use common::{read_all, Daemon};
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-    })
-}
-
 #[test]
 fn binds_as_root_then_runs_as_the_configured_user() {
-    if !is_root() {
+    if !common::is_root() {
         eprintln!("skipped: needs root");
         return;
     }
-    let daemon =
-        Daemon::with_config("user = \"nobody\"\n[service.who]\nexec = [\"/usr/bin/id\", \"-u\"]\n");
+    // RFC 1078's own port, which only root may bind.
+    let daemon = Daemon::with_config(
+        "listen = [\"127.0.0.1:1\"]\nuser = \"nobody\"\n[service.who]\nexec = [\"/usr/bin/id\", \"-u\"]\n",
+    );
+    assert_eq!(daemon.addr.port(), 1);
     let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
     let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     assert_eq!(

@@ -235,3 +235,19 @@ impl Daemon {
         None
     }
 }
+
+/// The real uid of this test process.
+pub fn my_uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(u32::MAX)
+}
+
+pub fn is_root() -> bool {
+    my_uid() == 0
+}
