@@ -50,6 +50,35 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Connect per request, as the CS 537 notes' echo client: connect, (name),
+    /// write --size bytes, read them back, half-close, close; in a loop.
+    Rpc {
+        #[arg(long)]
+        connect: SocketAddr,
+        /// Negotiate this service first (leave out for plain TCP echo servers).
+        #[arg(long)]
+        service: Option<String>,
+        #[arg(long, default_value_t = 40_000)]
+        size: usize,
+        #[arg(long, default_value_t = 1)]
+        connections: usize,
+        #[arg(long, default_value_t = 5.0)]
+        duration: f64,
+        #[arg(long, default_value = "target")]
+        label: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The seeds' Nagle experiment on the negotiation itself: the name and its
+    /// CRLF as two writes before reading the reply, against one write.
+    Nagle {
+        #[arg(long)]
+        connect: SocketAddr,
+        #[arg(long, default_value = "daytime")]
+        service: String,
+        #[arg(long, default_value_t = 40)]
+        iterations: usize,
+    },
     /// Idle clients: open C connections that never send a name, hold them, close.
     Idle {
         #[arg(long)]
@@ -103,6 +132,28 @@ fn main() -> ExitCode {
             &label,
             json,
         ),
+        Command::Rpc {
+            connect,
+            service,
+            size,
+            connections,
+            duration,
+            label,
+            json,
+        } => rpc(
+            connect,
+            service.as_deref(),
+            size,
+            connections.max(1),
+            duration,
+            &label,
+            json,
+        ),
+        Command::Nagle {
+            connect,
+            service,
+            iterations,
+        } => nagle(connect, &service, iterations.max(1)),
         Command::Idle {
             connect,
             connections,
@@ -176,46 +227,16 @@ fn short(
             })
         })
         .collect();
-    let mut latencies = Vec::new();
-    let mut failures = 0;
-    for worker in workers {
-        let (l, f) = worker
-            .join()
-            .map_err(|_| "a client thread panicked".to_owned())?;
-        latencies.extend(l);
-        failures += f;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    latencies.sort_unstable();
-    let pct = |p: f64| -> f64 {
-        if latencies.is_empty() {
-            return 0.0;
-        }
-        let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        latencies[i].as_secs_f64() * 1e6
-    };
-    let rate = latencies.len() as f64 / seconds;
+    let summary = Summary::collect(workers, started)?;
     if json {
         println!(
-            "{{\"label\":\"{label}\",\"service\":\"{service}\",\"clients\":{connections},\"seconds\":{seconds:.2},\"completed\":{},\"failed\":{failures},\"per_second\":{rate:.0},\"p50_us\":{:.0},\"p99_us\":{:.0},\"p999_us\":{:.0}}}",
-            latencies.len(),
-            pct(0.50),
-            pct(0.99),
-            pct(0.999)
+            "{{\"label\":\"{label}\",\"service\":\"{service}\",\"clients\":{connections},{}}}",
+            summary.json()
         );
     } else {
-        println!(
-            "{label}: {rate:.0} connections/s ({} in {seconds:.1} s, {failures} failed), latency p50 {:.0} us, p99 {:.0} us, p99.9 {:.0} us",
-            latencies.len(),
-            pct(0.50),
-            pct(0.99),
-            pct(0.999)
-        );
+        println!("{label}: {}", summary.text("connections"));
     }
-    if latencies.is_empty() {
-        return Err(format!("{label}: no exchange succeeded"));
-    }
-    Ok(())
+    summary.require_success(label)
 }
 
 fn idle(target: SocketAddr, connections: usize, hold: f64) -> Result<(), String> {
@@ -390,4 +411,188 @@ fn bulk(
         );
     }
     Ok(())
+}
+
+fn rpc_once(
+    target: SocketAddr,
+    service: Option<&str>,
+    payload: &[u8],
+    buf: &mut [u8],
+) -> io::Result<bool> {
+    let mut stream = TcpStream::connect(target)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    if let Some(name) = service {
+        let name = tcpmux::ServiceName::parse(name).map_err(|e| io::Error::other(e.to_string()))?;
+        tcpmux::negotiate(&mut stream, &name, &tcpmux::Options::default())
+            .map_err(|e| io::Error::other(e.to_string()))?;
+    }
+    stream.write_all(payload)?;
+    stream.read_exact(buf)?;
+    stream.shutdown(Shutdown::Write)?;
+    Ok(buf == payload)
+}
+
+fn rpc(
+    target: SocketAddr,
+    service: Option<&str>,
+    size: usize,
+    connections: usize,
+    duration: f64,
+    label: &str,
+    json: bool,
+) -> Result<(), String> {
+    let payload: Arc<[u8]> = (0..size).map(|i| (i % 253) as u8).collect();
+    let deadline = Instant::now() + Duration::from_secs_f64(duration.max(0.1));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let payload = Arc::clone(&payload);
+            let service = service.map(str::to_owned);
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; payload.len()];
+                let mut latencies = Vec::new();
+                let mut failures = 0u64;
+                while Instant::now() < deadline {
+                    let t0 = Instant::now();
+                    match rpc_once(target, service.as_deref(), &payload, &mut buf) {
+                        Ok(true) => latencies.push(t0.elapsed()),
+                        _ => failures += 1,
+                    }
+                }
+                (latencies, failures)
+            })
+        })
+        .collect();
+    let summary = Summary::collect(workers, started)?;
+    let kb_s = summary.per_second() * size as f64 / 1e3;
+    if json {
+        println!(
+            "{{\"label\":\"{label}\",\"size\":{size},\"clients\":{connections},{},\"kb_per_second\":{kb_s:.0}}}",
+            summary.json()
+        );
+    } else {
+        println!(
+            "{label}: {size}-byte requests: {}, {kb_s:.0} kB/s",
+            summary.text("requests")
+        );
+    }
+    summary.require_success(label)
+}
+
+fn nagle(target: SocketAddr, service: &str, iterations: usize) -> Result<(), String> {
+    let name = tcpmux::ServiceName::parse(service).map_err(|e| e.to_string())?;
+    let once = |split: bool| -> io::Result<Duration> {
+        let t0 = Instant::now();
+        let mut stream = TcpStream::connect(target)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        if split {
+            stream.write_all(name.as_str().as_bytes())?;
+            stream.write_all(b"\r\n")?;
+        } else {
+            let mut line = name.as_str().as_bytes().to_vec();
+            line.extend_from_slice(b"\r\n");
+            stream.write_all(&line)?;
+        }
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first)?;
+        let elapsed = t0.elapsed();
+        if first[0] != b'+' {
+            return Err(io::Error::other("service refused"));
+        }
+        Ok(elapsed)
+    };
+    for (label, split) in [
+        ("one write (name+CRLF)", false),
+        ("two writes (name, CRLF)", true),
+    ] {
+        let mut samples = (0..iterations)
+            .map(|_| once(split))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| format!("{target}: {e}"))?;
+        samples.sort_unstable();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "{label}: connect to first reply byte, median {:.3} ms, max {:.3} ms over {iterations}",
+            ms(samples[samples.len() / 2]),
+            ms(samples[samples.len() - 1])
+        );
+    }
+    Ok(())
+}
+
+/// Latencies and failures gathered from client threads.
+struct Summary {
+    latencies: Vec<Duration>,
+    failures: u64,
+    seconds: f64,
+}
+
+type Worker = std::thread::JoinHandle<(Vec<Duration>, u64)>;
+
+impl Summary {
+    fn collect(workers: Vec<Worker>, started: Instant) -> Result<Summary, String> {
+        let mut latencies = Vec::new();
+        let mut failures = 0;
+        for worker in workers {
+            let (l, f) = worker
+                .join()
+                .map_err(|_| "a client thread panicked".to_owned())?;
+            latencies.extend(l);
+            failures += f;
+        }
+        latencies.sort_unstable();
+        Ok(Summary {
+            latencies,
+            failures,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn per_second(&self) -> f64 {
+        self.latencies.len() as f64 / self.seconds
+    }
+
+    /// The `p` quantile in microseconds (nearest rank, from every sample).
+    fn quantile_us(&self, p: f64) -> f64 {
+        let n = self.latencies.len();
+        if n == 0 {
+            return 0.0;
+        }
+        let i = ((n as f64 * p).ceil() as usize).clamp(1, n) - 1;
+        self.latencies[i].as_secs_f64() * 1e6
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "\"seconds\":{:.2},\"completed\":{},\"failed\":{},\"per_second\":{:.0},\"p50_us\":{:.0},\"p99_us\":{:.0},\"p999_us\":{:.0}",
+            self.seconds,
+            self.latencies.len(),
+            self.failures,
+            self.per_second(),
+            self.quantile_us(0.50),
+            self.quantile_us(0.99),
+            self.quantile_us(0.999)
+        )
+    }
+
+    fn text(&self, what: &str) -> String {
+        format!(
+            "{:.0} {what}/s ({} in {:.1} s, {} failed), latency p50 {:.0} us, p99 {:.0} us, p99.9 {:.0} us",
+            self.per_second(),
+            self.latencies.len(),
+            self.seconds,
+            self.failures,
+            self.quantile_us(0.50),
+            self.quantile_us(0.99),
+            self.quantile_us(0.999)
+        )
+    }
+
+    fn require_success(&self, label: &str) -> Result<(), String> {
+        if self.latencies.is_empty() {
+            Err(format!("{label}: no exchange succeeded"))
+        } else {
+            Ok(())
+        }
+    }
 }
