@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-10000}
-PORT=${PORT:-47200}
+PORT=${PORT:-27200}
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
 ulimit -n "$(ulimit -Hn)"  # as high as allowed; each side needs N descriptors
 WORK=$(mktemp -d)

@@ -15,7 +15,7 @@ shift || true
 CONNS=("${@:-1}")
 [ ${#CONNS[@]} -gt 0 ] || CONNS=(1)
 REPEAT=${REPEAT:-5}
-BASE=${BASE_PORT:-47100}
+BASE=${BASE_PORT:-27100}
 SRC=$BASE MUX=$((BASE + 1)) SOCAT=$((BASE + 2)) HAP=$((BASE + 3)) HAPS=$((BASE + 4))
 
 for tool in socat haproxy; do

@@ -4,10 +4,12 @@
 # serving the same program. Needs xinetd (apt-get install xinetd).
 #   bench/short.sh [SECONDS] [CLIENTS]
 set -euo pipefail
+# Ports sit below the ephemeral range (32768+), where a client retrying a dead
+# port can connect to itself and keep the port busy.
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-5}
 CLIENTS=${2:-8}
-BASE=${BASE_PORT:-47400}
+BASE=${BASE_PORT:-27400}
 MUX=$BASE XI=$((BASE + 1))
 command -v xinetd >/dev/null || { echo "bench/short.sh: xinetd is not installed" >&2; exit 1; }
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
@@ -34,6 +36,7 @@ defaults
 {
     instances = UNLIMITED
     cps = 100000 1
+    log_type = FILE $WORK/xinetd.log
 }
 service tcpmux
 {
@@ -48,7 +51,7 @@ service tcpmux
 }
 service when
 {
-    type = TCPMUXPLUS
+    type = TCPMUXPLUS UNLISTED
     socket_type = stream
     protocol = tcp
     wait = no

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 CONNS=("${@:-1 4 16 64}")
 [ $# -gt 0 ] || CONNS=(1 4 16 64)
 REPEAT=${REPEAT:-5}
-PORT=${PORT:-47300}
+PORT=${PORT:-27300}
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
 echo "# $(nproc) cores, sometext, median aggregate MB/s of $REPEAT runs"
 echo "| connections | workers=1 | workers=2 | ratio |"
