@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Loopback proxy throughput in one run: direct to a backend, through tcpmuxd
-# (splice and copy relays), through socat and through HAProxy, on the same
-# backend and workload. Prints one line per target and the ratios.
+# (splice and copy relays), through socat, HAProxy and nginx stream, on the same
+# backend and workload, with iperf3's single stream as the loopback limit.
+# Prints one table per concurrency, with the ratios.
 #
 #   bench/proxy.sh [BYTES_PER_CONNECTION] [CONNECTIONS...]
 #
-# Needs socat and haproxy (apt-get install socat haproxy). Only loopback is used;
+# Needs socat, haproxy, nginx with its stream module and iperf3
+# (apt-get install socat haproxy nginx libnginx-mod-stream iperf3). Only loopback is used;
 # every process started here is stopped by PID on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,9 +18,9 @@ CONNS=("${@:-1}")
 [ ${#CONNS[@]} -gt 0 ] || CONNS=(1)
 REPEAT=${REPEAT:-5}
 BASE=${BASE_PORT:-27100}
-SRC=$BASE MUX=$((BASE + 1)) SOCAT=$((BASE + 2)) HAP=$((BASE + 3)) HAPS=$((BASE + 4))
+SRC=$BASE MUX=$((BASE + 1)) SOCAT=$((BASE + 2)) HAP=$((BASE + 3)) HAPS=$((BASE + 4)) NGX=$((BASE + 5)) IPERF=$((BASE + 6))
 
-for tool in socat haproxy; do
+for tool in socat haproxy nginx iperf3; do
   command -v "$tool" >/dev/null || { echo "bench/proxy.sh: $tool is not installed" >&2; exit 1; }
 done
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
@@ -65,9 +67,27 @@ backend be_splice
   server src 127.0.0.1:$SRC
 CFG
 haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
-for port in $SRC $MUX $SOCAT $HAP $HAPS; do wait_port "$port"; done
+cat > "$WORK/nginx.conf" <<CFG
+load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx.err;
+events {}
+stream {
+  server {
+    listen 127.0.0.1:$NGX;
+    proxy_pass 127.0.0.1:$SRC;
+  }
+}
+CFG
+nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!)
+iperf3 -s -p $IPERF >/dev/null 2>&1 & PIDS+=($!)
+for port in $SRC $MUX $SOCAT $HAP $HAPS $NGX; do wait_port "$port"; done
 
 echo "# $(nproc) cores, $(uname -r), $BYTES bytes per connection, median of $REPEAT runs"
+sleep 0.3
+IPERF_MBS=$(iperf3 -c 127.0.0.1 -p $IPERF -t 3 -J | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e6))')
+echo "iperf3 single stream (the loopback limit): $IPERF_MBS MB/s"
 for conns in "${CONNS[@]}"; do
   run() { $BIN/tcpmux-bench bulk --connect "127.0.0.1:$1" ${3:+--service "$3"} --connections "$conns" --expect "$BYTES" --repeat "$REPEAT" --label "$2" --json; }
   {
@@ -77,6 +97,7 @@ for conns in "${CONNS[@]}"; do
     run $SOCAT socat
     run $HAP haproxy
     run $HAPS haproxy-splice
+    run $NGX nginx-stream
   } > "$WORK/results.json"
   python3 - "$WORK/results.json" "$conns" <<'PY'
 import json, sys
@@ -88,7 +109,7 @@ print("|---|---:|---:|---:|")
 for r in rows:
     print(f"| {r['label']} | {r['median_aggregate_mb_s']:.0f} | {r['per_connection_min_mb_s']:.0f}..{r['per_connection_max_mb_s']:.0f} | {r['median_aggregate_mb_s']/rate['direct']:.2f} |")
 for mode in ("tcpmuxd-splice", "tcpmuxd-copy"):
-    print(f"\n{mode}: {rate[mode]/rate['haproxy']:.2f}x haproxy, {rate[mode]/rate['haproxy-splice']:.2f}x haproxy-splice, {rate[mode]/rate['socat']:.2f}x socat, {rate[mode]/rate['direct']:.2f}x direct", end="")
+    print(f"\n{mode}: {rate[mode]/rate['haproxy']:.2f}x haproxy, {rate[mode]/rate['haproxy-splice']:.2f}x haproxy-splice, {rate[mode]/rate['nginx-stream']:.2f}x nginx, {rate[mode]/rate['socat']:.2f}x socat, {rate[mode]/rate['direct']:.2f}x direct", end="")
 print()
 PY
 done
