@@ -361,6 +361,29 @@ fn one_connection(target: SocketAddr, service: Option<&str>, expect: u64) -> io:
     })
 }
 
+/// Aggregate and per-connection rates over simultaneous transfers.
+fn aggregate(samples: &[Sample]) -> Result<Run, String> {
+    let first = samples
+        .iter()
+        .map(|s| s.started)
+        .min()
+        .ok_or("no connection ran")?;
+    let last = samples
+        .iter()
+        .map(|s| s.finished)
+        .max()
+        .ok_or("no connection ran")?;
+    let seconds = (last - first).as_secs_f64().max(1e-9);
+    let total: u64 = samples.iter().map(|s| s.bytes).sum();
+    let rates: Vec<f64> = samples.iter().map(Sample::rate).collect();
+    Ok(Run {
+        aggregate: total as f64 / 1e6 / seconds,
+        per_connection_min: rates.iter().copied().fold(f64::INFINITY, f64::min),
+        per_connection_max: rates.iter().copied().fold(0.0, f64::max),
+        seconds,
+    })
+}
+
 struct Run {
     aggregate: f64,
     per_connection_min: f64,
@@ -393,25 +416,7 @@ fn run_once(
             .map_err(|e| format!("{target}: {e}"))?;
         samples.push(sample);
     }
-    let first = samples
-        .iter()
-        .map(|s| s.started)
-        .min()
-        .ok_or("no connection ran")?;
-    let last = samples
-        .iter()
-        .map(|s| s.finished)
-        .max()
-        .ok_or("no connection ran")?;
-    let seconds = (last - first).as_secs_f64().max(1e-9);
-    let total: u64 = samples.iter().map(|s| s.bytes).sum();
-    let rates: Vec<f64> = samples.iter().map(Sample::rate).collect();
-    Ok(Run {
-        aggregate: total as f64 / 1e6 / seconds,
-        per_connection_min: rates.iter().copied().fold(f64::INFINITY, f64::min),
-        per_connection_max: rates.iter().copied().fold(0.0, f64::max),
-        seconds,
-    })
+    aggregate(&samples)
 }
 
 fn bulk(
@@ -739,24 +744,13 @@ async fn sweep_level(
         }
         samples.push(sample);
     }
-    let first = samples
-        .iter()
-        .map(|s| s.started)
-        .min()
-        .ok_or("no connection")?;
-    let last = samples
-        .iter()
-        .map(|s| s.finished)
-        .max()
-        .ok_or("no connection")?;
-    let seconds = (last - first).as_secs_f64().max(1e-9);
-    let rates: Vec<f64> = samples.iter().map(Sample::rate).collect();
+    let run = aggregate(&samples)?;
     Ok(Level {
         connections,
-        aggregate: samples.iter().map(|s| s.bytes).sum::<u64>() as f64 / 1e6 / seconds,
-        min: rates.iter().copied().fold(f64::INFINITY, f64::min),
-        max: rates.iter().copied().fold(0.0, f64::max),
-        seconds,
+        aggregate: run.aggregate,
+        min: run.per_connection_min,
+        max: run.per_connection_max,
+        seconds: run.seconds,
     })
 }
 

@@ -268,7 +268,6 @@ fn programs_can_be_left_running_on_shutdown() {
 
 #[test]
 fn bad_exec_settings_are_config_errors() {
-    let dir = common::scratch_dir();
     for (config, words) in [
         ("[service.x]\nexec = [\"cat\"]\n", "absolute path"),
         ("[service.x]\nexec = []\n", "empty"),
@@ -297,16 +296,6 @@ fn bad_exec_settings_are_config_errors() {
             "at least 1",
         ),
     ] {
-        let path = dir.join("bad.toml");
-        std::fs::write(&path, config).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
-            .arg("--check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{config}");
-        assert!(stderr.contains(words), "{config:?} gave {stderr}");
+        common::assert_config_rejected(config, words);
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -217,7 +217,6 @@ async fn the_async_backend_api_yields_tcp_streams() {
 
 #[test]
 fn handoff_services_need_a_control_socket_and_a_rule() {
-    let dir = common::scratch_dir();
     for (config, words) in [
         (
             "[service.app]\nhandoff = { uid = [0] }\n",
@@ -228,19 +227,6 @@ fn handoff_services_need_a_control_socket_and_a_rule() {
             "allows no one",
         ),
     ] {
-        let path = dir.join("bad.toml");
-        std::fs::write(&path, config).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
-            .arg("--check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1));
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains(words),
-            "{config}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_config_rejected(config, words);
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -170,7 +170,6 @@ fn sigterm_stops_accepting_and_lets_sessions_finish() {
 
 #[test]
 fn bad_limits_are_config_errors() {
-    let dir = common::scratch_dir();
     for (config, words) in [
         ("max_connections = 0\n", "at least 1"),
         ("connection_rate_per_ip = 0.5\n", "at least 1"),
@@ -180,21 +179,8 @@ fn bad_limits_are_config_errors() {
         ),
         ("[service.echo]\nmax_connections = 0\n", "at least 1"),
     ] {
-        let path = dir.join("bad.toml");
-        std::fs::write(&path, config).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
-            .arg("--check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{config}");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains(words),
-            "{config}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_config_rejected(config, words);
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

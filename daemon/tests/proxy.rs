@@ -11,23 +11,6 @@ use std::thread::JoinHandle;
 
 use common::{read_all, read_line, Daemon};
 
-/// A backend that echoes every connection until EOF, then closes.
-fn echo_backend() -> (SocketAddr, JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let handle = std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            std::thread::spawn(move || {
-                let mut reader = conn.try_clone().unwrap();
-                let _ = std::io::copy(&mut reader, &mut conn);
-                let _ = conn.shutdown(Shutdown::Write);
-            });
-        }
-    });
-    (addr, handle)
-}
-
 /// A backend that serves one connection with `serve` and returns what it saw.
 fn one_shot_backend<T: Send + 'static>(
     serve: impl FnOnce(TcpStream) -> T + Send + 'static,
@@ -71,7 +54,7 @@ fn round_trip(daemon: &Daemon, service: &str, payload: &[u8]) -> Vec<u8> {
 
 #[test]
 fn large_random_payloads_cross_both_relay_modes_intact() {
-    let (backend, _) = echo_backend();
+    let backend = common::echo_backend();
     let daemon = Daemon::with_config(&format!(
         "[service.zero]\nproxy = \"{backend}\"\nrelay = \"splice\"\n\
          [service.plain]\nproxy = \"{backend}\"\nrelay = \"copy\"\n"
@@ -145,7 +128,7 @@ fn a_dead_backend_is_refused_with_a_reason_and_logged_in_detail() {
 #[test]
 fn backends_are_tried_in_order() {
     let dead = unused_port();
-    let (alive, _) = echo_backend();
+    let alive = common::echo_backend();
     let mut daemon = Daemon::with_config(&format!(
         "[service.ha]\nproxy = [\"{dead}\", \"{alive}\"]\n"
     ));
@@ -206,7 +189,7 @@ fn unix_socket_backends() {
 
 #[test]
 fn idle_relays_are_closed_after_the_idle_timeout() {
-    let (backend, _) = echo_backend();
+    let backend = common::echo_backend();
     let mut daemon = Daemon::with_config(&format!(
         "[service.quiet]\nproxy = \"{backend}\"\nidle_timeout = \"300ms\"\n"
     ));
@@ -333,7 +316,7 @@ fn round_trip_plain(daemon: &Daemon) -> Vec<u8> {
 
 #[test]
 fn etc_services_names_become_proxies_to_the_same_local_port() {
-    let (backend, _) = echo_backend();
+    let backend = common::echo_backend();
     let dir = common::scratch_dir();
     let services = dir.join("services");
     std::fs::write(

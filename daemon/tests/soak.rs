@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::Daemon;
@@ -27,22 +27,6 @@ fn rss_kib(pid: u32) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
-}
-
-fn echo_backend() -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            std::thread::spawn(move || {
-                let mut reader = conn.try_clone().unwrap();
-                let _ = std::io::copy(&mut reader, &mut conn);
-                let _ = conn.shutdown(Shutdown::Write);
-            });
-        }
-    });
-    addr
 }
 
 fn config(backend: std::net::SocketAddr, generation: u32) -> String {
@@ -94,7 +78,7 @@ fn client(addr: std::net::SocketAddr, seed: u64) -> Result<(), String> {
 
 #[test]
 fn a_thousand_clients_three_reloads_no_byte_lost_no_descriptor_leaked() {
-    let backend = echo_backend();
+    let backend = common::echo_backend();
     let daemon = Daemon::with_config(&config(backend, 0));
     let addr = daemon.addr;
     let fds_before = open_fds(daemon.pid());

@@ -251,3 +251,43 @@ pub fn my_uid() -> u32 {
 pub fn is_root() -> bool {
     my_uid() == 0
 }
+
+/// Asserts that `tcpmuxd --check-config` refuses `config` with exit 1 and an
+/// error containing `words`.
+pub fn assert_config_rejected(config: &str, words: &str) {
+    let dir = scratch_dir();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, config).expect("write config");
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+        .arg("--check-config")
+        .arg(&path)
+        .output()
+        .expect("run tcpmuxd --check-config");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{config:?} was accepted: {stderr}"
+    );
+    assert!(stderr.contains(words), "{config:?} gave {stderr}");
+}
+
+/// A plain TCP backend that echoes every connection until EOF, then closes.
+pub fn echo_backend() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind echo backend");
+    let addr = listener.local_addr().expect("backend address");
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let Ok(mut reader) = conn.try_clone() else {
+                    return;
+                };
+                let _ = std::io::copy(&mut reader, &mut conn);
+                let _ = conn.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
