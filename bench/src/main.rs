@@ -42,6 +42,9 @@ enum Command {
         service: String,
         #[arg(long, default_value_t = 1_000_007)]
         expect: u64,
+        /// The service never ends (chargen): read exactly --expect bytes, then close.
+        #[arg(long)]
+        endless: bool,
         /// Comma-separated concurrency levels.
         #[arg(long, default_value = "1,2,4,8,16,32,64,256,1024,10000")]
         levels: String,
@@ -141,6 +144,7 @@ fn main() -> ExitCode {
             connect,
             service,
             expect,
+            endless,
             levels,
             json_out,
             svg_out,
@@ -148,6 +152,7 @@ fn main() -> ExitCode {
             connect,
             &service,
             expect,
+            endless,
             &levels,
             json_out.as_deref(),
             svg_out.as_deref(),
@@ -649,6 +654,7 @@ fn sweep(
     target: SocketAddr,
     service: &str,
     expect: u64,
+    endless: bool,
     levels: &str,
     json_out: Option<&std::path::Path>,
     svg_out: Option<&std::path::Path>,
@@ -665,7 +671,13 @@ fn sweep(
     println!("| connections | aggregate MB/s | per-connection MB/s min..max | fairness (max/min) | seconds |");
     println!("|---:|---:|---:|---:|---:|");
     for &connections in &levels {
-        let level = runtime.block_on(sweep_level(target, service, expect, connections.max(1)))?;
+        let level = runtime.block_on(sweep_level(
+            target,
+            service,
+            expect,
+            endless,
+            connections.max(1),
+        ))?;
         println!(
             "| {} | {:.0} | {:.1}..{:.1} | {:.2} | {:.2} |",
             level.connections,
@@ -697,10 +709,16 @@ fn sweep(
     Ok(())
 }
 
+/// One level. For an endless service every connection negotiates first and all
+/// start reading at once (a barrier), so per-connection rates compare transfers,
+/// not the connect ramp. A finite service is read as soon as it answers: held
+/// back, 10,000 answers of 1 MB would sit in kernel buffers and push TCP into
+/// memory pressure, where the kernel resets connections.
 async fn sweep_level(
     target: SocketAddr,
     service: &str,
     expect: u64,
+    endless: bool,
     connections: usize,
 ) -> Result<Level, String> {
     use tokio::io::AsyncReadExt;
@@ -709,18 +727,31 @@ async fn sweep_level(
         reply_timeout: Some(Duration::from_secs(30)),
     };
     let mut tasks = tokio::task::JoinSet::new();
+    let barrier = Arc::new(tokio::sync::Barrier::new(connections));
     for _ in 0..connections {
         let service = service.to_owned();
+        let barrier = Arc::clone(&barrier);
         tasks.spawn(async move {
+            let connected = tcpmux::connect_async(target, &service, &options).await;
+            if endless {
+                // Wait even after a failure, so the others are not left waiting.
+                barrier.wait().await;
+            }
+            let mut stream = connected.map_err(|e| e.to_string())?;
             let started = Instant::now();
-            let mut stream = tcpmux::connect_async(target, &service, &options)
-                .await
-                .map_err(|e| e.to_string())?;
             // Small per-connection buffers: 10,000 of them must fit comfortably.
             let mut buf = vec![0u8; 16 * 1024];
             let mut bytes = 0u64;
             loop {
-                match stream.read(&mut buf).await {
+                let want = if endless {
+                    (expect - bytes).min(buf.len() as u64) as usize
+                } else {
+                    buf.len()
+                };
+                if want == 0 {
+                    break;
+                }
+                match stream.read(&mut buf[..want]).await {
                     Ok(0) => break,
                     Ok(n) => bytes += n as u64,
                     Err(e) => return Err(e.to_string()),
