@@ -298,6 +298,11 @@ fn idle(target: SocketAddr, connections: usize, hold: f64) -> Result<(), String>
 fn source(listen: SocketAddr, bytes: u64) -> Result<(), String> {
     let listener =
         TcpListener::bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    // The bound address (the real port when 0 was asked for), for scripts.
+    if let Ok(bound) = listener.local_addr() {
+        println!("listening {bound}");
+        let _ = io::stdout().flush();
+    }
     let block: Arc<[u8]> = (0..BUFFER).map(|i| (i % 251) as u8).collect();
     for conn in listener.incoming() {
         let Ok(mut conn) = conn else { continue };

@@ -1,0 +1,113 @@
+//! tcpmux-bench against its own `source` backend: the byte check that every run
+//! relies on, and the refusal to report a run that moved the wrong amount.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+struct Source {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn source(bytes: u64) -> Source {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tcpmux-bench"))
+        .args([
+            "source",
+            "--listen",
+            "127.0.0.1:0",
+            "--bytes",
+            &bytes.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start source");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("address line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .expect("listening line")
+        .to_owned();
+    Source { child, addr }
+}
+
+fn bench(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tcpmux-bench"))
+        .args(args)
+        .output()
+        .expect("run tcpmux-bench")
+}
+
+#[test]
+fn bulk_reports_a_run_that_received_every_byte() {
+    let source = source(3_000_000);
+    let out = bench(&[
+        "bulk",
+        "--connect",
+        &source.addr,
+        "--connections",
+        "3",
+        "--expect",
+        "3000000",
+        "--repeat",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\"connections\":3") && text.contains("\"bytes_per_connection\":3000000"),
+        "{text}"
+    );
+    assert!(text.contains("\"median_aggregate_mb_s\":"), "{text}");
+}
+
+#[test]
+fn bulk_fails_when_the_byte_count_is_wrong() {
+    let source = source(1000);
+    let out = bench(&[
+        "bulk",
+        "--connect",
+        &source.addr,
+        "--expect",
+        "999",
+        "--repeat",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("received 1000 bytes, expected 999"));
+}
+
+#[test]
+fn a_dead_target_is_an_error_not_a_zero_result() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = bench(&[
+        "short",
+        "--connect",
+        &port.to_string(),
+        "--service",
+        "daytime",
+        "--duration",
+        "0.2",
+        "--connections",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no exchange succeeded"));
+}
