@@ -21,16 +21,9 @@ fn strip_status(reply: &[u8]) -> &[u8] {
 fn echo_returns_every_byte_in_order() {
     let daemon = Daemon::start();
     let payload = common::random_bytes(1, 200_000);
-    let mut stream = daemon.connect();
-    stream.write_all(b"echo\r\n").unwrap();
-    let mut writer = stream.try_clone().unwrap();
-    let sent = payload.clone();
-    let sender = std::thread::spawn(move || {
-        writer.write_all(&sent).unwrap();
-        writer.shutdown(Shutdown::Write).unwrap();
-    });
-    let reply = read_all(&mut stream);
-    sender.join().unwrap();
+    let mut request = b"echo\r\n".to_vec();
+    request.extend_from_slice(&payload);
+    let reply = common::send_and_receive(&mut daemon.connect(), request);
     assert_eq!(strip_status(&reply), &payload[..]);
 }
 

@@ -46,17 +46,10 @@ fn cat_gets_the_bytes_pipelined_behind_the_name() {
     let payload = common::random_bytes(5, 2_000_000);
     let mut request = b"CAT\n".to_vec();
     request.extend_from_slice(&payload);
-    let mut stream = daemon.connect();
-    let mut writer = stream.try_clone().unwrap();
-    let sender = std::thread::spawn(move || {
-        writer.write_all(&request).unwrap();
-        writer.shutdown(Shutdown::Write).unwrap();
-    });
-    assert_eq!(read_line(&mut stream), b"+\r\n");
-    let echoed = read_all(&mut stream);
-    sender.join().unwrap();
+    let reply = common::send_and_receive(&mut daemon.connect(), request);
+    let echoed = reply.strip_prefix(b"+\r\n").expect("+ line");
     assert!(
-        echoed == payload,
+        echoed == payload.as_slice(),
         "{} of {} bytes",
         echoed.len(),
         payload.len()

@@ -5,11 +5,11 @@
 mod common;
 
 use std::io::Write;
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{read_all, read_line, Daemon};
+use common::{read_all, Daemon};
 
 struct Haproxy {
     child: Child,
@@ -84,18 +84,12 @@ fn behind_haproxy_with_proxy_v2_clients_keep_their_address_and_bytes() {
     let mut stream = TcpStream::connect(("127.0.0.1", haproxy.port)).unwrap();
     stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
     let me = stream.local_addr().unwrap();
-    stream.write_all(b"echo\r\n").unwrap();
-    let mut writer = stream.try_clone().unwrap();
-    let data = payload.clone();
-    let sender = std::thread::spawn(move || {
-        writer.write_all(&data).unwrap();
-        writer.shutdown(Shutdown::Write).unwrap();
-    });
-    assert_eq!(read_line(&mut stream), b"+\r\n");
-    let echoed = read_all(&mut stream);
-    sender.join().unwrap();
+    let mut request = b"echo\r\n".to_vec();
+    request.extend_from_slice(&payload);
+    let reply = common::send_and_receive(&mut stream, request);
+    let echoed = reply.strip_prefix(b"+\r\n").expect("+ line");
     assert!(
-        echoed == payload,
+        echoed == payload.as_slice(),
         "{} of {} bytes came back intact",
         echoed.len(),
         payload.len()

@@ -291,3 +291,19 @@ pub fn echo_backend() -> SocketAddr {
     });
     addr
 }
+
+/// Writes `data` on a helper thread, then half-closes, while this thread reads
+/// everything the server sends until it closes: what a relay test needs, since
+/// writing all first could fill both directions' buffers and deadlock.
+pub fn send_and_receive(stream: &mut TcpStream, data: Vec<u8>) -> Vec<u8> {
+    let mut writer = stream.try_clone().expect("clone stream");
+    let sender = std::thread::spawn(move || {
+        writer.write_all(&data).expect("send");
+        writer
+            .shutdown(std::net::Shutdown::Write)
+            .expect("half-close");
+    });
+    let received = read_all(stream);
+    sender.join().expect("sender thread");
+    received
+}
