@@ -428,35 +428,24 @@ fn exec_settings(
             format!("exec program {program} does not exist"),
         ));
     }
-    let reply = match table
-        .reply
-        .as_ref()
-        .map(|r| (r.get_ref().as_str(), r.span()))
-    {
-        None | Some(("server", _)) => ExecReply::Server,
-        Some(("program", _)) => ExecReply::Program,
-        Some((other, span)) => {
-            return Err(at(
-                Some(span),
-                format!("reply {other:?}: expected \"server\" or \"program\""),
-            ))
-        }
-    };
+    let reply = choice(
+        "reply",
+        table.reply.as_ref(),
+        &[
+            ("server", ExecReply::Server),
+            ("program", ExecReply::Program),
+        ],
+        at,
+    )?
+    .unwrap_or_default();
     let user = resolve_user(table.user.as_ref(), table.group.as_ref(), at)?;
-    let on_shutdown = match table
-        .on_shutdown
-        .as_ref()
-        .map(|r| (r.get_ref().as_str(), r.span()))
-    {
-        None | Some(("kill", _)) => OnShutdown::Kill,
-        Some(("leave", _)) => OnShutdown::Leave,
-        Some((other, span)) => {
-            return Err(at(
-                Some(span),
-                format!("on_shutdown {other:?}: expected \"kill\" or \"leave\""),
-            ))
-        }
-    };
+    let on_shutdown = choice(
+        "on_shutdown",
+        table.on_shutdown.as_ref(),
+        &[("kill", OnShutdown::Kill), ("leave", OnShutdown::Leave)],
+        at,
+    )?
+    .unwrap_or_default();
     let max_instances = match &table.max_instances {
         Some(max) if *max.get_ref() == 0 => {
             return Err(at(
@@ -484,6 +473,31 @@ fn exec_settings(
         on_shutdown,
         running: Counter::default(),
     })
+}
+
+/// A key whose value is one of a few words: `None` when absent, an error naming
+/// the allowed words when it is none of them.
+fn choice<T: Copy>(
+    key: &str,
+    value: Option<&Spanned<String>>,
+    words: &[(&str, T)],
+    at: &impl Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<Option<T>, ConfigError> {
+    let Some(value) = value else { return Ok(None) };
+    match words.iter().find(|(word, _)| *word == value.get_ref()) {
+        Some((_, chosen)) => Ok(Some(*chosen)),
+        None => {
+            let allowed: Vec<String> = words.iter().map(|(w, _)| format!("\"{w}\"")).collect();
+            Err(at(
+                Some(value.span()),
+                format!(
+                    "{key} {:?}: expected {}",
+                    value.get_ref(),
+                    allowed.join(" or ")
+                ),
+            ))
+        }
+    }
 }
 
 /// A `user` (name or uid; its primary group by default) and optional `group`
@@ -588,32 +602,19 @@ fn proxy_settings(
         .as_ref()
         .map(|t| t.get_ref().0)
         .filter(|t| !t.is_zero());
-    let send_proxy = match &table.send_proxy {
-        None => None,
-        Some(v) => Some(match v.get_ref().as_str() {
-            "v1" => ProxyVersion::V1,
-            "v2" => ProxyVersion::V2,
-            other => {
-                return Err(at(
-                    Some(v.span()),
-                    format!("send_proxy {other:?}: expected \"v1\" or \"v2\""),
-                ))
-            }
-        }),
-    };
-    let relay = match &table.relay {
-        None => RelayMode::default(),
-        Some(v) => match v.get_ref().as_str() {
-            "splice" => RelayMode::Splice,
-            "copy" => RelayMode::Copy,
-            other => {
-                return Err(at(
-                    Some(v.span()),
-                    format!("relay {other:?}: expected \"splice\" or \"copy\""),
-                ))
-            }
-        },
-    };
+    let send_proxy = choice(
+        "send_proxy",
+        table.send_proxy.as_ref(),
+        &[("v1", ProxyVersion::V1), ("v2", ProxyVersion::V2)],
+        at,
+    )?;
+    let relay = choice(
+        "relay",
+        table.relay.as_ref(),
+        &[("splice", RelayMode::Splice), ("copy", RelayMode::Copy)],
+        at,
+    )?
+    .unwrap_or_default();
     Ok(Proxy {
         backends,
         connect_timeout,

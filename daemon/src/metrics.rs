@@ -9,7 +9,9 @@ use std::sync::Mutex;
 /// Connection counts by (service, outcome), and byte totals.
 #[derive(Default)]
 pub struct Metrics {
-    connections: Mutex<BTreeMap<(String, &'static str), u64>>,
+    /// service → outcome → count; nested so that recording looks the service up
+    /// without allocating (a new key is allocated once per service name).
+    connections: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
 }
@@ -21,48 +23,68 @@ impl Metrics {
         self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
         let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry((service.to_owned(), outcome)).or_insert(0) += 1;
+        let outcomes = match map.get_mut(service) {
+            Some(outcomes) => outcomes,
+            None => map.entry(service.to_owned()).or_default(),
+        };
+        *outcomes.entry(outcome).or_insert(0) += 1;
     }
 
     /// The exposition text, with `active` connections and live handoff backends.
     pub fn render(&self, active: usize, handoff: &[(String, usize)]) -> String {
         let mut out = String::new();
-        out.push_str(
-            "# HELP tcpmuxd_connections_total Connections closed, by service and outcome.\n",
+        family(
+            &mut out,
+            "tcpmuxd_connections_total",
+            "counter",
+            "Connections closed, by service and outcome.",
         );
-        out.push_str("# TYPE tcpmuxd_connections_total counter\n");
         let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
-        for ((service, outcome), count) in map.iter() {
-            let _ = writeln!(
-                out,
-                "tcpmuxd_connections_total{{service=\"{}\",outcome=\"{outcome}\"}} {count}",
-                escape(service)
-            );
+        for (service, outcomes) in map.iter() {
+            for (outcome, count) in outcomes {
+                let _ = writeln!(
+                    out,
+                    "tcpmuxd_connections_total{{service=\"{}\",outcome=\"{outcome}\"}} {count}",
+                    escape(service)
+                );
+            }
         }
         drop(map);
-        out.push_str("# HELP tcpmuxd_connections_active Connections open now.\n");
-        out.push_str("# TYPE tcpmuxd_connections_active gauge\n");
-        let _ = writeln!(out, "tcpmuxd_connections_active {active}");
-        out.push_str(
-            "# HELP tcpmuxd_bytes_received_total Bytes read from clients by tcpmuxd itself.\n",
+        family(
+            &mut out,
+            "tcpmuxd_connections_active",
+            "gauge",
+            "Connections open now.",
         );
-        out.push_str("# TYPE tcpmuxd_bytes_received_total counter\n");
+        let _ = writeln!(out, "tcpmuxd_connections_active {active}");
+        family(
+            &mut out,
+            "tcpmuxd_bytes_received_total",
+            "counter",
+            "Bytes read from clients by tcpmuxd itself.",
+        );
         let _ = writeln!(
             out,
             "tcpmuxd_bytes_received_total {}",
             self.bytes_in.load(Ordering::Relaxed)
         );
-        out.push_str(
-            "# HELP tcpmuxd_bytes_sent_total Bytes written to clients by tcpmuxd itself.\n",
+        family(
+            &mut out,
+            "tcpmuxd_bytes_sent_total",
+            "counter",
+            "Bytes written to clients by tcpmuxd itself.",
         );
-        out.push_str("# TYPE tcpmuxd_bytes_sent_total counter\n");
         let _ = writeln!(
             out,
             "tcpmuxd_bytes_sent_total {}",
             self.bytes_out.load(Ordering::Relaxed)
         );
-        out.push_str("# HELP tcpmuxd_handoff_backends Registered handoff backends, by service.\n");
-        out.push_str("# TYPE tcpmuxd_handoff_backends gauge\n");
+        family(
+            &mut out,
+            "tcpmuxd_handoff_backends",
+            "gauge",
+            "Registered handoff backends, by service.",
+        );
         for (service, count) in handoff {
             let _ = writeln!(
                 out,
@@ -72,6 +94,11 @@ impl Metrics {
         }
         out
     }
+}
+
+/// The `# HELP` and `# TYPE` lines that open a metric family.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 fn escape(label: &str) -> String {

@@ -140,11 +140,7 @@ fn sigterm_stops_the_daemon_and_removes_its_unix_socket() {
         .wait_for_log(|l| l.contains(&format!("address={listen}")))
         .expect("unix listener up");
     assert!(path.exists());
-    let status = Command::new("kill")
-        .args(["-TERM", &daemon.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    daemon.signal("TERM");
     daemon
         .wait_for_log(|l| l.contains("shutting down"))
         .expect("shutdown logged");

@@ -219,11 +219,7 @@ fn program_pid_then_stop_daemon(on_shutdown: &str) -> (u32, Daemon) {
         .parse()
         .unwrap();
     assert!(running(pid));
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &daemon.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    daemon.signal("TERM");
     daemon
         .wait_for_log(|l| l.contains("shutting down"))
         .expect("shutdown");
