@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod proxy_protocol;
 pub mod registry;
 pub mod relay;
+mod sendfile;
 pub mod services;
 
 pub mod systemd;
@@ -145,6 +146,7 @@ pub async fn run(
         Some(addr) => Some(Listener::bind(&ListenAddr::Tcp(*addr))?),
         None => None,
     };
+    services::prepare();
     let mut accepting = tokio::task::JoinSet::new();
     let listen = config.listen.clone();
     let handoff_socket = config.handoff_socket.clone();

@@ -41,6 +41,20 @@ fn discard_reads_everything_and_answers_nothing() {
     assert!(line.contains("bytes_in=100009"), "{line}");
 }
 
+const PRINTABLE: &[u8] = b" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~";
+
+/// Line `i` of the RFC 864 pattern: 72 characters from `i` places in, then CRLF.
+fn pattern_line(i: usize) -> Vec<u8> {
+    let mut line: Vec<u8> = (0..72).map(|k| PRINTABLE[(i + k) % 95]).collect();
+    line.extend_from_slice(b"\r\n");
+    line
+}
+
+/// The first `len` bytes of the endless pattern.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..).flat_map(pattern_line).take(len).collect()
+}
+
 #[test]
 fn chargen_streams_the_rfc864_pattern_until_the_client_leaves() {
     let daemon = Daemon::start();
@@ -49,17 +63,13 @@ fn chargen_streams_the_rfc864_pattern_until_the_client_leaves() {
     // Half-closing does not stop chargen: only the client going away does.
     stream.shutdown(Shutdown::Write).unwrap();
     assert_eq!(read_line(&mut stream), b"+\r\n");
-    let mut lines = Vec::new();
-    for _ in 0..200 {
-        lines.push(read_line(&mut stream));
-    }
-    const PRINTABLE: &[u8] = b" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~";
-    for (i, line) in lines.iter().enumerate() {
-        assert_eq!(line.len(), 74, "line {i}");
-        let expected: Vec<u8> = (0..72).map(|k| PRINTABLE[(i + k) % 95]).collect();
-        assert_eq!(&line[..72], &expected[..], "line {i}");
-        assert_eq!(&line[72..], b"\r\n");
-    }
+    // Far more than the daemon sends in one pass of its buffer, so the stream
+    // must stay continuous across passes and partial sends.
+    let mut body = vec![0u8; 3_000_000];
+    stream.read_exact(&mut body).unwrap();
+    let expected = pattern(body.len());
+    let first_bad = body.iter().zip(&expected).position(|(a, b)| a != b);
+    assert_eq!(first_bad, None, "pattern broken at byte {first_bad:?}");
     drop(stream);
 }
 
@@ -128,16 +138,68 @@ fn isotime_is_iso8601_utc() {
     );
 }
 
+/// The seed's sometext: the chargen pattern for 1,000,007 bytes, its last line
+/// cut short (1,000,007 = 13,513 lines of 74 + 45) and still ended by CRLF.
+fn sometext() -> Vec<u8> {
+    let mut text = pattern(1_000_007 - 2);
+    text.extend_from_slice(b"\r\n");
+    text
+}
+
 #[test]
 fn sometext_is_exactly_1000007_bytes_of_printable_lines() {
     let daemon = Daemon::start();
     let reply = daemon.exchange(b"sometext\r\n");
     let body = strip_status(&reply);
     assert_eq!(body.len(), 1_000_007);
-    assert!(body.ends_with(b"\r\n"));
+    assert!(body == &sometext()[..], "sometext differs from the pattern");
     for line in body.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
         let text = line.strip_suffix(b"\r").expect("CRLF");
         assert!(text.iter().all(|b| (0x20..0x7f).contains(b)));
+    }
+}
+
+#[test]
+fn sometext_and_chargen_reach_unix_socket_clients_intact() {
+    let dir = common::scratch_dir();
+    let path = dir.join("bulk.sock");
+    let listen = format!("unix:{}", path.display());
+    let mut daemon = Daemon::start_with(None, &["--listen", &listen]);
+    daemon
+        .wait_for_log(|l| l.contains(&format!("address={listen}")))
+        .expect("unix listener up");
+    let mut stream = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    stream.write_all(b"sometext\r\n").unwrap();
+    let reply = read_all(&mut stream);
+    assert!(strip_status(&reply) == &sometext()[..]);
+
+    let mut stream = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    stream.write_all(b"chargen\r\n").unwrap();
+    let mut reply = vec![0u8; 3 + 500_000];
+    stream.read_exact(&mut reply).unwrap();
+    assert!(strip_status(&reply) == &pattern(500_000)[..]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn many_simultaneous_sometext_clients_each_get_the_whole_text() {
+    let daemon = Daemon::start();
+    let expected = std::sync::Arc::new(sometext());
+    let clients: Vec<_> = (0..40)
+        .map(|_| {
+            let mut stream = daemon.connect();
+            let expected = std::sync::Arc::clone(&expected);
+            std::thread::spawn(move || {
+                stream.write_all(b"sometext\r\n").unwrap();
+                let reply = read_all(&mut stream);
+                strip_status(&reply) == &expected[..]
+            })
+        })
+        .collect();
+    for (i, client) in clients.into_iter().enumerate() {
+        assert!(client.join().unwrap(), "client {i} got a different text");
     }
 }
 

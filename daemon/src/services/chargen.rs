@@ -3,7 +3,10 @@
 use std::io;
 use std::sync::OnceLock;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::Interest;
+
+use crate::sendfile::FixedBytes;
+use crate::stream::{Metered, Stream};
 
 /// Characters of one line, and the printable ASCII set the pattern rotates through.
 const LINE_CHARS: usize = 72;
@@ -22,39 +25,56 @@ pub fn pattern_line(index: usize) -> [u8; LINE_CHARS + 2] {
     line
 }
 
-/// Periods of the pattern to write at once: five periods (35,150 bytes) moved
-/// 1.6x to 2x what one (7,030 bytes) did on one connection (docs/benchmarks.md).
-const PERIODS_PER_WRITE: usize = 5;
+/// Periods of the pattern held in the memfd and sent in one pass.
+const PERIODS: usize = 20;
+/// Most bytes one system call sends before the session yields to the others:
+/// five periods (35,150 bytes); see docs/benchmarks.md for how this was chosen.
+const TURN: usize = 5 * PRINTABLE * (LINE_CHARS + 2);
 
-/// Whole periods of the pattern (95 lines each), built once and written over and
-/// over; whole periods keep the stream continuous from one write to the next.
-fn cycle() -> &'static [u8] {
-    static CYCLE: OnceLock<Vec<u8>> = OnceLock::new();
+/// Whole periods of the pattern (95 lines each), built once and sent over and
+/// over; whole periods keep the stream continuous from one pass to the next.
+fn cycle() -> &'static FixedBytes {
+    static CYCLE: OnceLock<FixedBytes> = OnceLock::new();
     CYCLE.get_or_init(|| {
-        (0..PRINTABLE * PERIODS_PER_WRITE)
+        let bytes = (0..PRINTABLE * PERIODS)
             .map(|i| i % PRINTABLE)
             .flat_map(pattern_line)
-            .collect()
+            .collect();
+        FixedBytes::new("chargen", bytes)
     })
 }
 
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut S) -> io::Result<()> {
-    let (mut input, mut output) = tokio::io::split(conn);
+pub fn prepare() {
+    cycle();
+}
+
+pub async fn serve(conn: &mut Metered<Stream>) -> io::Result<()> {
+    let stream = conn.get_ref();
+    let (mut sent, mut received) = (0u64, 0u64);
     let generate = async {
+        let cycle = cycle();
         loop {
-            output.write_all(cycle()).await?;
-            // One buffer per turn: without this, a connection whose socket keeps
-            // draining would write on and on while the others wait.
-            tokio::task::yield_now().await;
+            cycle
+                .send(stream, 0, cycle.as_slice().len(), TURN, &mut sent)
+                .await?;
         }
     };
     // Input is discarded; its EOF does not stop the stream (a client may half-close
     // and keep reading), only a failed write does.
     let discard = async {
         let mut buf = [0u8; 4096];
-        while let Ok(n) = input.read(&mut buf).await {
-            if n == 0 {
+        loop {
+            if stream.readable().await.is_err() {
                 break;
+            }
+            let read = stream.try_io(Interest::READABLE, || {
+                rustix::io::read(stream, &mut buf).map_err(io::Error::from)
+            });
+            match read {
+                Ok(0) => break,
+                Ok(n) => received += n as u64,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(_) => break,
             }
         }
         std::future::pending::<()>().await
@@ -63,6 +83,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut S) -> io::Resul
         result = generate => result,
         () = discard => Ok(()),
     };
+    conn.bytes_out += sent;
+    conn.bytes_in += received;
     match result {
         Err(e) if super::is_disconnect(&e) => Ok(()),
         other => other,
@@ -83,7 +105,8 @@ mod tests {
         assert_eq!(pattern_line(1)[0], b'!');
         assert_eq!(pattern_line(PRINTABLE), first);
         let period = PRINTABLE * (LINE_CHARS + 2);
-        assert_eq!(cycle().len(), PERIODS_PER_WRITE * period);
-        assert_eq!(&cycle()[..period], &cycle()[period..2 * period]);
+        let cycle = cycle().as_slice();
+        assert_eq!(cycle.len(), PERIODS * period);
+        assert_eq!(&cycle[..period], &cycle[period..2 * period]);
     }
 }

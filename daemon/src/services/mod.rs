@@ -22,7 +22,7 @@ use std::io;
 use std::sync::Arc;
 
 use tcpmux_proto::encode_reply;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::registry::Service;
 use crate::stream::{ClientInfo, Metered, Stream};
@@ -101,6 +101,14 @@ pub enum Ended {
     HandedOff,
 }
 
+/// Builds the built-ins' fixed texts (and their memfds) before the first client,
+/// so no client waits for them and every descriptor the daemon keeps is open from
+/// the start.
+pub fn prepare() {
+    sometext::prepare();
+    chargen::prepare();
+}
+
 /// Runs `service` on a connection whose request named it: sends the status line
 /// (a proxy only once its backend is up), then the service. Returns when the
 /// service is done with the connection; closing it gracefully is the caller's job.
@@ -152,10 +160,7 @@ pub async fn refuse<S: AsyncWrite + Unpin>(conn: &mut S, reason: &str) {
     let _ = conn.write_all(&line).await;
 }
 
-async fn run_builtin<S: AsyncRead + AsyncWrite + Unpin>(
-    builtin: Builtin,
-    conn: &mut S,
-) -> io::Result<()> {
+async fn run_builtin(builtin: Builtin, conn: &mut Metered<Stream>) -> io::Result<()> {
     match builtin {
         Builtin::Echo => echo::serve(conn).await,
         Builtin::Discard => discard::serve(conn).await,

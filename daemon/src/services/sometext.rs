@@ -1,19 +1,23 @@
 //! sometext: the seed's bulk service, exactly 1,000,007 bytes of printable text in
-//! CRLF lines, then close. The text is built once, so each client costs only the
-//! writes: this is the service that measures the daemon at socket speed.
+//! CRLF lines, then close. The text is built once, into a sealed memfd that every
+//! client is served from by sendfile(2): this is the service that measures the
+//! daemon at socket speed.
 
 use std::io;
 use std::sync::OnceLock;
 
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-
 use super::chargen::pattern_line;
+use crate::sendfile::FixedBytes;
+use crate::stream::{Metered, Stream};
 
 /// The seed's size, an odd number so that no buffer size divides it.
 pub const SOMETEXT_LEN: usize = 1_000_007;
 
-pub fn text() -> &'static [u8] {
-    static TEXT: OnceLock<Vec<u8>> = OnceLock::new();
+/// Most bytes one system call sends before the session yields to the others.
+const TURN: usize = 256 * 1024;
+
+fn text() -> &'static FixedBytes {
+    static TEXT: OnceLock<FixedBytes> = OnceLock::new();
     TEXT.get_or_init(|| {
         let mut text = Vec::with_capacity(SOMETEXT_LEN);
         let mut index = 0;
@@ -29,12 +33,21 @@ pub fn text() -> &'static [u8] {
             }
             index += 1;
         }
-        text
+        FixedBytes::new("sometext", text)
     })
 }
 
-pub async fn serve<S: AsyncWrite + Unpin>(conn: &mut S) -> io::Result<()> {
-    conn.write_all(text()).await
+pub fn prepare() {
+    text();
+}
+
+pub async fn serve(conn: &mut Metered<Stream>) -> io::Result<()> {
+    let mut sent = 0;
+    let result = text()
+        .send(conn.get_ref(), 0, SOMETEXT_LEN, TURN, &mut sent)
+        .await;
+    conn.bytes_out += sent;
+    result
 }
 
 #[cfg(test)]
@@ -43,7 +56,7 @@ mod tests {
 
     #[test]
     fn exact_length_printable_lines() {
-        let text = text();
+        let text = text().as_slice();
         assert_eq!(text.len(), SOMETEXT_LEN);
         assert!(text.ends_with(b"\r\n"));
         for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
