@@ -25,12 +25,7 @@ for tool in socat haproxy nginx iperf3; do
 done
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
 BIN=target/release
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+. bench/lib.sh
 
 $BIN/tcpmux-bench source --listen 127.0.0.1:$SRC --bytes "$BYTES" & PIDS+=($!)
 cat > "$WORK/tcpmuxd.toml" <<CFG
@@ -44,43 +39,8 @@ relay = "copy"
 CFG
 RUST_LOG=warn $BIN/tcpmuxd --config "$WORK/tcpmuxd.toml" & PIDS+=($!)
 socat TCP-LISTEN:$SOCAT,fork,reuseaddr TCP:127.0.0.1:$SRC & PIDS+=($!)
-cat > "$WORK/haproxy.cfg" <<CFG
-global
-  maxconn 4000
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
-frontend fe
-  bind 127.0.0.1:$HAP
-  default_backend be
-backend be
-  server src 127.0.0.1:$SRC
-# The same, with HAProxy's own kernel splicing turned on.
-frontend fe_splice
-  bind 127.0.0.1:$HAPS
-  option splice-auto
-  default_backend be_splice
-backend be_splice
-  option splice-auto
-  server src 127.0.0.1:$SRC
-CFG
-haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
-cat > "$WORK/nginx.conf" <<CFG
-load_module /usr/lib/nginx/modules/ngx_stream_module.so;
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err;
-events {}
-stream {
-  server {
-    listen 127.0.0.1:$NGX;
-    proxy_pass 127.0.0.1:$SRC;
-  }
-}
-CFG
-nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!)
+start_haproxy < <(haproxy_pair plain $HAP $SRC; haproxy_pair splice $HAPS $SRC splice)
+start_nginx_stream $NGX $SRC
 iperf3 -s -p $IPERF >/dev/null 2>&1 & PIDS+=($!)
 for port in $SRC $MUX $SOCAT $HAP $HAPS $NGX; do wait_port "$port"; done
 

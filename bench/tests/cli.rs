@@ -17,14 +17,19 @@ impl Drop for Source {
 }
 
 fn source(bytes: u64) -> Source {
+    backend(&[
+        "source",
+        "--listen",
+        "127.0.0.1:0",
+        "--bytes",
+        &bytes.to_string(),
+    ])
+}
+
+/// A backend subcommand (`source`, `lines`) on an ephemeral port.
+fn backend(args: &[&str]) -> Source {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tcpmux-bench"))
-        .args([
-            "source",
-            "--listen",
-            "127.0.0.1:0",
-            "--bytes",
-            &bytes.to_string(),
-        ])
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("start source");
@@ -110,4 +115,71 @@ fn a_dead_target_is_an_error_not_a_zero_result() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no exchange succeeded"));
+}
+
+#[test]
+fn short_without_a_service_reads_a_plain_port_and_with_one_requires_a_plus() {
+    let source = source(26);
+    let plain = bench(&[
+        "short",
+        "--connect",
+        &source.addr,
+        "--duration",
+        "0.3",
+        "--connections",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        plain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let text = String::from_utf8_lossy(&plain.stdout);
+    assert!(
+        text.contains("\"service\":null") && text.contains("\"failed\":0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"p999_us\":") && text.contains("\"max_us\":"),
+        "{text}"
+    );
+    // The source's first byte is 0, not a '+': every exchange counts as failed.
+    let negotiated = bench(&[
+        "short",
+        "--connect",
+        &source.addr,
+        "--service",
+        "daytime",
+        "--duration",
+        "0.3",
+    ]);
+    assert_eq!(negotiated.status.code(), Some(1));
+}
+
+#[test]
+fn nagle_established_reports_each_way_of_writing_over_one_connection() {
+    let lines = backend(&["lines", "--listen", "127.0.0.1:0"]);
+    let out = bench(&[
+        "nagle-established",
+        "--connect",
+        &lines.addr,
+        "--warmup",
+        "20",
+        "--rounds",
+        "5",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    assert!(rows[0].starts_with("two writes, Nagle on:"), "{text}");
+    assert!(rows[1].starts_with("two writes, TCP_NODELAY:"), "{text}");
+    assert!(rows[2].starts_with("one write:"), "{text}");
+    // Timings are the benchmark's business (bench/nagle.sh), not a test's.
+    assert!(text.contains("of 5 rounds"), "{text}");
 }

@@ -119,14 +119,21 @@ pub async fn serve(
     daemon: &crate::Daemon,
 ) -> io::Result<Ended> {
     match &service.kind {
-        ServiceKind::Builtin(Builtin::Stats) => {
-            accept(conn, &service.message).await?;
-            conn.write_all(daemon.render_metrics().as_bytes()).await?;
-            Ok(Ended::Served { backend: None })
-        }
         ServiceKind::Builtin(builtin) => {
-            accept(conn, &service.message).await?;
-            run_builtin(*builtin, conn).await?;
+            match one_shot_answer(*builtin, daemon) {
+                // The status line and the whole answer in one write: one
+                // segment, and one wake-up of the client instead of two.
+                Some(answer) => {
+                    let mut reply = Vec::with_capacity(answer.len() + 8);
+                    encode_reply(true, &service.message, &mut reply);
+                    reply.extend_from_slice(&answer);
+                    conn.write_all(&reply).await?;
+                }
+                None => {
+                    accept(conn, &service.message).await?;
+                    run_builtin(*builtin, conn).await?;
+                }
+            }
             Ok(Ended::Served { backend: None })
         }
         ServiceKind::Proxy(settings) => {
@@ -160,17 +167,26 @@ pub async fn refuse<S: AsyncWrite + Unpin>(conn: &mut S, reason: &str) {
     let _ = conn.write_all(&line).await;
 }
 
+/// The whole answer of a built-in that sends one thing and is done.
+fn one_shot_answer(builtin: Builtin, daemon: &crate::Daemon) -> Option<Vec<u8>> {
+    match builtin {
+        Builtin::Daytime => Some(daytime::answer()),
+        Builtin::Time => Some(time::answer()),
+        Builtin::Isotime => Some(isotime::answer()),
+        Builtin::Stats => Some(daemon.render_metrics().into_bytes()),
+        Builtin::Echo | Builtin::Discard | Builtin::Chargen | Builtin::Sometext => None,
+    }
+}
+
+/// A built-in that streams, after its status line.
 async fn run_builtin(builtin: Builtin, conn: &mut Metered<Stream>) -> io::Result<()> {
     match builtin {
         Builtin::Echo => echo::serve(conn).await,
         Builtin::Discard => discard::serve(conn).await,
         Builtin::Chargen => chargen::serve(conn).await,
-        Builtin::Daytime => daytime::serve(conn).await,
-        Builtin::Time => time::serve(conn).await,
         Builtin::Sometext => sometext::serve(conn).await,
-        Builtin::Isotime => isotime::serve(conn).await,
-        // Served above, where the daemon's counters are at hand.
-        Builtin::Stats => Ok(()),
+        // Answered whole by `one_shot_answer`.
+        Builtin::Daytime | Builtin::Time | Builtin::Isotime | Builtin::Stats => Ok(()),
     }
 }
 

@@ -1,0 +1,49 @@
+# Sourced by the bench scripts: a scratch directory, the processes they start
+# (stopped by PID on exit, never by name), and the peers' loopback configs.
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+
+# One HAProxy TCP frontend/backend pair: haproxy_pair NAME PORT BACKEND_PORT [splice]
+haproxy_pair() {
+  local splice=${4:+  option splice-auto}
+  cat <<CFG
+frontend fe_$1
+  bind 127.0.0.1:$2
+$splice
+  default_backend be_$1
+backend be_$1
+$splice
+  server backend 127.0.0.1:$3
+CFG
+}
+
+# HAProxy in the foreground with the pairs read from stdin:
+#   start_haproxy < <(haproxy_pair plain 8000 9000)
+start_haproxy() {
+  { printf 'global\n  maxconn 20000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n'; cat; } > "$WORK/haproxy.cfg"
+  haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
+}
+
+# nginx's stream proxy, one worker: start_nginx_stream PORT BACKEND_PORT
+start_nginx_stream() {
+  cat > "$WORK/nginx.conf" <<CFG
+load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx.err;
+events {}
+stream {
+  server {
+    listen 127.0.0.1:$1;
+    proxy_pass 127.0.0.1:$2;
+  }
+}
+CFG
+  nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!)
+}
+
+have_nginx_stream() { command -v nginx >/dev/null && [ -e /usr/lib/nginx/modules/ngx_stream_module.so ]; }
