@@ -4,8 +4,8 @@
 # and prints their tables, so the ratios in docs/benchmarks.md can be redone
 # with one command.   bench/compare.sh        (INSTALL=0 to skip installing)
 #
-# openbsd-inetd is not included: Debian's package replaces xinetd (both provide
-# inetd-superserver), so it needs a run of its own.
+# openbsd-inetd's package conflicts with xinetd's, so short.sh unpacks its
+# binary into target/peers/ instead of installing it (libwrap0 is its library).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +14,7 @@ for pair in socat:socat haproxy:haproxy nginx:nginx iperf3:iperf3 xinetd:xinetd;
   command -v "${pair%%:*}" >/dev/null || need+=("${pair##*:}")
 done
 [ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || need+=(libnginx-mod-stream)
+ldconfig -p 2>/dev/null | grep -q libwrap.so.0 || need+=(libwrap0)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "${INSTALL:-1}" = 1 ]; then
     export DEBIAN_FRONTEND=noninteractive
@@ -28,6 +29,12 @@ cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
 
 echo "## Proxy throughput"
 REPEAT=${REPEAT:-5} bench/proxy.sh 2000000000 1 4 2> >(grep -v 'socat\[' >&2)
+echo
+echo "## One connection against the loopback limit"
+bench/bulk.sh 3
+echo
+echo "## The Nagle experiment"
+bench/nagle.sh 30 2> >(grep -v 'socat\[' >&2)
 echo
 echo "## Short connections"
 bench/short.sh 5 8

@@ -24,7 +24,7 @@ CFG
 # HAProxy in the foreground with the pairs read from stdin:
 #   start_haproxy < <(haproxy_pair plain 8000 9000)
 start_haproxy() {
-  { printf 'global\n  maxconn 20000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n'; cat; } > "$WORK/haproxy.cfg"
+  { printf 'global\n  maxconn 4000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n'; cat; } > "$WORK/haproxy.cfg"
   haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
 }
 
