@@ -288,3 +288,42 @@ fn bad_exec_settings_are_config_errors() {
         common::assert_config_rejected(config, words);
     }
 }
+
+#[test]
+fn a_program_gone_since_the_config_was_loaded_is_refused_not_answered_plus() {
+    let dir = common::scratch_dir();
+    for (reply, name) in [("server", "late"), ("program", "own")] {
+        let program = dir.join(name);
+        std::fs::write(&program, "#!/bin/sh\necho hi\n").unwrap();
+        set_mode(&program, 0o755);
+        let mut daemon = Daemon::with_config(&format!(
+            "[service.{name}]\nexec = [\"{}\"]\nreply = \"{reply}\"\n",
+            program.display()
+        ));
+        // Runs while it is there.
+        let first = send(&daemon, format!("{name}\r\n").as_bytes());
+        assert!(
+            first.ends_with(b"hi\n"),
+            "{:?}",
+            String::from_utf8_lossy(&first)
+        );
+        // Not executable any more: a clear '-' line, and the daemon serves on.
+        set_mode(&program, 0o644);
+        let reply_line = send(&daemon, format!("{name}\r\n").as_bytes());
+        assert_eq!(
+            String::from_utf8_lossy(&reply_line),
+            "-service unavailable: its program cannot be started\r\n",
+            "reply = {reply}"
+        );
+        assert!(daemon.exchange(b"daytime\r\n").starts_with(b"+"));
+        daemon
+            .wait_for_log(|l| l.contains("outcome=refused") && l.contains("cannot"))
+            .expect("the log says why");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn set_mode(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}

@@ -69,9 +69,24 @@ pub async fn serve(
         return Ok(Ended::Refused("busy: max_instances reached".into()));
     };
     if exec.reply == ExecReply::Server {
+        // The `+` cannot be taken back once sent, so a program that went missing
+        // or lost its execute bit since the configuration was loaded is caught
+        // here and refused, not answered `+` and then EOF.
+        if let Err(e) = runnable(exec) {
+            refuse(conn, UNAVAILABLE).await;
+            return Ok(Ended::Refused(format!("cannot run the program: {e}")));
+        }
         accept(conn, message).await?;
     }
-    let mut child = spawn(exec, name, conn.get_ref(), client)?;
+    let mut child = match spawn(exec, name, conn.get_ref(), client) {
+        Ok(child) => child,
+        // The program would have sent the status line: nothing was sent yet.
+        Err(e) if exec.reply == ExecReply::Program => {
+            refuse(conn, UNAVAILABLE).await;
+            return Ok(Ended::Refused(format!("cannot start the program: {e}")));
+        }
+        Err(e) => return Err(e),
+    };
     let pid = child.id().unwrap_or_default();
     let stderr = child.stderr.take();
     let log_stderr = async {
@@ -91,6 +106,19 @@ pub async fn serve(
         pid,
         status: describe(&status?),
     })
+}
+
+/// The client's reason when the program cannot be started; the log says why.
+const UNAVAILABLE: &str = "service unavailable: its program cannot be started";
+
+/// Whether the program can still be executed (by the daemon's own ids; a
+/// failure specific to `user` shows up at spawn).
+fn runnable(exec: &Exec) -> io::Result<()> {
+    let program = exec
+        .argv
+        .first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty exec"))?;
+    rustix::fs::access(program.as_str(), rustix::fs::Access::EXEC_OK).map_err(io::Error::from)
 }
 
 fn spawn(
