@@ -10,11 +10,11 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rustix::io::Errno;
 use rustix::net::{send, SendFlags};
 use rustix::pipe::{splice, SpliceFlags};
 use tokio::io::Interest;
 
+use crate::sendfile::zero_copy_unsupported;
 use crate::stream::Stream;
 
 /// How the bytes are moved.
@@ -139,7 +139,7 @@ async fn splice_one_way(
                 Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 // This kernel or socket type cannot splice: move the bytes by copying.
-                Err(e) if first && splice_unsupported(&e) => {
+                Err(e) if first && zero_copy_unsupported(&e) => {
                     tracing::debug!(error = %e, "splice not supported here; copying instead");
                     return copy_one_way(from, to, activity, moved).await;
                 }
@@ -167,13 +167,6 @@ async fn splice_one_way(
             }
         }
     }
-}
-
-fn splice_unsupported(e: &io::Error) -> bool {
-    matches!(
-        Errno::from_io_error(e),
-        Some(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP)
-    )
 }
 
 /// read → send through a user-space buffer.

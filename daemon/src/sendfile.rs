@@ -83,7 +83,7 @@ impl FixedBytes {
                 }
                 // Refused before the first byte (a socket type or kernel that
                 // cannot): the same bytes by write(2).
-                Err(e) if use_file.is_some() && at == start && unsupported(&e) => {
+                Err(e) if use_file.is_some() && at == start && zero_copy_unsupported(&e) => {
                     tracing::debug!(error = %e, "sendfile refused; serving by write");
                     use_file = None;
                 }
@@ -128,7 +128,10 @@ async fn send_some(
     }
 }
 
-fn unsupported(e: &io::Error) -> bool {
+/// The errors with which the kernel refuses splice(2) or sendfile(2) for a pair
+/// of descriptors (rather than failing a transfer it started): the cue to move
+/// the bytes by plain reads and writes instead.
+pub fn zero_copy_unsupported(e: &io::Error) -> bool {
     matches!(
         Errno::from_io_error(e),
         Some(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP)

@@ -2,7 +2,8 @@
 
 use crate::clock::Civil;
 
-/// The whole answer: the current time as one line.
-pub fn answer() -> Vec<u8> {
-    format!("{}\r\n", Civil::now().daytime()).into_bytes()
+/// Appends the whole answer: the current time as one line.
+pub fn answer(out: &mut Vec<u8>) {
+    out.extend_from_slice(Civil::now().daytime().as_bytes());
+    out.extend_from_slice(b"\r\n");
 }

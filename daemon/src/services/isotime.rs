@@ -4,7 +4,8 @@
 
 use crate::clock::Civil;
 
-/// The whole answer: the current time as one line.
-pub fn answer() -> Vec<u8> {
-    format!("{}\r\n", Civil::now().iso8601()).into_bytes()
+/// Appends the whole answer: the current time as one line.
+pub fn answer(out: &mut Vec<u8>) {
+    out.extend_from_slice(Civil::now().iso8601().as_bytes());
+    out.extend_from_slice(b"\r\n");
 }

@@ -120,19 +120,14 @@ pub async fn serve(
 ) -> io::Result<Ended> {
     match &service.kind {
         ServiceKind::Builtin(builtin) => {
-            match one_shot_answer(*builtin, daemon) {
-                // The status line and the whole answer in one write: one
-                // segment, and one wake-up of the client instead of two.
-                Some(answer) => {
-                    let mut reply = Vec::with_capacity(answer.len() + 8);
-                    encode_reply(true, &service.message, &mut reply);
-                    reply.extend_from_slice(&answer);
-                    conn.write_all(&reply).await?;
-                }
-                None => {
-                    accept(conn, &service.message).await?;
-                    run_builtin(*builtin, conn).await?;
-                }
+            // A one-shot answer goes out in the status line's write: one
+            // segment, and one wake-up of the client instead of two.
+            let mut reply = Vec::with_capacity(128);
+            encode_reply(true, &service.message, &mut reply);
+            let answered = one_shot_answer(*builtin, daemon, &mut reply);
+            conn.write_all(&reply).await?;
+            if !answered {
+                run_builtin(*builtin, conn).await?;
             }
             Ok(Ended::Served { backend: None })
         }
@@ -167,15 +162,17 @@ pub async fn refuse<S: AsyncWrite + Unpin>(conn: &mut S, reason: &str) {
     let _ = conn.write_all(&line).await;
 }
 
-/// The whole answer of a built-in that sends one thing and is done.
-fn one_shot_answer(builtin: Builtin, daemon: &crate::Daemon) -> Option<Vec<u8>> {
+/// Appends the whole answer of a built-in that sends one thing and is done, and
+/// says whether it was one; the others stream (`run_builtin`).
+fn one_shot_answer(builtin: Builtin, daemon: &crate::Daemon, out: &mut Vec<u8>) -> bool {
     match builtin {
-        Builtin::Daytime => Some(daytime::answer()),
-        Builtin::Time => Some(time::answer()),
-        Builtin::Isotime => Some(isotime::answer()),
-        Builtin::Stats => Some(daemon.render_metrics().into_bytes()),
-        Builtin::Echo | Builtin::Discard | Builtin::Chargen | Builtin::Sometext => None,
+        Builtin::Daytime => daytime::answer(out),
+        Builtin::Time => time::answer(out),
+        Builtin::Isotime => isotime::answer(out),
+        Builtin::Stats => out.extend_from_slice(daemon.render_metrics().as_bytes()),
+        Builtin::Echo | Builtin::Discard | Builtin::Chargen | Builtin::Sometext => return false,
     }
+    true
 }
 
 /// A built-in that streams, after its status line.

@@ -2,7 +2,7 @@
 
 use crate::clock::{rfc868, unix_seconds};
 
-/// The whole answer: the four bytes for now.
-pub fn answer() -> Vec<u8> {
-    rfc868(unix_seconds()).to_vec()
+/// Appends the whole answer: the four bytes for now.
+pub fn answer(out: &mut Vec<u8>) {
+    out.extend_from_slice(&rfc868(unix_seconds()));
 }
