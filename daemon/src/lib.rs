@@ -9,6 +9,7 @@ pub mod config;
 pub mod handoff;
 pub mod limits;
 pub mod listener;
+pub mod logging;
 pub mod metrics;
 pub mod proxy_protocol;
 pub mod registry;
@@ -142,6 +143,8 @@ pub async fn run(
             reason,
         })?;
     }
+    // Only now may the process have a second thread.
+    logging::start_writer();
     let metrics_listener = match &config.metrics_listen {
         Some(addr) => Some(Listener::bind(&ListenAddr::Tcp(*addr))?),
         None => None,

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use tcpmuxd::config::Config;
@@ -33,10 +34,19 @@ struct Args {
     check_config: Option<PathBuf>,
 }
 
+/// How long the exit waits for queued log lines to reach stderr.
+const LOG_FLUSH: Duration = Duration::from_secs(2);
+
 fn main() -> ExitCode {
+    let code = daemon_main();
+    tcpmuxd::logging::flush(LOG_FLUSH);
+    code
+}
+
+fn daemon_main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(tcpmuxd::logging::QueuedStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -171,6 +181,8 @@ fn run_workers(
 }
 
 fn fail(error: impl std::fmt::Display) -> ExitCode {
+    // After what was logged before it, not ahead of it.
+    tcpmuxd::logging::flush(LOG_FLUSH);
     eprintln!("tcpmuxd: {error}");
     ExitCode::FAILURE
 }

@@ -256,11 +256,19 @@ fn workers_mode_runs_one_event_loop_per_thread_on_one_port() {
         Some("[service.e]\nbuiltin = \"echo\"\n"),
         &["--workers", "3"],
     );
-    // The main thread plus three event-loop threads.
-    let threads = std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))
+    // The main thread, three event-loop threads and the log writer.
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", daemon.pid()))
         .unwrap()
+        .map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).unwrap())
+        .map(|name| name.trim().to_owned())
+        .collect();
+    assert_eq!(names.len(), 5, "{names:?}");
+    let workers = names
+        .iter()
+        .filter(|n| n.starts_with("tcpmuxd-worker"))
         .count();
-    assert_eq!(threads, 4);
+    assert_eq!(workers, 3, "{names:?}");
+    assert!(names.iter().any(|n| n == "tcpmuxd-log"), "{names:?}");
     let listening = daemon
         .logs()
         .iter()
@@ -329,4 +337,77 @@ fn handoff_needs_a_single_event_loop() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--workers 1"));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_stuck_log_reader_does_not_stall_the_daemon() {
+    use std::io::BufRead;
+    // stderr goes to a pipe that is read up to the "listening" line and then
+    // left alone: after ~64 KiB of log lines a blocking writer would stop the
+    // event loop, and every client after that would wait forever.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn tcpmuxd"),
+    );
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    let addr: std::net::SocketAddr = loop {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "tcpmuxd exited");
+        if let Some(addr) = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("address="))
+        {
+            break addr.parse().unwrap();
+        }
+    };
+    // ~3 MB of log lines: more than the pipe and the daemon's queue hold.
+    const CLIENTS: usize = 20_000;
+    for i in 0..CLIENTS {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+        stream.write_all(b"daytime\r\n").unwrap();
+        let reply = read_all(&mut stream);
+        assert!(reply.starts_with(b"+\r\n"), "client {i}: {reply:?}");
+    }
+    // Read at last: each connection's line is there or counted as dropped, and
+    // the daemon still stops cleanly.
+    let pid = child.0.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let rest: Vec<String> = stderr.lines().map_while(Result::ok).collect();
+    let served = rest
+        .iter()
+        .filter(|l| l.contains("tcpmuxd::connection") && l.contains("service=daytime"))
+        .count();
+    let dropped: usize = rest
+        .iter()
+        .filter_map(|l| l.strip_prefix("tcpmuxd: "))
+        .filter_map(|l| l.strip_suffix(" log lines dropped: stderr was not keeping up"))
+        .map(|n| n.parse::<usize>().unwrap())
+        .sum();
+    assert!(dropped > 0, "the queue cannot hold {CLIENTS} lines");
+    // The few lines of the shutdown itself may be among the dropped ones.
+    let accounted = served + dropped;
+    assert!(
+        (CLIENTS..CLIENTS + 5).contains(&accounted),
+        "{served} written + {dropped} dropped for {CLIENTS} connections"
+    );
+    assert!(child.0.wait().unwrap().success());
 }
