@@ -28,6 +28,17 @@ struct Args {
     command: Command,
 }
 
+/// How a run reports: shared by bulk, short and rpc.
+#[derive(clap::Args)]
+struct Report {
+    /// Label for the report line.
+    #[arg(long, default_value = "target")]
+    label: String,
+    /// Print one JSON object instead of the text line.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// A backend: every connection gets exactly --bytes bytes, then EOF.
@@ -74,10 +85,8 @@ enum Command {
         /// Seconds to run.
         #[arg(long, default_value_t = 5.0)]
         duration: f64,
-        #[arg(long, default_value = "target")]
-        label: String,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        report: Report,
     },
     /// Connect per request, as the CS 537 notes' echo client: connect, (name),
     /// write --size bytes, read them back, half-close, close; in a loop.
@@ -93,10 +102,8 @@ enum Command {
         connections: usize,
         #[arg(long, default_value_t = 5.0)]
         duration: f64,
-        #[arg(long, default_value = "target")]
-        label: String,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        report: Report,
     },
     /// The seeds' Nagle experiment on the negotiation itself: the name and its
     /// CRLF as two writes before reading the reply, against one write.
@@ -155,12 +162,8 @@ enum Command {
         /// Runs; the report gives the median aggregate rate.
         #[arg(long, default_value_t = 3)]
         repeat: usize,
-        /// Label for the report line.
-        #[arg(long, default_value = "target")]
-        label: String,
-        /// Print one JSON object instead of the text line.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        report: Report,
     },
 }
 
@@ -190,15 +193,14 @@ fn main() -> ExitCode {
             service,
             connections,
             duration,
-            label,
-            json,
+            report,
         } => requests::short(
             connect,
             service.as_deref(),
             connections.max(1),
             duration,
-            &label,
-            json,
+            &report.label,
+            report.json,
         ),
         Command::Rpc {
             connect,
@@ -206,16 +208,15 @@ fn main() -> ExitCode {
             size,
             connections,
             duration,
-            label,
-            json,
+            report,
         } => requests::rpc(
             connect,
             service.as_deref(),
             size,
             connections.max(1),
             duration,
-            &label,
-            json,
+            &report.label,
+            report.json,
         ),
         Command::Nagle {
             connect,
@@ -240,16 +241,15 @@ fn main() -> ExitCode {
             connections,
             expect,
             repeat,
-            label,
-            json,
+            report,
         } => bulk::bulk(
             connect,
             service.as_deref(),
             connections,
             expect,
             repeat.max(1),
-            &label,
-            json,
+            &report.label,
+            report.json,
         ),
     };
     match result {

@@ -54,6 +54,17 @@ pub struct Handoff<S> {
     pub local: String,
 }
 
+impl<S> Handoff<S> {
+    fn new(stream: S, frame: ClientFrame) -> Handoff<S> {
+        Handoff {
+            stream,
+            service: frame.service,
+            peer: frame.peer,
+            local: frame.local,
+        }
+    }
+}
+
 /// The socket kinds a client can arrive on.
 #[derive(Debug)]
 pub enum ClientStream {
@@ -189,19 +200,20 @@ impl Backend {
             }
             filled += n;
         }
-        let fd = fd.ok_or(HandoffError::Protocol)?;
-        let ClientFrame {
-            service,
-            peer,
-            local,
-        } = parse_client_frame(&frame).map_err(|_| HandoffError::Protocol)?;
-        Ok(Handoff {
-            stream: ClientStream::from_fd(fd)?,
-            service,
-            peer,
-            local,
-        })
+        let (fd, frame) = decode(&frame, fd)?;
+        Ok(Handoff::new(ClientStream::from_fd(fd)?, frame))
     }
+}
+
+/// A whole frame and the descriptor that came with it: the client's socket and
+/// what tcpmuxd said about it.
+fn decode(
+    frame: &[u8; FRAME_LEN],
+    fd: Option<OwnedFd>,
+) -> Result<(OwnedFd, ClientFrame), HandoffError> {
+    let fd = fd.ok_or(HandoffError::Protocol)?;
+    let frame = parse_client_frame(frame).map_err(|_| HandoffError::Protocol)?;
+    Ok((fd, frame))
 }
 
 /// A registered backend on tokio.
@@ -249,19 +261,12 @@ impl AsyncBackend {
             }
             filled += n;
         }
-        let fd = fd.ok_or(HandoffError::Protocol)?;
-        let ClientFrame {
-            service,
-            peer,
-            local,
-        } = parse_client_frame(&frame).map_err(|_| HandoffError::Protocol)?;
+        let (fd, frame) = decode(&frame, fd)?;
         let std_stream = TcpStream::from(fd);
         std_stream.set_nonblocking(true)?;
-        Ok(Handoff {
-            stream: tokio::net::TcpStream::from_std(std_stream)?,
-            service,
-            peer,
-            local,
-        })
+        Ok(Handoff::new(
+            tokio::net::TcpStream::from_std(std_stream)?,
+            frame,
+        ))
     }
 }

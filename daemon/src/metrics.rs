@@ -50,35 +50,30 @@ impl Metrics {
             }
         }
         drop(map);
-        family(
-            &mut out,
-            "tcpmuxd_connections_active",
-            "gauge",
-            "Connections open now.",
-        );
-        let _ = writeln!(out, "tcpmuxd_connections_active {active}");
-        family(
-            &mut out,
-            "tcpmuxd_bytes_received_total",
-            "counter",
-            "Bytes read from clients by tcpmuxd itself.",
-        );
-        let _ = writeln!(
-            out,
-            "tcpmuxd_bytes_received_total {}",
-            self.bytes_in.load(Ordering::Relaxed)
-        );
-        family(
-            &mut out,
-            "tcpmuxd_bytes_sent_total",
-            "counter",
-            "Bytes written to clients by tcpmuxd itself.",
-        );
-        let _ = writeln!(
-            out,
-            "tcpmuxd_bytes_sent_total {}",
-            self.bytes_out.load(Ordering::Relaxed)
-        );
+        let single = [
+            (
+                "tcpmuxd_connections_active",
+                "gauge",
+                "Connections open now.",
+                active as u64,
+            ),
+            (
+                "tcpmuxd_bytes_received_total",
+                "counter",
+                "Bytes read from clients by tcpmuxd itself.",
+                self.bytes_in.load(Ordering::Relaxed),
+            ),
+            (
+                "tcpmuxd_bytes_sent_total",
+                "counter",
+                "Bytes written to clients by tcpmuxd itself.",
+                self.bytes_out.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, kind, help, value) in single {
+            family(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
         family(
             &mut out,
             "tcpmuxd_handoff_backends",

@@ -2,7 +2,7 @@
 //! direction's EOF carried across as a half-close, an optional idle timeout, and on
 //! Linux zero-copy transfer with splice(2) through a pipe.
 //!
-//! Both engines run on tokio's readiness (`readable`/`writable` + `try_io`), so a
+//! Both engines run on tokio's readiness (`Stream::async_io`), so a
 //! relay costs no thread and no task beyond the session's own.
 
 use std::io;
@@ -129,22 +129,20 @@ async fn splice_one_way(
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
     let mut first = true;
     loop {
-        let filled = loop {
-            from.readable().await?;
-            let attempt = from.try_io(Interest::READABLE, || {
+        let attempt = from
+            .async_io(Interest::READABLE, || {
                 splice(from.as_fd(), None, &pipe.write, None, PIPE_SIZE, flags)
                     .map_err(io::Error::from)
-            });
-            match attempt {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                // This kernel or socket type cannot splice: move the bytes by copying.
-                Err(e) if first && zero_copy_unsupported(&e) => {
-                    tracing::debug!(error = %e, "splice not supported here; copying instead");
-                    return copy_one_way(from, to, activity, moved).await;
-                }
-                Err(e) => return Err(e),
+            })
+            .await;
+        let filled = match attempt {
+            Ok(n) => n,
+            // This kernel or socket type cannot splice: move the bytes by copying.
+            Err(e) if first && zero_copy_unsupported(&e) => {
+                tracing::debug!(error = %e, "splice not supported here; copying instead");
+                return copy_one_way(from, to, activity, moved).await;
             }
+            Err(e) => return Err(e),
         };
         if filled == 0 {
             return Ok(());
@@ -153,18 +151,14 @@ async fn splice_one_way(
         activity.touch();
         let mut in_pipe = filled;
         while in_pipe > 0 {
-            to.writable().await?;
-            let attempt = to.try_io(Interest::WRITABLE, || {
-                splice(&pipe.read, None, to.as_fd(), None, in_pipe, flags).map_err(io::Error::from)
-            });
-            match attempt {
-                Ok(n) => {
-                    in_pipe -= n;
-                    moved.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
+            let n = to
+                .async_io(Interest::WRITABLE, || {
+                    splice(&pipe.read, None, to.as_fd(), None, in_pipe, flags)
+                        .map_err(io::Error::from)
+                })
+                .await?;
+            in_pipe -= n;
+            moved.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 }
@@ -178,33 +172,24 @@ async fn copy_one_way(
 ) -> io::Result<()> {
     let mut buf = vec![0u8; COPY_BUFFER];
     loop {
-        let n = loop {
-            from.readable().await?;
-            match from.try_io(Interest::READABLE, || {
+        let n = from
+            .async_io(Interest::READABLE, || {
                 rustix::io::read(from.as_fd(), &mut buf[..]).map_err(io::Error::from)
-            }) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
-        };
+            })
+            .await?;
         if n == 0 {
             return Ok(());
         }
         activity.touch();
         let mut sent = 0;
         while sent < n {
-            to.writable().await?;
-            match to.try_io(Interest::WRITABLE, || {
-                send(to.as_fd(), &buf[sent..n], SendFlags::NOSIGNAL).map_err(io::Error::from)
-            }) {
-                Ok(m) => {
-                    sent += m;
-                    moved.fetch_add(m as u64, Ordering::Relaxed);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
+            let m = to
+                .async_io(Interest::WRITABLE, || {
+                    send(to.as_fd(), &buf[sent..n], SendFlags::NOSIGNAL).map_err(io::Error::from)
+                })
+                .await?;
+            sent += m;
+            moved.fetch_add(m as u64, Ordering::Relaxed);
         }
     }
 }

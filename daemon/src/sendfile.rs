@@ -111,20 +111,18 @@ fn sealed_memfd(name: &str, bytes: &[u8]) -> io::Result<OwnedFd> {
     Ok(file)
 }
 
-/// Runs one non-blocking send `op` once the socket is writable, again after each
-/// EAGAIN; returns how many bytes it took (never 0 for a non-empty send).
+/// Runs one non-blocking send `op` once the socket is writable; returns how many
+/// bytes it took (never 0 for a non-empty send).
 async fn send_some(
     stream: &Stream,
     mut op: impl FnMut() -> rustix::io::Result<usize>,
 ) -> io::Result<usize> {
-    loop {
-        stream.writable().await?;
-        match stream.try_io(Interest::WRITABLE, || op().map_err(io::Error::from)) {
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        }
+    match stream
+        .async_io(Interest::WRITABLE, || op().map_err(io::Error::from))
+        .await?
+    {
+        0 => Err(io::Error::from(io::ErrorKind::WriteZero)),
+        n => Ok(n),
     }
 }
 

@@ -18,49 +18,28 @@ pub enum Stream {
 }
 
 impl Stream {
-    /// Waits until the socket may be read (or has hung up).
-    pub async fn readable(&self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.readable().await,
-            Stream::Unix(s) => s.readable().await,
-        }
-    }
-
-    /// Waits until the socket may be written.
-    pub async fn writable(&self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.writable().await,
-            Stream::Unix(s) => s.writable().await,
-        }
-    }
-
-    /// Runs a raw non-blocking operation on the socket; `WouldBlock` clears the
-    /// readiness tokio recorded, so the next `readable`/`writable` really waits.
-    pub fn try_io<R>(
+    /// Runs a raw non-blocking operation once the socket is ready for `interest`,
+    /// again after each `WouldBlock` (which clears tokio's readiness, so the next
+    /// wait really waits); returns its first other result. tokio's `async_io`.
+    pub async fn async_io<R>(
         &self,
         interest: tokio::io::Interest,
-        op: impl FnOnce() -> io::Result<R>,
+        op: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
         match self {
-            Stream::Tcp(s) => s.try_io(interest, op),
-            Stream::Unix(s) => s.try_io(interest, op),
+            Stream::Tcp(s) => s.async_io(interest, op).await,
+            Stream::Unix(s) => s.async_io(interest, op).await,
         }
     }
 
     /// Copies pending input into `buf` without consuming it; 0 means EOF.
     pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            self.readable().await?;
-            let peeked = self.try_io(tokio::io::Interest::READABLE, || {
-                rustix::net::recv(self, &mut *buf, rustix::net::RecvFlags::PEEK)
-                    .map(|(n, _)| n)
-                    .map_err(io::Error::from)
-            });
-            match peeked {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                other => return other,
-            }
-        }
+        self.async_io(tokio::io::Interest::READABLE, || {
+            rustix::net::recv(self, &mut *buf, rustix::net::RecvFlags::PEEK)
+                .map(|(n, _)| n)
+                .map_err(io::Error::from)
+        })
+        .await
     }
 
     /// Sends FIN: the peer reads EOF, and may still send to us.

@@ -64,17 +64,14 @@ pub async fn serve(conn: &mut Metered<Stream>) -> io::Result<()> {
     let discard = async {
         let mut buf = [0u8; 4096];
         loop {
-            if stream.readable().await.is_err() {
-                break;
-            }
-            let read = stream.try_io(Interest::READABLE, || {
-                rustix::io::read(stream, &mut buf).map_err(io::Error::from)
-            });
+            let read = stream
+                .async_io(Interest::READABLE, || {
+                    rustix::io::read(stream, &mut buf).map_err(io::Error::from)
+                })
+                .await;
             match read {
-                Ok(0) => break,
+                Ok(0) | Err(_) => break,
                 Ok(n) => received += n as u64,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(_) => break,
             }
         }
         std::future::pending::<()>().await
