@@ -14,7 +14,9 @@ for pair in socat:socat haproxy:haproxy nginx:nginx iperf3:iperf3 xinetd:xinetd;
   command -v "${pair%%:*}" >/dev/null || need+=("${pair##*:}")
 done
 [ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || need+=(libnginx-mod-stream)
-ldconfig -p 2>/dev/null | grep -q libwrap.so.0 || need+=(libwrap0)
+# Captured, not piped into grep -q: under pipefail an early grep exit SIGPIPEs
+# the writer and the pipeline reads as a miss.
+[[ $(ldconfig -p 2>/dev/null) == *libwrap.so.0* ]] || need+=(libwrap0)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "${INSTALL:-1}" = 1 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -92,7 +92,7 @@ service daytime
 CFG
 xinetd -dontfork -f "$WORK/xinetd.conf" -pidfile "$WORK/xinetd.pid" >/dev/null 2>&1 & PIDS+=($!)
 OI=$(openbsd_inetd || true)
-if [ -n "$OI" ] && ! ldd "$OI" | grep -q "not found"; then
+if [ -n "$OI" ] && [[ $(ldd "$OI" 2>&1) != *"not found"* ]]; then
   # nowait.N and -R: no "looping service" shutdown at these rates.
   cat > "$WORK/inetd.conf" <<CFG
 127.0.0.1:daytime stream tcp nowait.100000000 root internal
