@@ -36,6 +36,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: Vec<ListenSpec>,
+    /// `--listen` replaced the file's `listen`: a reload then has no business
+    /// comparing the file's addresses with the ones in use.
+    pub listen_from_command_line: bool,
     /// How long a client may take to send its request line.
     pub negotiation_timeout: Duration,
     /// How long a graceful close waits for the client's FIN after ours.
@@ -87,6 +90,7 @@ impl Default for Config {
             },
             run_as: None,
             metrics_listen: None,
+            listen_from_command_line: false,
         }
     }
 }
@@ -287,6 +291,7 @@ impl Config {
         };
         Ok(Config {
             listen,
+            listen_from_command_line: false,
             negotiation_timeout,
             close_drain_timeout,
             registry,

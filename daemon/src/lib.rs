@@ -151,7 +151,8 @@ pub async fn run(
     };
     services::prepare();
     let mut accepting = tokio::task::JoinSet::new();
-    let listen = config.listen.clone();
+    // What a reload compares its file with: nothing when the command line chose.
+    let listen = (!config.listen_from_command_line).then(|| config.listen.clone());
     let handoff_socket = config.handoff_socket.clone();
     let daemon = Arc::new(Daemon {
         settings: RwLock::new(Arc::new(Settings::from_config(config))),
@@ -182,7 +183,7 @@ pub async fn run(
         tokio::select! {
             _ = hangup.recv() => {
                 systemd::notify_reloading();
-                reload(&daemon, config_path.as_deref(), &listen, handoff_socket.as_deref());
+                reload(&daemon, config_path.as_deref(), listen.as_deref(), handoff_socket.as_deref());
                 systemd::notify("READY=1");
             }
             _ = terminate.recv() => break,
@@ -308,7 +309,7 @@ pub fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
 fn reload(
     daemon: &Daemon,
     path: Option<&std::path::Path>,
-    listen: &[listener::ListenSpec],
+    listen: Option<&[listener::ListenSpec]>,
     handoff: Option<&std::path::Path>,
 ) {
     let Some(path) = path else {
@@ -317,8 +318,11 @@ fn reload(
     };
     match Config::load(path) {
         Ok(config) => {
-            if config.listen != listen || config.handoff_socket.as_deref() != handoff {
-                tracing::warn!("listen addresses and handoff_socket change only on restart; keeping the current ones");
+            if listen.is_some_and(|listen| config.listen != listen) {
+                tracing::warn!("`listen` changes only on restart; keeping the current addresses");
+            }
+            if config.handoff_socket.as_deref() != handoff {
+                tracing::warn!("`handoff_socket` changes only on restart; keeping the current one");
             }
             let services = config.registry.len();
             daemon.replace_settings(Settings::from_config(config));

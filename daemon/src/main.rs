@@ -81,6 +81,7 @@ fn daemon_main() -> ExitCode {
     };
     if !args.listen.is_empty() {
         config.listen = args.listen.into_iter().map(Into::into).collect();
+        config.listen_from_command_line = true;
     }
 
     // Before the runtime (and any thread) exists: it edits the environment.

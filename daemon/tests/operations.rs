@@ -136,6 +136,45 @@ fn sighup_reloads_services_without_touching_running_sessions() {
         "{line}"
     );
     assert!(text(daemon.exchange(b"new\r\n")).starts_with("+\r\n"));
+    // `--listen` chose the addresses (the harness passes it), so the file's
+    // absent `listen` is no change to warn about.
+    let warned: Vec<String> = daemon
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("only on restart"))
+        .collect();
+    assert!(warned.is_empty(), "{warned:?}");
+}
+
+#[test]
+fn sighup_warns_that_the_files_listen_change_waits_for_a_restart() {
+    let mut daemon = Daemon::with_config("listen = [\"127.0.0.1:0\"]\n");
+    std::fs::write(daemon.config_path(), "listen = [\"127.0.0.1:0\"]\n").unwrap();
+    daemon.signal("HUP");
+    daemon
+        .wait_for_log(|l| l.contains("configuration reloaded"))
+        .expect("reloaded");
+    assert!(!daemon.logs().iter().any(|l| l.contains("only on restart")));
+
+    let dir = common::scratch_dir();
+    let socket = dir.join("later.sock");
+    std::fs::write(
+        daemon.config_path(),
+        format!(
+            "listen = [\"127.0.0.1:0\", \"unix:{}\"]\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    let line = daemon
+        .wait_for_log(|l| l.contains("only on restart"))
+        .expect("a warning that listen did not change");
+    assert!(line.contains("`listen`"), "{line}");
+    assert!(!socket.exists(), "a reload bound a new listener");
+    // Still serving on the address it started with.
+    assert!(daemon.exchange(b"daytime\r\n").starts_with(b"+\r\n"));
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
