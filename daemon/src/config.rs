@@ -104,6 +104,13 @@ impl Config {
         Config::parse(&text, &path.display().to_string())
     }
 
+    /// Serves `listen` instead of the file's (`--listen`), and remembers that it
+    /// did, so the two can never disagree.
+    pub fn override_listen(&mut self, listen: Vec<ListenSpec>) {
+        self.listen = listen;
+        self.listen_from_command_line = true;
+    }
+
     /// Parses and validates `text`; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let at = |span: Option<Range<usize>>, message: String| {

@@ -80,8 +80,7 @@ fn daemon_main() -> ExitCode {
         None => Config::default(),
     };
     if !args.listen.is_empty() {
-        config.listen = args.listen.into_iter().map(Into::into).collect();
-        config.listen_from_command_line = true;
+        config.override_listen(args.listen.into_iter().map(Into::into).collect());
     }
 
     // Before the runtime (and any thread) exists: it edits the environment.
