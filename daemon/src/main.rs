@@ -1,13 +1,18 @@
-//! The `tcpmuxd` command: parse the command line, load the configuration, run the
-//! daemon on one event-loop thread. Errors are reported as one line on stderr.
+//! The `tcpmuxd` command: parse the command line, load the configuration, turn
+//! signals into the server's shutdown and reload triggers, and run the daemon on
+//! one event-loop thread (or N). Errors are reported as one line on stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use tcpmuxd::config::Config;
-use tcpmuxd::listener::ListenAddr;
+use tcpmuxd::model::ListenAddr;
+use tcpmuxd::net::listener::{prebind, Prebound};
+use tcpmuxd::ops::{logging, privileges, systemd};
+use tcpmuxd::{Config, Server};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -39,14 +44,14 @@ const LOG_FLUSH: Duration = Duration::from_secs(2);
 
 fn main() -> ExitCode {
     let code = daemon_main();
-    tcpmuxd::logging::flush(LOG_FLUSH);
+    logging::flush(LOG_FLUSH);
     code
 }
 
 fn daemon_main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_writer(tcpmuxd::logging::QueuedStderr)
+        .with_writer(logging::QueuedStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -84,7 +89,9 @@ fn daemon_main() -> ExitCode {
     }
 
     // Before the runtime (and any thread) exists: it edits the environment.
-    let inherited = tcpmuxd::systemd::take_listen_fds();
+    // SAFETY: no other thread exists yet, and nothing else in the process has
+    // claimed the descriptors systemd passed.
+    let inherited = unsafe { systemd::take_listen_fds() };
     if args.workers > 1 {
         return run_workers(
             config,
@@ -97,11 +104,7 @@ fn daemon_main() -> ExitCode {
 }
 
 /// One event loop on the calling thread.
-fn event_loop(
-    config: Config,
-    path: Option<PathBuf>,
-    inherited: Vec<tcpmuxd::listener::Prebound>,
-) -> ExitCode {
+fn event_loop(config: Config, path: Option<PathBuf>, inherited: Vec<Prebound>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -109,10 +112,42 @@ fn event_loop(
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("cannot start the event loop: {e}")),
     };
-    match runtime.block_on(tcpmuxd::run(config, path, inherited)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(e),
-    }
+    runtime.block_on(async {
+        let (shutdown, reload) = match signal_triggers() {
+            Ok(triggers) => triggers,
+            Err(e) => return fail(format!("cannot install signal handlers: {e}")),
+        };
+        match Server::bind(config, inherited, path) {
+            Ok(server) => {
+                server.run(shutdown, reload).await;
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// SIGTERM or SIGINT stop the server; each SIGHUP asks it to reload. Installed
+/// before anything is bound, so no signal meets the default action meanwhile.
+fn signal_triggers() -> std::io::Result<(impl std::future::Future<Output = ()>, mpsc::Receiver<()>)>
+{
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    // One pending reload is enough: it reads the file as it is when it runs.
+    let (reload, reloads) = mpsc::channel(1);
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            let _ = reload.try_send(());
+        }
+    });
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    Ok((shutdown, reloads))
 }
 
 /// The multi-core mode: every socket is bound here, on the only thread, then
@@ -121,14 +156,14 @@ fn event_loop(
 fn run_workers(
     mut config: Config,
     path: Option<PathBuf>,
-    inherited: Vec<tcpmuxd::listener::Prebound>,
+    inherited: Vec<Prebound>,
     workers: usize,
 ) -> ExitCode {
     if config.handoff_socket.is_some() {
         return fail("handoff services need a single event loop: run with --workers 1");
     }
     let sets = if inherited.is_empty() {
-        match tcpmuxd::listener::prebind(&config.listen, workers) {
+        match prebind(&config.listen, workers) {
             Ok(sets) => sets,
             Err(e) => return fail(e),
         }
@@ -138,7 +173,7 @@ fn run_workers(
         for prebound in inherited {
             for set in sets.iter_mut().skip(1) {
                 match prebound.fd.try_clone() {
-                    Ok(fd) => set.push(tcpmuxd::listener::Prebound {
+                    Ok(fd) => set.push(Prebound {
                         fd,
                         options: None,
                         owns_path: false,
@@ -151,7 +186,7 @@ fn run_workers(
         sets
     };
     if let Some((uid, gid)) = config.run_as.take() {
-        if let Err(e) = tcpmuxd::drop_privileges(uid, gid) {
+        if let Err(e) = privileges::drop_privileges(uid, gid) {
             return fail(e);
         }
     }
@@ -182,7 +217,7 @@ fn run_workers(
 
 fn fail(error: impl std::fmt::Display) -> ExitCode {
     // After what was logged before it, not ahead of it.
-    tcpmuxd::logging::flush(LOG_FLUSH);
+    logging::flush(LOG_FLUSH);
     eprintln!("tcpmuxd: {error}");
     ExitCode::FAILURE
 }

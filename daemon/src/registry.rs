@@ -1,41 +1,13 @@
 //! The registry: service names to services, and the HELP text derived from them.
+//! Built once per configuration and never changed: a reload builds a new one.
 
 use std::collections::BTreeMap;
 
 use tcpmux_proto::ServiceName;
 
-use crate::limits::{Access, Counter};
-use crate::services::{help, Builtin, ServiceKind};
+use crate::model::{Builtin, Cidr, Service, ServiceKind};
 
-/// One registered service.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Service {
-    pub name: ServiceName,
-    pub kind: ServiceKind,
-    /// Text sent after the `+` (may be empty).
-    pub message: String,
-    /// Which clients may use it.
-    pub access: Access,
-    /// Cap on its simultaneous connections, counted in `connections`.
-    pub max_connections: Option<usize>,
-    pub connections: Counter,
-}
-
-impl Service {
-    /// A service with no message, access rules or cap.
-    pub fn new(name: ServiceName, kind: ServiceKind) -> Self {
-        Service {
-            name,
-            kind,
-            message: String::new(),
-            access: Access::default(),
-            max_connections: None,
-            connections: Counter::default(),
-        }
-    }
-}
-
-/// Names to services. Immutable once built: a new configuration builds a new one.
+/// Names to services.
 #[derive(Clone, Debug)]
 pub struct Registry {
     services: BTreeMap<ServiceName, Service>,
@@ -45,7 +17,7 @@ pub struct Registry {
 impl Registry {
     /// Builds a registry; names are already unique because they are map keys.
     pub fn new(services: BTreeMap<ServiceName, Service>) -> Self {
-        let help_text = help::render(services.keys().map(ServiceName::as_str));
+        let help_text = render_help(services.keys().map(ServiceName::as_str));
         Self {
             services,
             help_text,
@@ -92,11 +64,22 @@ impl Registry {
 }
 
 /// The loopback ranges, the default audience of `stats`.
-pub fn loopback() -> Vec<crate::cidr::Cidr> {
+pub fn loopback() -> Vec<Cidr> {
     ["127.0.0.0/8", "::1/128"]
         .iter()
         .filter_map(|r| r.parse().ok())
         .collect()
+}
+
+/// The HELP answer (RFC 1078) for `names`: one per CRLF line, no status line.
+/// Rendered once per registry, so serving it is a single write.
+pub fn render_help<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
+    let mut text = Vec::new();
+    for name in names {
+        text.extend_from_slice(name.as_bytes());
+        text.extend_from_slice(b"\r\n");
+    }
+    text
 }
 
 /// The built-ins keyed by their own names, to start a configuration from.

@@ -2,78 +2,26 @@
 //! header), the request line, the answer, the service, a graceful close, and the
 //! one log line that tells what happened.
 
-use std::fmt;
 use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tcpmux_proto::{Decision, NameError, Progress, RequestParser, MAX_NAME_LEN};
+use tcpmux_proto::{Decision, Progress, RequestParser, MAX_NAME_LEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::close::close_gracefully;
-use crate::listener::ListenOptions;
-use crate::proxy_protocol::{self, Announced, HeaderError};
-use crate::registry::Service;
-use crate::services::{self, refuse, Ended};
-use crate::stream::{ClientInfo, Metered, Peer, Stream};
-use crate::Daemon;
+use crate::admission::Refusal;
+use crate::model::{ClientInfo, ListenOptions, Peer, Service};
+use crate::net::close::close_gracefully;
+use crate::net::proxy_protocol::{self, Announced, HeaderError};
+use crate::net::stream::{Metered, Stream};
+use crate::outcome::Outcome;
+use crate::services::{self, help, refuse};
+use crate::state::{Settings, Shared};
 
 /// Peek size during negotiation: a whole name and its CRLF fit. Only what the
 /// parser claims is consumed, so bytes behind the request line stay in the socket
 /// for the service, whatever it is: a built-in, a relay, or a program exec'd on it.
 const PEEK: usize = MAX_NAME_LEN + 2;
-
-/// How a connection ended, for the log.
-enum Outcome {
-    Served,
-    HandedOff,
-    Exited { pid: u32, status: String },
-    Help,
-    ServiceError(io::Error),
-    UnknownService,
-    ServiceRefused(String),
-    BadRequest(NameError),
-    BadProxyHeader(HeaderError),
-    NegotiationTimeout,
-    ClosedBeforeRequest,
-    ReadError(io::Error),
-}
-
-impl Outcome {
-    /// The metric label: a few fixed words.
-    fn category(&self) -> &'static str {
-        match self {
-            Outcome::Served | Outcome::HandedOff | Outcome::Exited { .. } => "served",
-            Outcome::Help => "help",
-            Outcome::ServiceError(_) | Outcome::ReadError(_) => "error",
-            Outcome::UnknownService => "unknown",
-            Outcome::ServiceRefused(_) | Outcome::BadRequest(_) | Outcome::BadProxyHeader(_) => {
-                "refused"
-            }
-            Outcome::NegotiationTimeout => "timeout",
-            Outcome::ClosedBeforeRequest => "closed",
-        }
-    }
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Outcome::Served => f.write_str("served"),
-            Outcome::HandedOff => f.write_str("handed off"),
-            Outcome::Exited { pid, status } => write!(f, "served: pid {pid} {status}"),
-            Outcome::Help => f.write_str("help"),
-            Outcome::ServiceError(e) => write!(f, "service error: {e}"),
-            Outcome::UnknownService => f.write_str("refused: unknown service"),
-            Outcome::ServiceRefused(why) => write!(f, "refused: {why}"),
-            Outcome::BadRequest(e) => write!(f, "refused: {e}"),
-            Outcome::BadProxyHeader(e) => write!(f, "refused: {e}"),
-            Outcome::NegotiationTimeout => f.write_str("refused: negotiation timeout"),
-            Outcome::ClosedBeforeRequest => f.write_str("closed before request"),
-            Outcome::ReadError(e) => write!(f, "read error: {e}"),
-        }
-    }
-}
 
 /// What reading the start of the connection produced.
 enum Negotiated {
@@ -82,14 +30,15 @@ enum Negotiated {
     BadProxyHeader(HeaderError),
     Closed,
     /// A daemon-wide or per-address limit refused the connection.
-    NotAdmitted(crate::limits::Refusal),
+    NotAdmitted(Refusal),
 }
 
-pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc<ListenOptions>) {
+/// Serves one accepted connection to its end, then logs and counts it.
+pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc<ListenOptions>) {
     let started = Instant::now();
-    let settings = daemon.settings();
+    let settings = shared.settings();
     // Counted from accept to close, so limits and the shutdown grace see it all.
-    let admission = daemon.gate.admit(&peer, &settings.limits);
+    let admission = shared.gate.admit(&peer, &settings.limits);
     let mut client = ClientInfo {
         local: stream.local_addr(),
         peer,
@@ -97,7 +46,6 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
     let via = client.peer.clone();
     let mut conn = Metered::new(stream);
     let mut service_name = String::from("-");
-    let mut backend = None;
 
     let expect_header = client
         .peer
@@ -123,7 +71,7 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         Ok(Ok(Negotiated::Closed)) => Outcome::ClosedBeforeRequest,
         Ok(Ok(Negotiated::NotAdmitted(refusal))) => {
             refuse(&mut conn, &refusal.to_string()).await;
-            Outcome::ServiceRefused(refusal.to_string())
+            Outcome::Refused(refusal.to_string())
         }
         Ok(Ok(Negotiated::BadProxyHeader(e))) => {
             refuse(&mut conn, &e.to_string()).await;
@@ -132,7 +80,8 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         Ok(Ok(Negotiated::Decided(decision))) => match decision {
             Decision::Help => {
                 service_name = "help".into();
-                match conn.write_all(&daemon.help_text(&settings.registry)).await {
+                let text = help::answer(&settings.registry, &shared.hub);
+                match conn.write_all(&text).await {
                     Ok(()) => Outcome::Help,
                     Err(e) => Outcome::ServiceError(e),
                 }
@@ -145,10 +94,7 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
                 service_name = name.to_string();
                 match settings.registry.lookup(&name) {
                     Some(service) => {
-                        let (outcome, used) =
-                            serve_named(service, &mut conn, &client, &daemon).await;
-                        backend = used;
-                        outcome
+                        serve_named(service, &mut conn, &client, &shared, &settings).await
                     }
                     None => {
                         let reason = format!("unknown service {name}; send HELP for the list");
@@ -172,7 +118,7 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         peer = %client.peer,
         via = via.as_deref().map(tracing::field::display),
         service = %service_name,
-        backend = backend.as_deref().map(tracing::field::display),
+        backend = outcome.backend().map(tracing::field::display),
         outcome = %outcome,
         bytes_in = conn.bytes_in,
         bytes_out = conn.bytes_out,
@@ -180,42 +126,51 @@ pub async fn handle(daemon: Arc<Daemon>, stream: Stream, peer: Peer, listen: Arc
         "connection"
     );
     // Label by registered name only, so clients cannot grow the metric set.
-    let label = match &outcome {
-        Outcome::UnknownService | Outcome::BadRequest(_) | Outcome::BadProxyHeader(_) => "-",
-        Outcome::NegotiationTimeout | Outcome::ClosedBeforeRequest | Outcome::ReadError(_) => "-",
-        _ => service_name.as_str(),
+    let label = if outcome.unnamed() {
+        "-"
+    } else {
+        service_name.as_str()
     };
-    daemon
+    shared
         .metrics
         .record(label, outcome.category(), conn.bytes_in, conn.bytes_out);
     drop(admission);
 }
 
 /// Runs a service the client named, once its access rules and connection cap
-/// allow; returns the outcome and the proxy backend used, if any.
+/// allow.
 async fn serve_named(
     service: &Service,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
-    daemon: &Daemon,
-) -> (Outcome, Option<String>) {
+    shared: &Shared,
+    settings: &Settings,
+) -> Outcome {
     if !service.access.permits(&client.peer) {
         refuse(conn, "access denied").await;
-        return (Outcome::ServiceRefused("access denied".into()), None);
+        return Outcome::Refused("access denied".into());
     }
-    let Some(_slot) = service.connections.acquire(service.max_connections) else {
+    let counts = settings
+        .usage
+        .get(&service.name)
+        .cloned()
+        .unwrap_or_default();
+    let Some(_slot) = counts.connections.acquire(service.max_connections) else {
         let reason = "service busy: too many connections, try again later";
         refuse(conn, reason).await;
-        return (Outcome::ServiceRefused(reason.into()), None);
+        return Outcome::Refused(reason.into());
+    };
+    let context = services::Context {
+        hub: &shared.hub,
+        metrics: &shared.metrics,
+        gate: &shared.gate,
+        counts: &counts,
     };
     // Boxed: the largest service future (the relay, exec) would otherwise size
     // every session future, including the idle ones still negotiating.
-    match Box::pin(services::serve(service, conn, client, daemon)).await {
-        Ok(Ended::Served { backend }) => (Outcome::Served, backend),
-        Ok(Ended::Refused(why)) => (Outcome::ServiceRefused(why), None),
-        Ok(Ended::Exited { pid, status }) => (Outcome::Exited { pid, status }, None),
-        Ok(Ended::HandedOff) => (Outcome::HandedOff, None),
-        Err(e) => (Outcome::ServiceError(e), None),
+    match Box::pin(services::serve(service, conn, client, &context)).await {
+        Ok(outcome) => outcome,
+        Err(e) => Outcome::ServiceError(e),
     }
 }
 

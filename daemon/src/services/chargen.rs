@@ -5,8 +5,8 @@ use std::sync::OnceLock;
 
 use tokio::io::Interest;
 
-use crate::sendfile::FixedBytes;
-use crate::stream::{Metered, Stream};
+use crate::net::sendfile::FixedBytes;
+use crate::net::stream::{Metered, Stream};
 
 /// Characters of one line, and the printable ASCII set the pattern rotates through.
 const LINE_CHARS: usize = 72;

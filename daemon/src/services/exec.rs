@@ -3,70 +3,36 @@
 //! goes to the log. Bytes the client sent behind its request line are still in
 //! the socket (the negotiation only peeks past the line), so the program reads them.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 
 use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::{accept, refuse, Ended};
-use crate::limits::Counter;
-use crate::stream::{ClientInfo, Metered, Stream};
-
-/// Who sends the status line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ExecReply {
-    /// tcpmuxd sends `+` before the program starts (xinetd's TCPMUXPLUS).
-    #[default]
-    Server,
-    /// The program sends its own `+` or `-` line (xinetd's TCPMUX).
-    Program,
-}
-
-/// What happens to running programs when the daemon stops.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OnShutdown {
-    /// SIGKILL them, so a stopped daemon leaves nothing behind.
-    #[default]
-    Kill,
-    /// Let them finish their sessions on their own.
-    Leave,
-}
-
-/// An exec service's settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Exec {
-    /// The program (an absolute path) and its arguments; never run by a shell.
-    pub argv: Vec<String>,
-    pub reply: ExecReply,
-    /// Run as this uid and gid (needs the daemon to be root).
-    pub user: Option<(u32, u32)>,
-    pub cwd: Option<PathBuf>,
-    /// Extra environment, on top of TCPMUX_SERVICE and the UCSPI-TCP variables.
-    pub env: BTreeMap<String, String>,
-    /// Beyond this many running instances, clients get `-busy`.
-    pub max_instances: Option<usize>,
-    pub on_shutdown: OnShutdown,
-    pub running: Counter,
-}
+use super::{accept, refuse};
+use crate::admission::Counter;
+use crate::model::{ClientInfo, Exec, ExecReply, OnShutdown, Service};
+use crate::net::stream::{Metered, Stream};
+use crate::outcome::Outcome;
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// Longest stderr line logged as one record; the rest is cut.
 const MAX_LOG_LINE: usize = 4096;
 
+/// Runs the program on the connection; `instances` counts the programs of this
+/// name that are running.
 pub async fn serve(
     exec: &Exec,
-    name: &str,
-    message: &str,
+    service: &Service,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
-) -> io::Result<Ended> {
-    let Some(_slot) = exec.running.acquire(exec.max_instances) else {
+    instances: &Counter,
+) -> io::Result<Outcome> {
+    let (name, message) = (service.name.as_str(), service.message.as_str());
+    let Some(_slot) = instances.acquire(exec.max_instances) else {
         refuse(conn, "busy: too many running instances, try again later").await;
-        return Ok(Ended::Refused("busy: max_instances reached".into()));
+        return Ok(Outcome::Refused("busy: max_instances reached".into()));
     };
     if exec.reply == ExecReply::Server {
         // The `+` cannot be taken back once sent, so a program that went missing
@@ -74,7 +40,7 @@ pub async fn serve(
         // here and refused, not answered `+` and then EOF.
         if let Err(e) = runnable(exec) {
             refuse(conn, UNAVAILABLE).await;
-            return Ok(Ended::Refused(format!("cannot run the program: {e}")));
+            return Ok(Outcome::Refused(format!("cannot run the program: {e}")));
         }
         accept(conn, message).await?;
     }
@@ -83,7 +49,7 @@ pub async fn serve(
         // The program would have sent the status line: nothing was sent yet.
         Err(e) if exec.reply == ExecReply::Program => {
             refuse(conn, UNAVAILABLE).await;
-            return Ok(Ended::Refused(format!("cannot start the program: {e}")));
+            return Ok(Outcome::Refused(format!("cannot start the program: {e}")));
         }
         Err(e) => return Err(e),
     };
@@ -102,7 +68,7 @@ pub async fn serve(
     // graceful close), or a read there would block every connection.
     let flags = fcntl_getfl(conn.get_ref())?;
     fcntl_setfl(conn.get_ref(), flags | OFlags::NONBLOCK)?;
-    Ok(Ended::Exited {
+    Ok(Outcome::Exited {
         pid,
         status: describe(&status?),
     })
@@ -170,23 +136,6 @@ fn spawn(
     // `command` owns our duplicates; spawning hands them to the child and dropping
     // it closes ours.
     command.spawn()
-}
-
-/// Reads a user or group database (`/etc/passwd`, `/etc/group`) for `name`: the
-/// numeric fields of its line. Names served by NSS modules (LDAP...) are not seen;
-/// give numeric ids for those.
-pub fn lookup_id(database: &str, name: &str) -> Option<(u32, u32)> {
-    let text = std::fs::read_to_string(database).ok()?;
-    text.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        if fields.next()? != name {
-            return None;
-        }
-        let _password = fields.next()?;
-        let id = fields.next()?.parse().ok()?;
-        let second = fields.next().and_then(|f| f.parse().ok()).unwrap_or(id);
-        Some((id, second))
-    })
 }
 
 /// Summarises an exit for the log.

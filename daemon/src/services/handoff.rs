@@ -1,27 +1,28 @@
 //! handoff: the client's socket itself goes to a backend process that registered
-//! the name (see `crate::handoff`); tcpmuxd keeps no copy and moves no byte.
+//! the name (see `crate::hub`); tcpmuxd keeps no copy and moves no byte.
 
 use std::io;
 
 use tcpmux_proto::handoff::{encode_client_frame, ClientFrame};
 use tokio::sync::oneshot;
 
-use super::{accept, refuse, Ended};
-use crate::handoff::{Delivery, Hub};
-use crate::registry::Service;
-use crate::stream::{ClientInfo, Metered, Stream};
+use super::{accept, refuse};
+use crate::hub::{Delivery, Hub};
+use crate::model::{ClientInfo, Service};
+use crate::net::stream::{Metered, Stream};
+use crate::outcome::Outcome;
 
 pub async fn serve(
     service: &Service,
     hub: &Hub,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
-) -> io::Result<Ended> {
+) -> io::Result<Outcome> {
     let candidates = hub.candidates(&service.name);
     if candidates.is_empty() {
         let reason = format!("no backend is serving {} right now", service.name);
         refuse(conn, &reason).await;
-        return Ok(Ended::Refused("no live handoff backend".into()));
+        return Ok(Outcome::Refused("no live handoff backend".into()));
     }
     // The `+` goes first: once the backend has the socket it may write at once.
     accept(conn, &service.message).await?;
@@ -48,12 +49,12 @@ pub async fn serve(
             continue; // that backend is gone; try the next
         }
         if let Ok(Ok(())) = outcome.await {
-            return Ok(Ended::HandedOff);
+            return Ok(Outcome::HandedOff);
         }
     }
     // Every backend vanished between the lookup and the send: rare, and after the
     // `+`, so all that is left is to close.
-    Ok(Ended::Refused(format!(
+    Ok(Outcome::Refused(format!(
         "all {tried} handoff backends failed after '+'"
     )))
 }

@@ -6,99 +6,37 @@
 //! byte more: whatever the client sent behind it is still in the socket.
 
 mod chargen;
+mod clock;
 mod daytime;
 mod discard;
 mod echo;
 pub mod exec;
-pub mod handoff;
+mod handoff;
 pub mod help;
 mod isotime;
-pub mod proxy;
+mod proxy;
 mod sometext;
 mod time;
 
-use std::fmt;
 use std::io;
-use std::sync::Arc;
 
 use tcpmux_proto::encode_reply;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::registry::Service;
-use crate::stream::{ClientInfo, Metered, Stream};
+use crate::admission::{Gate, ServiceCounts};
+use crate::hub::Hub;
+use crate::model::{Builtin, ClientInfo, Service, ServiceKind};
+use crate::net::stream::{Metered, Stream};
+use crate::ops::metrics::Metrics;
+use crate::outcome::Outcome;
 
-/// Services built into the daemon.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Builtin {
-    Echo,
-    Discard,
-    Chargen,
-    Daytime,
-    Time,
-    Sometext,
-    Isotime,
-    Stats,
-}
-
-impl Builtin {
-    pub const ALL: [Builtin; 8] = [
-        Builtin::Echo,
-        Builtin::Discard,
-        Builtin::Chargen,
-        Builtin::Daytime,
-        Builtin::Time,
-        Builtin::Sometext,
-        Builtin::Isotime,
-        Builtin::Stats,
-    ];
-
-    /// The name it is configured by, and served under by default.
-    pub fn name(self) -> &'static str {
-        match self {
-            Builtin::Echo => "echo",
-            Builtin::Discard => "discard",
-            Builtin::Chargen => "chargen",
-            Builtin::Daytime => "daytime",
-            Builtin::Time => "time",
-            Builtin::Sometext => "sometext",
-            Builtin::Isotime => "isotime",
-            Builtin::Stats => "stats",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Builtin> {
-        Builtin::ALL
-            .into_iter()
-            .find(|b| b.name().eq_ignore_ascii_case(name))
-    }
-}
-
-impl fmt::Display for Builtin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// What a registered name does.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ServiceKind {
-    Builtin(Builtin),
-    Proxy(Arc<proxy::Proxy>),
-    Exec(Arc<exec::Exec>),
-    Handoff(Arc<crate::handoff::HandoffRule>),
-}
-
-/// How a service ended, for the log.
-#[derive(Debug)]
-pub enum Ended {
-    /// The service ran; `backend` names the proxy backend that served it.
-    Served { backend: Option<String> },
-    /// The service answered `-` for the reason given.
-    Refused(String),
-    /// The program exec'd on the socket ended.
-    Exited { pid: u32, status: String },
-    /// The socket went to a handoff backend: tcpmuxd must not touch it again.
-    HandedOff,
+/// What a service may use of the daemon besides its connection: the handoff
+/// hub, the counters (for `stats`) and its own name's counts.
+pub struct Context<'a> {
+    pub hub: &'a Hub,
+    pub metrics: &'a Metrics,
+    pub gate: &'a Gate,
+    pub counts: &'a ServiceCounts,
 }
 
 /// Builds the built-ins' fixed texts (and their memfds) before the first client,
@@ -116,34 +54,28 @@ pub async fn serve(
     service: &Service,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
-    daemon: &crate::Daemon,
-) -> io::Result<Ended> {
+    context: &Context<'_>,
+) -> io::Result<Outcome> {
     match &service.kind {
         ServiceKind::Builtin(builtin) => {
             // A one-shot answer goes out in the status line's write: one
             // segment, and one wake-up of the client instead of two.
             let mut reply = Vec::with_capacity(128);
             encode_reply(true, &service.message, &mut reply);
-            let answered = one_shot_answer(*builtin, daemon, &mut reply);
+            let answered = one_shot_answer(*builtin, context, &mut reply);
             conn.write_all(&reply).await?;
             if !answered {
                 run_builtin(*builtin, conn).await?;
             }
-            Ok(Ended::Served { backend: None })
+            Ok(Outcome::Served { backend: None })
         }
         ServiceKind::Proxy(settings) => {
             proxy::serve(settings, &service.message, conn, client).await
         }
-        ServiceKind::Handoff(_) => handoff::serve(service, &daemon.hub, conn, client).await,
+        ServiceKind::Handoff(_) => handoff::serve(service, context.hub, conn, client).await,
         ServiceKind::Exec(settings) => {
-            exec::serve(
-                settings,
-                service.name.as_str(),
-                &service.message,
-                conn,
-                client,
-            )
-            .await
+            let instances = &context.counts.instances;
+            exec::serve(settings, service, conn, client, instances).await
         }
     }
 }
@@ -164,12 +96,17 @@ pub async fn refuse<S: AsyncWrite + Unpin>(conn: &mut S, reason: &str) {
 
 /// Appends the whole answer of a built-in that sends one thing and is done, and
 /// says whether it was one; the others stream (`run_builtin`).
-fn one_shot_answer(builtin: Builtin, daemon: &crate::Daemon, out: &mut Vec<u8>) -> bool {
+fn one_shot_answer(builtin: Builtin, context: &Context<'_>, out: &mut Vec<u8>) -> bool {
     match builtin {
         Builtin::Daytime => daytime::answer(out),
         Builtin::Time => time::answer(out),
         Builtin::Isotime => isotime::answer(out),
-        Builtin::Stats => out.extend_from_slice(daemon.render_metrics().as_bytes()),
+        Builtin::Stats => {
+            let text = context
+                .metrics
+                .render(context.gate.active.get(), &context.hub.counts());
+            out.extend_from_slice(text.as_bytes());
+        }
         Builtin::Echo | Builtin::Discard | Builtin::Chargen | Builtin::Sometext => return false,
     }
     true

@@ -7,8 +7,8 @@ use std::io;
 use std::sync::OnceLock;
 
 use super::chargen::pattern_line;
-use crate::sendfile::FixedBytes;
-use crate::stream::{Metered, Stream};
+use crate::net::sendfile::FixedBytes;
+use crate::net::stream::{Metered, Stream};
 
 /// The seed's size, an odd number so that no buffer size divides it.
 pub const SOMETEXT_LEN: usize = 1_000_007;

@@ -10,7 +10,13 @@ const LISTEN_FDS_START: RawFd = 3;
 
 /// Takes the listening sockets systemd passed to this process, if any. Clears
 /// the variables so that programs we exec do not think the sockets are theirs.
-pub fn take_listen_fds() -> Vec<crate::listener::Prebound> {
+///
+/// # Safety
+///
+/// Call it once, while the process has a single thread (it edits the
+/// environment), and only if nothing else in the process owns or will use the
+/// descriptors from 3 up that `LISTEN_FDS` names: they become owned here.
+pub unsafe fn take_listen_fds() -> Vec<crate::net::listener::Prebound> {
     let pid_matches = std::env::var("LISTEN_PID")
         .ok()
         .and_then(|p| p.parse::<u32>().ok())
@@ -18,7 +24,7 @@ pub fn take_listen_fds() -> Vec<crate::listener::Prebound> {
     let count = std::env::var("LISTEN_FDS")
         .ok()
         .and_then(|n| n.parse::<i32>().ok());
-    // Called from main before any thread exists, so changing the environment is sound.
+    // The caller guarantees a single thread, so changing the environment is sound.
     std::env::remove_var("LISTEN_PID");
     std::env::remove_var("LISTEN_FDS");
     std::env::remove_var("LISTEN_FDNAMES");
@@ -29,10 +35,10 @@ pub fn take_listen_fds() -> Vec<crate::listener::Prebound> {
         .map(|i| {
             let fd = LISTEN_FDS_START + i;
             // SAFETY: systemd's protocol hands these descriptors to this process,
-            // which owns them from here on; nothing else in it refers to them.
+            // and the caller guarantees nothing else in it claims them.
             let owned = unsafe { OwnedFd::from_raw_fd(fd) };
             let _ = rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC);
-            crate::listener::Prebound {
+            crate::net::listener::Prebound {
                 fd: owned,
                 options: None,
                 owns_path: false,

@@ -8,12 +8,7 @@ use std::net::SocketAddr;
 use ppp::v2::{Addresses, Builder, Command, Protocol, Version};
 use ppp::{HeaderResult, PartialResult};
 
-/// Which header to send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProxyVersion {
-    V1,
-    V2,
-}
+use crate::model::ProxyVersion;
 
 /// The most header bytes we buffer from an upstream. v1 is at most 107 bytes; v2
 /// may carry TLVs, and real load balancers send well under this.

@@ -1,6 +1,7 @@
-//! Admission control: how many connections the daemon, one source address and one
-//! service may hold, how fast one address may open new ones, and which clients a
-//! service accepts. Every refusal becomes a `-` line with its reason.
+//! Admission control at run time: how many connections the daemon, one source
+//! address and one service hold now, and how fast one address opens new ones.
+//! The caps come from the configuration (`model::Limits`, a service's
+//! `max_connections`); the counts live here, apart from it, so a reload keeps them.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -9,17 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::cidr::Cidr;
-use crate::stream::Peer;
+use tcpmux_proto::ServiceName;
 
-/// Daemon-wide limits, from the configuration.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Limits {
-    pub max_connections: Option<usize>,
-    pub max_connections_per_ip: Option<usize>,
-    /// New connections per second per source address (burst: one second's worth).
-    pub connection_rate_per_ip: Option<f64>,
-}
+use crate::model::{Limits, Peer};
+use crate::registry::Registry;
 
 /// Why a connection was not admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,14 +37,6 @@ impl fmt::Display for Refusal {
 /// counts against it.
 #[derive(Clone, Debug, Default)]
 pub struct Counter(Arc<AtomicUsize>);
-
-impl PartialEq for Counter {
-    /// Settings compare equal whatever is in use right now.
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for Counter {}
 
 /// One unit of a [`Counter`]; dropping it gives the unit back.
 #[derive(Debug)]
@@ -76,6 +62,32 @@ impl Counter {
     pub fn get(&self) -> usize {
         self.0.load(Ordering::Acquire)
     }
+}
+
+/// What one service name has in use now. Shared by every session of that name,
+/// across reloads, for as long as the name stays configured.
+#[derive(Debug, Default)]
+pub struct ServiceCounts {
+    /// Sessions open, against the service's `max_connections`.
+    pub connections: Counter,
+    /// Programs running, against an exec service's `max_instances`.
+    pub instances: Counter,
+}
+
+/// The counts of every service in a registry, by name.
+pub type Usage = HashMap<ServiceName, Arc<ServiceCounts>>;
+
+/// The counts for `registry`: a name that `previous` already counted keeps its
+/// counts, so the sessions started before a reload still count against the
+/// caps after it; a new name starts at zero.
+pub fn carry_over(registry: &Registry, previous: &Usage) -> Usage {
+    registry
+        .services()
+        .map(|service| {
+            let counts = previous.get(&service.name).cloned().unwrap_or_default();
+            (service.name.clone(), counts)
+        })
+        .collect()
 }
 
 /// Entries kept per address before idle ones are pruned.
@@ -174,34 +186,6 @@ impl Gate {
     }
 }
 
-/// Which clients a service accepts. TCP clients are judged by address (`deny`
-/// wins over `allow`; an empty `allow` allows all), Unix-socket clients by their
-/// uid/gid (empty lists allow all).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Access {
-    pub allow: Vec<Cidr>,
-    pub deny: Vec<Cidr>,
-    pub uids: Vec<u32>,
-    pub gids: Vec<u32>,
-}
-
-impl Access {
-    pub fn permits(&self, peer: &Peer) -> bool {
-        match peer {
-            Peer::Tcp(addr) => {
-                let ip = addr.ip();
-                !self.deny.iter().any(|r| r.contains(ip))
-                    && (self.allow.is_empty() || self.allow.iter().any(|r| r.contains(ip)))
-            }
-            Peer::Unix { uid, gid, .. } => {
-                (self.uids.is_empty() && self.gids.is_empty())
-                    || self.uids.contains(uid)
-                    || self.gids.contains(gid)
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,23 +235,18 @@ mod tests {
     }
 
     #[test]
-    fn access_rules() {
-        let access = Access {
-            allow: vec!["10.0.0.0/8".parse().unwrap()],
-            deny: vec!["10.0.0.66".parse().unwrap()],
-            uids: vec![1000],
-            gids: vec![],
-        };
-        assert!(access.permits(&tcp("10.1.2.3")));
-        assert!(!access.permits(&tcp("10.0.0.66")));
-        assert!(!access.permits(&tcp("192.0.2.1")));
-        let unix = |uid| Peer::Unix {
-            listener: Arc::from("/x"),
-            uid,
-            gid: 5,
-        };
-        assert!(access.permits(&unix(1000)));
-        assert!(!access.permits(&unix(1001)));
-        assert!(Access::default().permits(&unix(1)));
+    fn counts_survive_a_reload_for_names_that_stay() {
+        let before = Registry::builtins();
+        let usage = carry_over(&before, &Usage::new());
+        let echo = ServiceName::parse("echo").unwrap();
+        let held = usage[&echo].connections.acquire(None).unwrap();
+
+        let mut services = crate::registry::default_services();
+        services.remove(&ServiceName::parse("chargen").unwrap());
+        let after = carry_over(&Registry::new(services), &usage);
+        assert_eq!(after[&echo].connections.get(), 1);
+        assert!(!after.contains_key(&ServiceName::parse("chargen").unwrap()));
+        drop(held);
+        assert_eq!(after[&echo].connections.get(), 0);
     }
 }

@@ -12,16 +12,12 @@ use serde::Deserialize;
 use tcpmux_proto::ServiceName;
 use toml::Spanned;
 
-use crate::cidr::Cidr;
-use crate::handoff::HandoffRule;
-use crate::limits::{Access, Counter, Limits};
-use crate::listener::{ListenAddr, ListenOptions, ListenSpec};
-use crate::proxy_protocol::ProxyVersion;
-use crate::registry::{default_services, Registry, Service};
-use crate::relay::RelayMode;
-use crate::services::exec::{lookup_id, Exec, ExecReply, OnShutdown};
-use crate::services::proxy::{Backend, Proxy, DEFAULT_CONNECT_TIMEOUT};
-use crate::services::{Builtin, ServiceKind};
+use crate::model::{
+    Access, Backend, Builtin, Cidr, Exec, ExecReply, HandoffRule, Limits, ListenAddr,
+    ListenOptions, ListenSpec, OnShutdown, Proxy, ProxyVersion, RelayMode, Service, ServiceKind,
+    DEFAULT_CONNECT_TIMEOUT,
+};
+use crate::registry::{default_services, Registry};
 
 /// RFC 1078's port. Binding it needs root or CAP_NET_BIND_SERVICE.
 pub const DEFAULT_PORT: u16 = 1;
@@ -483,7 +479,6 @@ fn exec_settings(
         env: table.env.clone().unwrap_or_default(),
         max_instances,
         on_shutdown,
-        running: Counter::default(),
     })
 }
 
@@ -554,6 +549,23 @@ fn resolve_user(
             Ok(Some((uid, gid)))
         }
     }
+}
+
+/// Reads a user or group database (`/etc/passwd`, `/etc/group`) for `name`: the
+/// numeric fields of its line. Names served by NSS modules (LDAP...) are not seen;
+/// give numeric ids for those.
+pub fn lookup_id(database: &str, name: &str) -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string(database).ok()?;
+    text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        if fields.next()? != name {
+            return None;
+        }
+        let _password = fields.next()?;
+        let id = fields.next()?.parse().ok()?;
+        let second = fields.next().and_then(|f| f.parse().ok()).unwrap_or(id);
+        Some((id, second))
+    })
 }
 
 fn lookup_primary_gid(uid: u32) -> Option<u32> {

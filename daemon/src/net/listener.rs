@@ -1,91 +1,20 @@
-//! Listening sockets: parsing listen addresses, binding them with errors that say
+//! Listening sockets: binding listen addresses with errors that say
 //! what to do, and accepting without letting a transient error end the loop.
 
-use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, UnixListener};
 
-use crate::cidr::Cidr;
-use crate::stream::{Peer, Stream};
+use super::stream::Stream;
+use crate::model::{ListenAddr, ListenOptions, ListenSpec, Peer};
 
 /// Pending-connection queue length; the kernel caps it at net.core.somaxconn.
 const BACKLOG: i32 = 1024;
-
-/// Where the daemon listens: `IP:PORT`, `[IPv6]:PORT` or `unix:/path`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ListenAddr {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("invalid listen address {0:?}: expected IP:PORT, [IPv6]:PORT or unix:/path")]
-pub struct ListenAddrError(String);
-
-impl FromStr for ListenAddr {
-    type Err = ListenAddrError;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        if let Some(path) = text.strip_prefix("unix:") {
-            if path.is_empty() {
-                return Err(ListenAddrError(text.to_owned()));
-            }
-            return Ok(ListenAddr::Unix(PathBuf::from(path)));
-        }
-        text.parse()
-            .map(ListenAddr::Tcp)
-            .map_err(|_| ListenAddrError(text.to_owned()))
-    }
-}
-
-impl fmt::Display for ListenAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ListenAddr::Tcp(addr) => write!(f, "{addr}"),
-            ListenAddr::Unix(path) => write!(f, "unix:{}", path.display()),
-        }
-    }
-}
-
-/// Per-listener behaviour.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ListenOptions {
-    /// Peers in these ranges must start with a PROXY protocol header (v1 or v2),
-    /// whose addresses then stand for the client. Others are plain TCPMUX clients,
-    /// so nobody else can claim to be someone they are not.
-    pub accept_proxy_from: Vec<Cidr>,
-}
-
-impl ListenOptions {
-    pub fn trusts_proxy(&self, ip: std::net::IpAddr) -> bool {
-        self.accept_proxy_from
-            .iter()
-            .any(|range| range.contains(ip))
-    }
-}
-
-/// A listen address with its options, as configured.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListenSpec {
-    pub addr: ListenAddr,
-    pub options: ListenOptions,
-}
-
-impl From<ListenAddr> for ListenSpec {
-    fn from(addr: ListenAddr) -> Self {
-        ListenSpec {
-            addr,
-            options: ListenOptions::default(),
-        }
-    }
-}
 
 /// A bind that failed, with the reason in words and, where there is one, the fix.
 #[derive(Debug, thiserror::Error)]
@@ -330,29 +259,5 @@ fn explain(addr: &ListenAddr, e: &io::Error) -> String {
             "no local interface has this address".to_owned()
         }
         _ => e.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_the_three_forms() {
-        assert_eq!(
-            "127.0.0.1:41397".parse::<ListenAddr>().unwrap(),
-            ListenAddr::Tcp("127.0.0.1:41397".parse().unwrap())
-        );
-        assert_eq!(
-            "[::1]:1".parse::<ListenAddr>().unwrap(),
-            ListenAddr::Tcp("[::1]:1".parse().unwrap())
-        );
-        assert_eq!(
-            "unix:/run/tcpmux.sock".parse::<ListenAddr>().unwrap(),
-            ListenAddr::Unix("/run/tcpmux.sock".into())
-        );
-        for bad in ["localhost:1", "1", "unix:", "127.0.0.1", "::1:1"] {
-            assert!(bad.parse::<ListenAddr>().is_err(), "{bad}");
-        }
     }
 }

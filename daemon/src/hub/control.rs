@@ -1,144 +1,53 @@
-//! The handoff hub: backends register service names over a control Unix socket
-//! and are sent whole client connections (the socket itself, by SCM_RIGHTS), after
-//! which tcpmuxd is out of the data path. Who may register a name is decided by
-//! the backend's SO_PEERCRED uid/gid against the name's rule in the config.
+//! The control socket: a backend connects, sends `REGISTER name…`, is checked
+//! by its SO_PEERCRED uid/gid against each name's rule in the configuration,
+//! and then receives client sockets until it disconnects.
 
-use std::collections::HashMap;
 use std::io;
 use std::io::IoSlice;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
-use tcpmux_proto::handoff::{parse_register, FRAME_LEN, MAX_REGISTER_LINE};
+use tcpmux_proto::handoff::{parse_register, MAX_REGISTER_LINE};
 use tcpmux_proto::ServiceName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
-use crate::listener::Listener;
+use super::{Delivery, Hub};
+use crate::model::ServiceKind;
+use crate::net::listener::Listener;
+use crate::net::stream::Stream;
 use crate::registry::Registry;
-use crate::services::ServiceKind;
-use crate::stream::Stream;
-use crate::Daemon;
 
-/// Who may register a handoff name: a peer whose uid or gid is listed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HandoffRule {
-    pub uids: Vec<u32>,
-    pub gids: Vec<u32>,
-}
-
-impl HandoffRule {
-    pub fn allows(&self, uid: u32, gid: u32) -> bool {
-        self.uids.contains(&uid) || self.gids.contains(&gid)
-    }
-}
-
-/// One client connection on its way to a backend.
-pub struct Delivery {
-    pub socket: OwnedFd,
-    pub frame: [u8; FRAME_LEN],
-    /// Told whether the socket reached the backend.
-    pub done: oneshot::Sender<io::Result<()>>,
-}
-
-struct Registered {
-    id: u64,
-    deliveries: mpsc::Sender<Delivery>,
-}
-
-/// The live registrations, shared by the control loop and the sessions.
-#[derive(Default)]
-pub struct Hub {
-    backends: Mutex<HashMap<ServiceName, Vec<Registered>>>,
-    next_id: AtomicUsize,
-    turn: AtomicUsize,
-}
-
-impl Hub {
-    /// Whether any backend serves `name` now.
-    pub fn is_live(&self, name: &ServiceName) -> bool {
-        self.lock().get(name).is_some_and(|list| !list.is_empty())
-    }
-
-    /// The backends of `name`, starting with the next in round-robin order.
-    pub fn candidates(&self, name: &ServiceName) -> Vec<mpsc::Sender<Delivery>> {
-        let backends = self.lock();
-        let Some(list) = backends.get(name).filter(|l| !l.is_empty()) else {
-            return Vec::new();
-        };
-        let start = self.turn.fetch_add(1, Ordering::Relaxed) % list.len();
-        list.iter()
-            .cycle()
-            .skip(start)
-            .take(list.len())
-            .map(|r| r.deliveries.clone())
-            .collect()
-    }
-
-    /// Registered backends per name, for the metrics.
-    pub fn counts(&self) -> Vec<(String, usize)> {
-        let mut counts: Vec<_> = self
-            .lock()
-            .iter()
-            .map(|(n, l)| (n.to_string(), l.len()))
-            .collect();
-        counts.sort();
-        counts
-    }
-
-    fn add(&self, names: &[ServiceName], deliveries: &mpsc::Sender<Delivery>) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
-        let mut backends = self.lock();
-        for name in names {
-            backends.entry(name.clone()).or_default().push(Registered {
-                id,
-                deliveries: deliveries.clone(),
-            });
-        }
-        id
-    }
-
-    fn remove(&self, id: u64) {
-        let mut backends = self.lock();
-        for list in backends.values_mut() {
-            list.retain(|r| r.id != id);
-        }
-        backends.retain(|_, list| !list.is_empty());
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceName, Vec<Registered>>> {
-        // A panic while holding the lock cannot leave the map half-edited in a way
-        // that matters (each edit is one call), so a poisoned lock is still usable.
-        self.backends
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-/// Accepts backends on the control socket until the daemon stops. Registrations
-/// are checked against the configuration in force when they arrive.
-pub async fn control_loop(listener: Listener, daemon: Arc<Daemon>) {
+/// Accepts backends on the control socket until the task is dropped, which ends
+/// every registration with it. Registrations are checked against the
+/// configuration in force when they arrive: `current` gives its registry and how
+/// long a backend may take to register.
+pub async fn control_loop(
+    listener: Listener,
+    hub: Arc<Hub>,
+    current: impl Fn() -> (Arc<Registry>, Duration),
+) {
+    let mut backends = JoinSet::new();
     loop {
-        match listener.accept().await {
-            Ok((Stream::Unix(stream), _)) => {
-                let settings = daemon.settings();
-                tokio::spawn(backend_session(
-                    stream,
-                    Arc::clone(&daemon.hub),
-                    Arc::clone(&settings.registry),
-                    settings.negotiation_timeout,
-                ));
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "handoff control accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((Stream::Unix(stream), _)) => {
+                    let (registry, register_timeout) = current();
+                    let hub = Arc::clone(&hub);
+                    backends.spawn(backend_session(stream, hub, registry, register_timeout));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "handoff control accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = backends.join_next() => {}
         }
     }
 }

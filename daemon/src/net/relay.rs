@@ -14,19 +14,9 @@ use rustix::net::{send, SendFlags};
 use rustix::pipe::{splice, SpliceFlags};
 use tokio::io::Interest;
 
-use crate::sendfile::zero_copy_unsupported;
-use crate::stream::Stream;
-
-/// How the bytes are moved.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RelayMode {
-    /// splice(2): socket → pipe → socket inside the kernel, no copy to user space.
-    /// A direction where the kernel refuses it falls back to `Copy`.
-    #[default]
-    Splice,
-    /// read(2)/send(2) through a 64 KiB buffer per direction.
-    Copy,
-}
+use super::sendfile::zero_copy_unsupported;
+use super::stream::Stream;
+use crate::model::RelayMode;
 
 /// Bytes moved each way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
 use rustix::io::Errno;
 use tokio::io::Interest;
 
-use crate::stream::Stream;
+use super::stream::Stream;
 
 /// Bytes that never change, in memory and, where the kernel allows, in a sealed
 /// memfd for sendfile.

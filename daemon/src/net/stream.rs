@@ -1,7 +1,6 @@
 //! Connected sockets as the services and the relay see them: TCP or Unix, with
 //! byte counters for the log.
 
-use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -63,47 +62,6 @@ impl std::os::fd::AsFd for Stream {
             Stream::Unix(s) => s.as_fd(),
         }
     }
-}
-
-/// Who is on the other end, for the log.
-#[derive(Clone, Debug)]
-pub enum Peer {
-    Tcp(SocketAddr),
-    /// Unix peers have no useful address: the listener path says where they came
-    /// in, SO_PEERCRED who they are.
-    Unix {
-        listener: std::sync::Arc<str>,
-        uid: u32,
-        gid: u32,
-    },
-}
-
-impl fmt::Display for Peer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Peer::Tcp(addr) => write!(f, "{addr}"),
-            Peer::Unix { listener, uid, .. } => write!(f, "unix:{listener}(uid {uid})"),
-        }
-    }
-}
-
-impl Peer {
-    /// The client's IP address and port, if it came over TCP.
-    pub fn tcp_addr(&self) -> Option<SocketAddr> {
-        match self {
-            Peer::Tcp(addr) => Some(*addr),
-            Peer::Unix { .. } => None,
-        }
-    }
-}
-
-/// The two ends of a client connection as the services should see them: after a
-/// trusted PROXY header, the addresses it announced rather than the upstream's.
-#[derive(Clone, Debug)]
-pub struct ClientInfo {
-    pub peer: Peer,
-    /// The address the client connected to (`None` on a Unix listener).
-    pub local: Option<SocketAddr>,
 }
 
 macro_rules! delegate {

@@ -1,0 +1,133 @@
+//! The daemon's plain data: what a service is, what kind it is, who may use it
+//! and where the daemon listens. Values only, built by `config` and read by
+//! everything above; this module imports nothing else of the daemon.
+
+mod access;
+mod cidr;
+mod exec;
+mod listen;
+mod peer;
+mod proxy;
+
+use std::fmt;
+use std::sync::Arc;
+
+use tcpmux_proto::ServiceName;
+
+pub use access::Access;
+pub use cidr::{Cidr, CidrError};
+pub use exec::{Exec, ExecReply, OnShutdown};
+pub use listen::{ListenAddr, ListenAddrError, ListenOptions, ListenSpec};
+pub use peer::{ClientInfo, Peer};
+pub use proxy::{Backend, BackendError, Proxy, ProxyVersion, RelayMode, DEFAULT_CONNECT_TIMEOUT};
+
+/// One registered service: a name, what it does, and who may use it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Service {
+    pub name: ServiceName,
+    pub kind: ServiceKind,
+    /// Text sent after the `+` (may be empty).
+    pub message: String,
+    /// Which clients may use it.
+    pub access: Access,
+    /// Cap on its simultaneous connections (counted in the daemon's runtime
+    /// state, which a reload keeps).
+    pub max_connections: Option<usize>,
+}
+
+impl Service {
+    /// A service with no message, access rules or cap.
+    pub fn new(name: ServiceName, kind: ServiceKind) -> Self {
+        Service {
+            name,
+            kind,
+            message: String::new(),
+            access: Access::default(),
+            max_connections: None,
+        }
+    }
+}
+
+/// What a registered name does: one variant per kind, each served by its own
+/// file in `services/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServiceKind {
+    Builtin(Builtin),
+    Proxy(Arc<Proxy>),
+    Exec(Arc<Exec>),
+    Handoff(Arc<HandoffRule>),
+}
+
+/// Services built into the daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    Echo,
+    Discard,
+    Chargen,
+    Daytime,
+    Time,
+    Sometext,
+    Isotime,
+    Stats,
+}
+
+impl Builtin {
+    pub const ALL: [Builtin; 8] = [
+        Builtin::Echo,
+        Builtin::Discard,
+        Builtin::Chargen,
+        Builtin::Daytime,
+        Builtin::Time,
+        Builtin::Sometext,
+        Builtin::Isotime,
+        Builtin::Stats,
+    ];
+
+    /// The name it is configured by, and served under by default.
+    pub fn name(self) -> &'static str {
+        match self {
+            Builtin::Echo => "echo",
+            Builtin::Discard => "discard",
+            Builtin::Chargen => "chargen",
+            Builtin::Daytime => "daytime",
+            Builtin::Time => "time",
+            Builtin::Sometext => "sometext",
+            Builtin::Isotime => "isotime",
+            Builtin::Stats => "stats",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Builtin> {
+        Builtin::ALL
+            .into_iter()
+            .find(|b| b.name().eq_ignore_ascii_case(name))
+    }
+}
+
+impl fmt::Display for Builtin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Who may register a handoff name: a peer whose uid or gid is listed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HandoffRule {
+    pub uids: Vec<u32>,
+    pub gids: Vec<u32>,
+}
+
+impl HandoffRule {
+    pub fn allows(&self, uid: u32, gid: u32) -> bool {
+        self.uids.contains(&uid) || self.gids.contains(&gid)
+    }
+}
+
+/// Daemon-wide connection limits.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Limits {
+    pub max_connections: Option<usize>,
+    pub max_connections_per_ip: Option<usize>,
+    /// New connections per second per source address (burst: one second's worth).
+    pub connection_rate_per_ip: Option<f64>,
+}

@@ -1,0 +1,8 @@
+//! Running the daemon as an operator sees it: counters and their HTTP endpoint,
+//! the log writer, systemd integration and the privilege drop.
+
+pub mod logging;
+pub mod metrics;
+pub mod metrics_endpoint;
+pub mod privileges;
+pub mod systemd;

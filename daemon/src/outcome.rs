@@ -1,0 +1,91 @@
+//! How a session ended: one enum, filled in by the negotiation or by the service
+//! that ran, and read once for the connection's log line and its metric.
+
+use std::fmt;
+use std::io;
+
+use tcpmux_proto::NameError;
+
+use crate::net::proxy_protocol::HeaderError;
+
+/// How a connection ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The service ran; `backend` names the proxy backend that served it.
+    Served {
+        backend: Option<String>,
+    },
+    /// The socket went to a handoff backend: tcpmuxd must not touch it again.
+    HandedOff,
+    /// The program exec'd on the socket ended.
+    Exited {
+        pid: u32,
+        status: String,
+    },
+    Help,
+    ServiceError(io::Error),
+    UnknownService,
+    /// A `-` line for the reason given: access, a limit, a backend that is down.
+    Refused(String),
+    BadRequest(NameError),
+    BadProxyHeader(HeaderError),
+    NegotiationTimeout,
+    ClosedBeforeRequest,
+    ReadError(io::Error),
+}
+
+impl Outcome {
+    /// The metric label: a few fixed words.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Outcome::Served { .. } | Outcome::HandedOff | Outcome::Exited { .. } => "served",
+            Outcome::Help => "help",
+            Outcome::ServiceError(_) | Outcome::ReadError(_) => "error",
+            Outcome::UnknownService => "unknown",
+            Outcome::Refused(_) | Outcome::BadRequest(_) | Outcome::BadProxyHeader(_) => "refused",
+            Outcome::NegotiationTimeout => "timeout",
+            Outcome::ClosedBeforeRequest => "closed",
+        }
+    }
+
+    /// Whether the connection never named a registered service, so its metric
+    /// goes under `-` (clients cannot grow the label set).
+    pub fn unnamed(&self) -> bool {
+        matches!(
+            self,
+            Outcome::UnknownService
+                | Outcome::BadRequest(_)
+                | Outcome::BadProxyHeader(_)
+                | Outcome::NegotiationTimeout
+                | Outcome::ClosedBeforeRequest
+                | Outcome::ReadError(_)
+        )
+    }
+
+    /// The proxy backend that served the client, if any.
+    pub fn backend(&self) -> Option<&str> {
+        match self {
+            Outcome::Served { backend } => backend.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Served { .. } => f.write_str("served"),
+            Outcome::HandedOff => f.write_str("handed off"),
+            Outcome::Exited { pid, status } => write!(f, "served: pid {pid} {status}"),
+            Outcome::Help => f.write_str("help"),
+            Outcome::ServiceError(e) => write!(f, "service error: {e}"),
+            Outcome::UnknownService => f.write_str("refused: unknown service"),
+            Outcome::Refused(why) => write!(f, "refused: {why}"),
+            Outcome::BadRequest(e) => write!(f, "refused: {e}"),
+            Outcome::BadProxyHeader(e) => write!(f, "refused: {e}"),
+            Outcome::NegotiationTimeout => f.write_str("refused: negotiation timeout"),
+            Outcome::ClosedBeforeRequest => f.write_str("closed before request"),
+            Outcome::ReadError(e) => write!(f, "read error: {e}"),
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! The server: binds what the configuration asks for, then accepts connections and
+//! hands each to a session until told to stop; reloads the configuration when
+//! told to. Signals are not its business: `main.rs` turns them into the shutdown
+//! future and the reload channel, and tests pass their own.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::model::{ListenAddr, ListenOptions, ListenSpec};
+use crate::net::listener::{accept_backoff, BindError, Listener, Prebound};
+use crate::ops::privileges::{drop_privileges, PrivilegeError};
+use crate::ops::{logging, metrics_endpoint, systemd};
+use crate::session;
+use crate::state::Shared;
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error("cannot use a listening socket passed by systemd: {0}")]
+    Inherited(std::io::Error),
+    #[error(transparent)]
+    Privileges(#[from] PrivilegeError),
+}
+
+/// A daemon whose sockets are bound and that serves nobody yet.
+pub struct Server {
+    shared: Arc<Shared>,
+    listeners: Vec<(Listener, Arc<ListenOptions>)>,
+    control: Option<Listener>,
+    metrics: Option<Listener>,
+    /// What a reload reads, and what it compares the new file with.
+    config_path: Option<PathBuf>,
+    listen: Option<Vec<ListenSpec>>,
+    handoff_socket: Option<PathBuf>,
+}
+
+impl Server {
+    /// Binds every listen address of `config` (or adopts `inherited`, the sockets
+    /// of systemd socket activation, which then replace the TCPMUX addresses),
+    /// the control socket and the metrics endpoint, and drops privileges if the
+    /// configuration says so. All addresses are bound before any is served, so a
+    /// bad one fails the start instead of leaving a half-listening daemon.
+    /// `config_path` is what a reload reads. Must run inside a tokio runtime, on
+    /// the process's only thread if privileges are to be dropped.
+    pub fn bind(
+        config: Config,
+        inherited: Vec<Prebound>,
+        config_path: Option<PathBuf>,
+    ) -> Result<Server, RunError> {
+        let listeners = if inherited.is_empty() {
+            config
+                .listen
+                .iter()
+                .map(|spec| Ok((Listener::bind(&spec.addr)?, Arc::new(spec.options.clone()))))
+                .collect::<Result<Vec<_>, BindError>>()?
+        } else {
+            adopt(inherited, &config.listen)?
+        };
+        let control = match &config.handoff_socket {
+            Some(path) => Some(bind_control_socket(path)?),
+            None => None,
+        };
+        // Everything privileged (binding port 1, creating sockets in /run) is done.
+        if let Some((uid, gid)) = config.run_as {
+            drop_privileges(uid, gid)?;
+        }
+        // Only now may the process have a second thread.
+        logging::start_writer();
+        let metrics = match &config.metrics_listen {
+            Some(addr) => Some(Listener::bind(&ListenAddr::Tcp(*addr))?),
+            None => None,
+        };
+        // A reload compares its file's `listen` with nothing when the command
+        // line chose the addresses.
+        let listen = (!config.listen_from_command_line).then(|| config.listen.clone());
+        let handoff_socket = config.handoff_socket.clone();
+        Ok(Server {
+            shared: Arc::new(Shared::new(config)),
+            listeners,
+            control,
+            metrics,
+            config_path,
+            listen,
+            handoff_socket,
+        })
+    }
+
+    /// The TCPMUX addresses actually bound (real ports where 0 was asked for).
+    pub fn local_addrs(&self) -> Vec<ListenAddr> {
+        self.listeners.iter().map(|(l, _)| l.local_addr()).collect()
+    }
+
+    /// The metrics endpoint's address, if there is one.
+    pub fn metrics_addr(&self) -> Option<ListenAddr> {
+        self.metrics.as_ref().map(Listener::local_addr)
+    }
+
+    /// Serves until `shutdown` completes, reloading the configuration file on
+    /// each message on `reload`. On shutdown, accepting stops at once and running
+    /// sessions get `shutdown_grace` to finish; those still running then are
+    /// closed.
+    pub async fn run(self, shutdown: impl Future<Output = ()>, mut reload: mpsc::Receiver<()>) {
+        crate::services::prepare();
+        let shared = self.shared;
+        let sessions = Sessions::default();
+        let mut accepting = JoinSet::new();
+        if let Some(listener) = self.metrics {
+            tracing::info!(address = %listener.local_addr(), "metrics endpoint");
+            let source = Arc::clone(&shared);
+            accepting.spawn(metrics_endpoint::serve(
+                listener,
+                Arc::new(move || source.render_metrics()),
+            ));
+        }
+        if let Some(control) = self.control {
+            tracing::info!(address = %control.local_addr(), "handoff control socket");
+            let source = Arc::clone(&shared);
+            accepting.spawn(crate::hub::control_loop(
+                control,
+                Arc::clone(&shared.hub),
+                move || {
+                    let settings = source.settings();
+                    (Arc::clone(&settings.registry), settings.negotiation_timeout)
+                },
+            ));
+        }
+        for (listener, options) in self.listeners {
+            tracing::info!(
+                address = %listener.local_addr(),
+                services = shared.settings().registry.len(),
+                accept_proxy_from = ?options.accept_proxy_from.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "listening"
+            );
+            accepting.spawn(accept_loop(
+                listener,
+                options,
+                Arc::clone(&shared),
+                sessions.clone(),
+            ));
+        }
+
+        systemd::notify("READY=1");
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(()) = reload.recv() => {
+                    systemd::notify_reloading();
+                    let (path, listen) = (self.config_path.as_deref(), self.listen.as_deref());
+                    reload_config(&shared, path, listen, self.handoff_socket.as_deref());
+                    systemd::notify("READY=1");
+                }
+            }
+        }
+        systemd::notify("STOPPING=1");
+
+        let grace = shared.settings().shutdown_grace;
+        tracing::info!(active = shared.gate.active.get(), grace = ?grace, "shutting down");
+        // Dropping the accept loops drops the listeners, which removes Unix socket files.
+        accepting.shutdown().await;
+        sessions.finish(grace).await;
+    }
+}
+
+/// The running sessions: tracked so that shutdown can wait for them without
+/// polling, and cancellable once the grace period is over.
+#[derive(Clone, Default)]
+struct Sessions {
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+}
+
+impl Sessions {
+    fn spawn(&self, session: impl Future<Output = ()> + Send + 'static) {
+        let cancel = self.cancel.clone();
+        self.tracker.spawn(async move {
+            tokio::select! {
+                () = session => {}
+                () = cancel.cancelled() => {}
+            }
+        });
+    }
+
+    /// Waits up to `grace` for every session to end, then ends the rest.
+    async fn finish(&self, grace: std::time::Duration) {
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                sessions = self.tracker.len(),
+                "grace period over; closing the remaining sessions"
+            );
+            self.cancel.cancel();
+            self.tracker.wait().await;
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: Listener,
+    options: Arc<ListenOptions>,
+    shared: Arc<Shared>,
+    sessions: Sessions,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let session =
+                    session::handle(Arc::clone(&shared), stream, peer, Arc::clone(&options));
+                sessions.spawn(session);
+            }
+            Err(e) => {
+                let pause = accept_backoff(&e);
+                tracing::warn!(address = %listener.local_addr(), error = %e, "accept failed");
+                if let Some(pause) = pause {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+}
+
+/// Load the file again; new connections get the new services, running sessions
+/// keep theirs. A bad file keeps the old configuration.
+fn reload_config(
+    shared: &Shared,
+    path: Option<&Path>,
+    listen: Option<&[ListenSpec]>,
+    handoff: Option<&Path>,
+) {
+    let Some(path) = path else {
+        tracing::warn!("reload ignored: started without --config, nothing to reload");
+        return;
+    };
+    match Config::load(path) {
+        Ok(config) => {
+            if listen.is_some_and(|listen| config.listen != listen) {
+                tracing::warn!("`listen` changes only on restart; keeping the current addresses");
+            }
+            if config.handoff_socket.as_deref() != handoff {
+                tracing::warn!("`handoff_socket` changes only on restart; keeping the current one");
+            }
+            let services = config.registry.len();
+            shared.replace_settings(config);
+            tracing::info!(path = %path.display(), services, "configuration reloaded");
+        }
+        Err(e) => tracing::error!("reload failed, keeping the running configuration: {e}"),
+    }
+}
+
+/// Listeners from systemd; each keeps the options of the configured address it
+/// matches, if any.
+fn adopt(
+    inherited: Vec<Prebound>,
+    configured: &[ListenSpec],
+) -> Result<Vec<(Listener, Arc<ListenOptions>)>, RunError> {
+    inherited
+        .into_iter()
+        .map(|prebound| {
+            let listener = Listener::from_inherited(prebound.fd, prebound.owns_path)
+                .map_err(RunError::Inherited)?;
+            let addr = listener.local_addr();
+            let options = prebound.options.unwrap_or_else(|| {
+                configured
+                    .iter()
+                    .find(|spec| spec.addr == addr)
+                    .map(|spec| spec.options.clone())
+                    .unwrap_or_default()
+            });
+            Ok((listener, Arc::new(options)))
+        })
+        .collect()
+}
+
+/// The control socket is open to every local user: authorization is per name, by
+/// the connecting process's credentials, not by file permissions.
+fn bind_control_socket(path: &Path) -> Result<Listener, BindError> {
+    use std::os::unix::fs::PermissionsExt;
+    let addr = ListenAddr::Unix(path.to_owned());
+    let listener = Listener::bind(&addr)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(|e| {
+        BindError {
+            addr,
+            reason: format!("cannot make the control socket connectable: {e}"),
+        }
+    })?;
+    Ok(listener)
+}

@@ -1,0 +1,79 @@
+//! What every connection of one event loop shares: the settings in force (which a
+//! reload swaps), the handoff hub, the admission counts and the metrics.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crate::admission::{carry_over, Gate, Usage};
+use crate::config::Config;
+use crate::hub::Hub;
+use crate::model::Limits;
+use crate::ops::metrics::Metrics;
+use crate::registry::Registry;
+
+/// The part of the configuration a reload replaces. A session takes a snapshot
+/// when it starts and keeps it to the end, so a reload never changes a running
+/// session.
+pub struct Settings {
+    pub registry: Arc<Registry>,
+    /// Per-service counts, carried from one settings to the next by name.
+    pub usage: Usage,
+    pub negotiation_timeout: Duration,
+    pub close_drain_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub limits: Limits,
+}
+
+impl Settings {
+    /// Settings from `config`, keeping the counts of `previous` for the names
+    /// both have.
+    fn new(config: Config, previous: &Usage) -> Settings {
+        Settings {
+            usage: carry_over(&config.registry, previous),
+            registry: Arc::new(config.registry),
+            negotiation_timeout: config.negotiation_timeout,
+            close_drain_timeout: config.close_drain_timeout,
+            shutdown_grace: config.shutdown_grace,
+            limits: config.limits,
+        }
+    }
+}
+
+/// What every connection shares.
+pub struct Shared {
+    settings: RwLock<Arc<Settings>>,
+    /// Live handoff registrations.
+    pub hub: Arc<Hub>,
+    /// Connections admitted and not yet closed, daemon-wide and per address.
+    pub gate: Arc<Gate>,
+    pub metrics: Metrics,
+}
+
+impl Shared {
+    pub fn new(config: Config) -> Shared {
+        Shared {
+            settings: RwLock::new(Arc::new(Settings::new(config, &Usage::new()))),
+            hub: Arc::new(Hub::default()),
+            gate: Arc::new(Gate::default()),
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// The settings in force now.
+    pub fn settings(&self) -> Arc<Settings> {
+        Arc::clone(&self.settings.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Puts `config` in force for new connections; running sessions keep theirs,
+    /// and still count against the new caps of their service's name.
+    pub fn replace_settings(&self, config: Config) {
+        let mut slot = self.settings.write().unwrap_or_else(|p| p.into_inner());
+        *slot = Arc::new(Settings::new(config, &slot.usage));
+    }
+
+    /// The counters in the Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        self.metrics
+            .render(self.gate.active.get(), &self.hub.counts())
+    }
+}
