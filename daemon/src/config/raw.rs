@@ -1,0 +1,126 @@
+//! The file's shape, as serde reads it: every key optional and spanned where an
+//! error may need to point at it. Checking the values is the other modules' job.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::durations::ConfigDuration;
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawListen {
+    Address(String),
+    Table {
+        address: String,
+        #[serde(default)]
+        accept_proxy_from: Vec<String>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHandoff {
+    #[serde(default)]
+    pub(crate) uid: Vec<u32>,
+    #[serde(default)]
+    pub(crate) gid: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawImport {
+    pub(crate) allow: Vec<Spanned<String>>,
+    pub(crate) host: Option<String>,
+    pub(crate) file: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    pub(crate) listen: Option<Spanned<Vec<Spanned<RawListen>>>>,
+    pub(crate) import_etc_services: Option<RawImport>,
+    pub(crate) handoff_socket: Option<String>,
+    pub(crate) shutdown_grace: Option<Spanned<ConfigDuration>>,
+    pub(crate) user: Option<Spanned<String>>,
+    pub(crate) group: Option<Spanned<String>>,
+    pub(crate) metrics_listen: Option<Spanned<String>>,
+    pub(crate) max_connections: Option<Spanned<usize>>,
+    pub(crate) max_connections_per_ip: Option<Spanned<usize>>,
+    pub(crate) connection_rate_per_ip: Option<Spanned<f64>>,
+    pub(crate) negotiation_timeout: Option<Spanned<ConfigDuration>>,
+    pub(crate) close_drain_timeout: Option<Spanned<ConfigDuration>>,
+    pub(crate) builtin_services: Option<bool>,
+    #[serde(default)]
+    pub(crate) service: BTreeMap<Spanned<String>, RawService>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawService {
+    pub(crate) builtin: Option<Spanned<String>>,
+    pub(crate) proxy: Option<Spanned<toml::Value>>,
+    pub(crate) message: Option<String>,
+    pub(crate) enabled: Option<bool>,
+    pub(crate) connect_timeout: Option<Spanned<ConfigDuration>>,
+    pub(crate) idle_timeout: Option<Spanned<ConfigDuration>>,
+    pub(crate) send_proxy: Option<Spanned<String>>,
+    pub(crate) relay: Option<Spanned<String>>,
+    pub(crate) exec: Option<Spanned<Vec<String>>>,
+    pub(crate) handoff: Option<Spanned<RawHandoff>>,
+    pub(crate) reply: Option<Spanned<String>>,
+    pub(crate) user: Option<Spanned<String>>,
+    pub(crate) group: Option<Spanned<String>>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) env: Option<BTreeMap<String, String>>,
+    pub(crate) max_instances: Option<Spanned<usize>>,
+    pub(crate) on_shutdown: Option<Spanned<String>>,
+    pub(crate) allow: Option<Spanned<Vec<String>>>,
+    pub(crate) deny: Option<Spanned<Vec<String>>>,
+    pub(crate) allow_uid: Option<Vec<u32>>,
+    pub(crate) allow_gid: Option<Vec<u32>>,
+    pub(crate) max_connections: Option<Spanned<usize>>,
+}
+
+impl RawService {
+    /// Keys present that belong to one kind only: (key, where, kind).
+    pub(crate) fn kind_specific_keys(&self) -> Vec<(&'static str, Range<usize>, &'static str)> {
+        let spans = [
+            (
+                "connect_timeout",
+                self.connect_timeout.as_ref().map(Spanned::span),
+                "proxy",
+            ),
+            (
+                "idle_timeout",
+                self.idle_timeout.as_ref().map(Spanned::span),
+                "proxy",
+            ),
+            (
+                "send_proxy",
+                self.send_proxy.as_ref().map(Spanned::span),
+                "proxy",
+            ),
+            ("relay", self.relay.as_ref().map(Spanned::span), "proxy"),
+            ("reply", self.reply.as_ref().map(Spanned::span), "exec"),
+            ("user", self.user.as_ref().map(Spanned::span), "exec"),
+            ("group", self.group.as_ref().map(Spanned::span), "exec"),
+            (
+                "max_instances",
+                self.max_instances.as_ref().map(Spanned::span),
+                "exec",
+            ),
+            (
+                "on_shutdown",
+                self.on_shutdown.as_ref().map(Spanned::span),
+                "exec",
+            ),
+        ];
+        spans
+            .into_iter()
+            .filter_map(|(key, span, kind)| Some((key, span?, kind)))
+            .collect()
+    }
+}

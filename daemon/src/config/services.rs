@@ -1,0 +1,202 @@
+//! `[service.NAME]` tables (and `builtin_services`, `import_etc_services`): the
+//! services by name, each with its kind, message, access rules and cap.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use tcpmux_proto::ServiceName;
+use toml::Spanned;
+
+use super::checks::at_least_one;
+use super::error::{ConfigError, Source};
+use super::raw::{RawConfig, RawService};
+use super::{etc_services, exec, proxy};
+use crate::model::{Access, Builtin, Cidr, HandoffRule, Service, ServiceKind};
+use crate::registry::{default_services, loopback};
+
+/// Every service the file defines, on top of the built-ins and imports it keeps.
+pub(crate) fn services(
+    src: Source<'_>,
+    raw: &RawConfig,
+) -> Result<BTreeMap<ServiceName, Service>, ConfigError> {
+    let mut services = if raw.builtin_services.unwrap_or(true) {
+        default_services()
+    } else {
+        BTreeMap::new()
+    };
+    if let Some(import) = &raw.import_etc_services {
+        etc_services::import(src, import, &mut services)?;
+    }
+    let mut seen: BTreeMap<ServiceName, Range<usize>> = BTreeMap::new();
+    for (key, table) in &raw.service {
+        let name = service_name(src, key, &seen)?;
+        seen.insert(name.clone(), key.span());
+        if table.enabled == Some(false) {
+            services.remove(&name);
+            continue;
+        }
+        let service = service(src, name.clone(), key.span(), table)?;
+        services.insert(name, service);
+    }
+    Ok(services)
+}
+
+/// The table's name: valid, not `help`, and not a second spelling of one seen.
+fn service_name(
+    src: Source<'_>,
+    key: &Spanned<String>,
+    seen: &BTreeMap<ServiceName, Range<usize>>,
+) -> Result<ServiceName, ConfigError> {
+    let name = ServiceName::parse(key.get_ref())
+        .map_err(|e| src.at(key.span(), format!("service {:?}: {e}", key.get_ref())))?;
+    if name.is_help() {
+        return Err(src.at(
+            key.span(),
+            "`help` is reserved by RFC 1078 and always lists the services",
+        ));
+    }
+    if let Some(first) = seen.get(&name) {
+        let (line, _) = src.line_column(first.start);
+        return Err(src.at(
+            key.span(),
+            format!("service {name} is defined twice (names ignore case; first on line {line})"),
+        ));
+    }
+    Ok(name)
+}
+
+fn service(
+    src: Source<'_>,
+    name: ServiceName,
+    key_span: Range<usize>,
+    table: &RawService,
+) -> Result<Service, ConfigError> {
+    let kind = kind(src, &name, key_span, table)?;
+    let access = access(src, table, &kind)?;
+    let max_connections = at_least_one(src, "max_connections", table.max_connections.as_ref())?;
+    Ok(Service {
+        message: table.message.clone().unwrap_or_default(),
+        access,
+        max_connections,
+        ..Service::new(name, kind)
+    })
+}
+
+/// `allow`, `deny`, `allow_uid`, `allow_gid`; `stats` is for loopback clients
+/// unless `allow` says otherwise.
+fn access(src: Source<'_>, table: &RawService, kind: &ServiceKind) -> Result<Access, ConfigError> {
+    let ranges = |list: &Option<Spanned<Vec<String>>>| -> Result<Vec<Cidr>, ConfigError> {
+        let Some(list) = list else {
+            return Ok(Vec::new());
+        };
+        let parse = |r: &String| {
+            r.parse::<Cidr>()
+                .map_err(|e| src.at(list.span(), e.to_string()))
+        };
+        list.get_ref().iter().map(parse).collect()
+    };
+    let mut access = Access {
+        allow: ranges(&table.allow)?,
+        deny: ranges(&table.deny)?,
+        uids: table.allow_uid.clone().unwrap_or_default(),
+        gids: table.allow_gid.clone().unwrap_or_default(),
+    };
+    if *kind == ServiceKind::Builtin(Builtin::Stats) && table.allow.is_none() {
+        access.allow = loopback();
+    }
+    Ok(access)
+}
+
+/// Decides what a table runs: exactly one of `builtin`, `proxy`, `exec` and
+/// `handoff`, and no key that belongs to another kind.
+fn kind(
+    src: Source<'_>,
+    name: &ServiceName,
+    key_span: Range<usize>,
+    table: &RawService,
+) -> Result<ServiceKind, ConfigError> {
+    let chosen = chosen_kind(src, name, table)?;
+    for (key, span, owner) in table.kind_specific_keys() {
+        if chosen != Some(owner) {
+            return Err(src.at(
+                span,
+                format!("service {name}: `{key}` only applies to `{owner}` services"),
+            ));
+        }
+    }
+    match (chosen, table) {
+        (Some("handoff"), RawService { handoff: Some(rule), .. }) => {
+            let rule = rule.get_ref();
+            if rule.uid.is_empty() && rule.gid.is_empty() {
+                return Err(src.at(
+                    key_span,
+                    format!("handoff service {name} allows no one: give `uid = [...]` and/or `gid = [...]`"),
+                ));
+            }
+            Ok(ServiceKind::Handoff(Arc::new(HandoffRule {
+                uids: rule.uid.clone(),
+                gids: rule.gid.clone(),
+            })))
+        }
+        (Some("builtin"), RawService { builtin: Some(builtin), .. }) => {
+            Builtin::from_name(builtin.get_ref())
+                .map(ServiceKind::Builtin)
+                .ok_or_else(|| {
+                    let message = format!(
+                        "unknown builtin {:?}; the builtins are {}",
+                        builtin.get_ref(),
+                        builtin_list()
+                    );
+                    src.at(builtin.span(), message)
+                })
+        }
+        (Some("proxy"), RawService { proxy: Some(p), .. }) => {
+            Ok(ServiceKind::Proxy(Arc::new(proxy::proxy(src, table, p)?)))
+        }
+        (Some("exec"), RawService { exec: Some(argv), .. }) => {
+            Ok(ServiceKind::Exec(Arc::new(exec::exec(src, table, argv)?)))
+        }
+        // `[service.echo]` with only a message refines the built-in of that name.
+        _ => Builtin::from_name(name.as_str())
+            .map(ServiceKind::Builtin)
+            .ok_or_else(|| {
+                src.at(
+                    key_span,
+                    format!(
+                        "service {name} says nothing to do: set `proxy = \"host:port\"`, \
+                         `exec = [\"/path/program\"]`, `handoff = {{ uid = [...] }}` or `builtin = \"...\"` ({})",
+                        builtin_list()
+                    ),
+                )
+            }),
+    }
+}
+
+/// Which kind key the table sets, if any; two of them is an error.
+fn chosen_kind(
+    src: Source<'_>,
+    name: &ServiceName,
+    table: &RawService,
+) -> Result<Option<&'static str>, ConfigError> {
+    let kinds: Vec<(&str, Range<usize>)> = [
+        ("builtin", table.builtin.as_ref().map(Spanned::span)),
+        ("proxy", table.proxy.as_ref().map(Spanned::span)),
+        ("exec", table.exec.as_ref().map(Spanned::span)),
+        ("handoff", table.handoff.as_ref().map(Spanned::span)),
+    ]
+    .into_iter()
+    .filter_map(|(kind, span)| Some((kind, span?)))
+    .collect();
+    if let [(first, _), (second, span), ..] = &kinds[..] {
+        return Err(src.at(
+            span.clone(),
+            format!("service {name} has both `{first}` and `{second}`; choose one"),
+        ));
+    }
+    Ok(kinds.first().map(|(kind, _)| *kind))
+}
+
+fn builtin_list() -> String {
+    Builtin::ALL.map(Builtin::name).join(", ")
+}
