@@ -4,6 +4,7 @@
 //! `sweep` (the concurrency sweep), `requests` (short connections and connect-
 //! per-request echo), `nagle` (the write-write-read experiment), `idle`. Every
 //! run checks what it received, and none reports a run that failed.
+#![forbid(unsafe_code)]
 
 mod bulk;
 mod idle;

@@ -14,6 +14,7 @@ use crate::{help_lines, parse_name, Error, Options};
 
 /// Sockets the blocking client negotiates over.
 pub trait Socket: Read + Write + AsFd {
+    /// Bounds each read; `None` waits as long as the OS does.
     fn set_read_timeout(&self, limit: Option<Duration>) -> io::Result<()>;
 }
 

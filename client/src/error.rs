@@ -8,13 +8,21 @@ use tcpmux_proto::{NameError, ReplyError};
 pub enum Error {
     /// The name can never be sent (empty, too long, spaces or control bytes).
     #[error("invalid service name {name:?}: {source}")]
-    InvalidName { name: String, source: NameError },
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        source: NameError,
+    },
     /// No address accepted the connection.
     #[error("cannot connect: {0}")]
     Connect(#[source] io::Error),
     /// The server answered `-`; `message` is its reason, possibly empty.
     #[error("service refused by server: {}", if message.is_empty() { "(no reason given)" } else { message })]
-    Refused { message: String },
+    Refused {
+        /// The text after the `-`.
+        message: String,
+    },
     /// The server's first line is not a TCPMUX status line.
     #[error("not a TCPMUX server: {0}")]
     Protocol(#[from] ReplyError),
@@ -24,6 +32,7 @@ pub enum Error {
     /// The status line did not arrive within `Options::reply_timeout`.
     #[error("no reply from server within the timeout")]
     ReplyTimeout,
+    /// The socket failed after connecting.
     #[error("i/o error: {0}")]
     Io(#[from] io::Error),
 }

@@ -19,6 +19,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+use crate::Stream;
+
 use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 use tcpmux_proto::handoff::{encode_register, parse_client_frame, ClientFrame, FRAME_LEN};
 use tcpmux_proto::ServiceName;
@@ -27,17 +29,25 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 /// Why registering or receiving failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HandoffError {
+    /// A name to register is not a valid service name.
     #[error("invalid service name {name:?}: {source}")]
     InvalidName {
+        /// The name as given.
         name: String,
+        /// What is wrong with it.
         source: tcpmux_proto::NameError,
     },
+    /// tcpmuxd answered `ERR`: the names are not handoff services, or this
+    /// process's uid/gid may not serve them.
     #[error("tcpmuxd refused the registration: {0}")]
     Refused(String),
+    /// tcpmuxd closed the control connection (it stopped, or dropped us).
     #[error("tcpmuxd closed the control connection")]
     Closed,
+    /// A frame from tcpmuxd that does not parse, or came without a socket.
     #[error("malformed handoff frame from tcpmuxd")]
     Protocol,
+    /// The control socket failed.
     #[error("i/o error on the control socket: {0}")]
     Io(#[from] io::Error),
 }
@@ -45,6 +55,7 @@ pub enum HandoffError {
 /// A connection handed over by tcpmuxd.
 #[derive(Debug)]
 pub struct Handoff<S> {
+    /// The client's connection, positioned after its request line and our `+`.
     pub stream: S,
     /// The service name the client asked for (lower case).
     pub service: String,
@@ -62,53 +73,6 @@ impl<S> Handoff<S> {
             peer: frame.peer,
             local: frame.local,
         }
-    }
-}
-
-/// The socket kinds a client can arrive on.
-#[derive(Debug)]
-pub enum ClientStream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Read for ClientStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            ClientStream::Tcp(s) => s.read(buf),
-            ClientStream::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for ClientStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            ClientStream::Tcp(s) => s.write(buf),
-            ClientStream::Unix(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl ClientStream {
-    fn from_fd(fd: OwnedFd) -> io::Result<ClientStream> {
-        let is_tcp = matches!(
-            rustix::net::getsockname(&fd).map(|a| a.address_family()),
-            Ok(rustix::net::AddressFamily::INET | rustix::net::AddressFamily::INET6)
-        );
-        let stream = if is_tcp {
-            let s = TcpStream::from(fd);
-            s.set_nonblocking(false)?;
-            ClientStream::Tcp(s)
-        } else {
-            let s = UnixStream::from(fd);
-            s.set_nonblocking(false)?;
-            ClientStream::Unix(s)
-        };
-        Ok(stream)
     }
 }
 
@@ -181,7 +145,7 @@ impl Backend {
     }
 
     /// Waits for the next client. `Err(Closed)` means tcpmuxd went away.
-    pub fn accept(&mut self) -> Result<Handoff<ClientStream>, HandoffError> {
+    pub fn accept(&mut self) -> Result<Handoff<Stream>, HandoffError> {
         let mut frame = [0u8; FRAME_LEN];
         let (mut filled, fd) = loop {
             match receive(&self.control, &mut frame) {
@@ -201,7 +165,7 @@ impl Backend {
             filled += n;
         }
         let (fd, frame) = decode(&frame, fd)?;
-        Ok(Handoff::new(ClientStream::from_fd(fd)?, frame))
+        Ok(Handoff::new(Stream::from_fd(fd)?, frame))
     }
 }
 
@@ -222,6 +186,7 @@ pub struct AsyncBackend {
 }
 
 impl AsyncBackend {
+    /// Connects to tcpmuxd's `handoff_socket` and registers `names`.
     pub async fn register(
         control: impl AsRef<Path>,
         names: &[&str],

@@ -12,17 +12,21 @@
 //! stream.read_to_string(&mut text)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
 
 mod blocking;
 mod error;
 pub mod handoff;
 mod nonblocking;
+mod stream;
 
 pub use blocking::{
     connect, connect_unix, connect_unix_with, connect_with, list, negotiate, open, Socket,
 };
 pub use error::Error;
 pub use nonblocking::{connect_async, connect_unix_async, negotiate_async, AsyncPeek};
+pub use stream::Stream;
 pub use tcpmux_proto::{ReplyLine, ServiceName};
 
 use std::time::Duration;

@@ -86,6 +86,7 @@ async fn within<F: std::future::Future>(
 
 /// Streams whose pending input can be looked at without consuming it.
 pub trait AsyncPeek {
+    /// Copies pending input into `buf` without consuming it; 0 means EOF.
     #[allow(async_fn_in_trait)]
     async fn peek_bytes(&mut self, buf: &mut [u8]) -> io::Result<usize>;
 }

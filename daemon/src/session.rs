@@ -45,7 +45,6 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
     };
     let via = client.peer.clone();
     let mut conn = Metered::new(stream);
-    let mut service_name = String::from("-");
 
     let expect_header = client
         .peer
@@ -61,56 +60,88 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
             .await
         }
     };
-
-    let outcome = match negotiated {
+    let (outcome, service_name) = match negotiated {
         Err(_elapsed) => {
             refuse(&mut conn, "negotiation timeout").await;
-            Outcome::NegotiationTimeout
+            (Outcome::NegotiationTimeout, None)
         }
-        Ok(Err(e)) => Outcome::ReadError(e),
-        Ok(Ok(Negotiated::Closed)) => Outcome::ClosedBeforeRequest,
-        Ok(Ok(Negotiated::NotAdmitted(refusal))) => {
-            refuse(&mut conn, &refusal.to_string()).await;
-            Outcome::Refused(refusal.to_string())
-        }
-        Ok(Ok(Negotiated::BadProxyHeader(e))) => {
-            refuse(&mut conn, &e.to_string()).await;
-            Outcome::BadProxyHeader(e)
-        }
-        Ok(Ok(Negotiated::Decided(decision))) => match decision {
-            Decision::Help => {
-                service_name = "help".into();
-                let text = help::answer(&settings.registry, &shared.hub);
-                match conn.write_all(&text).await {
-                    Ok(()) => Outcome::Help,
-                    Err(e) => Outcome::ServiceError(e),
-                }
-            }
-            Decision::Reject(e) => {
-                refuse(&mut conn, &e.to_string()).await;
-                Outcome::BadRequest(e)
-            }
-            Decision::Service(name) => {
-                service_name = name.to_string();
-                match settings.registry.lookup(&name) {
-                    Some(service) => {
-                        serve_named(service, &mut conn, &client, &shared, &settings).await
-                    }
-                    None => {
-                        let reason = format!("unknown service {name}; send HELP for the list");
-                        refuse(&mut conn, &reason).await;
-                        Outcome::UnknownService
-                    }
-                }
-            }
-        },
+        Ok(Err(e)) => (Outcome::ReadError(e), None),
+        Ok(Ok(negotiated)) => respond(negotiated, &mut conn, &client, &shared, &settings).await,
     };
     // A handed-off socket belongs to its backend now: closing our descriptor is
     // all we may do, and dropping `conn` does that.
     if !matches!(outcome, Outcome::HandedOff) {
         close_gracefully(&mut conn, settings.close_drain_timeout).await;
     }
+    let service_name = service_name.as_deref().unwrap_or("-");
+    report(
+        &shared,
+        &client,
+        &via,
+        service_name,
+        &outcome,
+        &conn,
+        started,
+    );
+    drop(admission);
+}
 
+/// Answers what the negotiation produced; returns how it ended and the name
+/// the client asked for, if it asked for one.
+async fn respond(
+    negotiated: Negotiated,
+    conn: &mut Metered<Stream>,
+    client: &ClientInfo,
+    shared: &Shared,
+    settings: &Settings,
+) -> (Outcome, Option<String>) {
+    let outcome = match negotiated {
+        Negotiated::Closed => Outcome::ClosedBeforeRequest,
+        Negotiated::NotAdmitted(refusal) => {
+            refuse(conn, &refusal.to_string()).await;
+            Outcome::Refused(refusal.to_string())
+        }
+        Negotiated::BadProxyHeader(e) => {
+            refuse(conn, &e.to_string()).await;
+            Outcome::BadProxyHeader(e)
+        }
+        Negotiated::Decided(Decision::Reject(e)) => {
+            refuse(conn, &e.to_string()).await;
+            Outcome::BadRequest(e)
+        }
+        Negotiated::Decided(Decision::Help) => {
+            let text = help::answer(&settings.registry, &shared.hub);
+            let outcome = match conn.write_all(&text).await {
+                Ok(()) => Outcome::Help,
+                Err(e) => Outcome::ServiceError(e),
+            };
+            return (outcome, Some("help".into()));
+        }
+        Negotiated::Decided(Decision::Service(name)) => {
+            let outcome = match settings.registry.lookup(&name) {
+                Some(service) => serve_named(service, conn, client, shared, settings).await,
+                None => {
+                    let reason = format!("unknown service {name}; send HELP for the list");
+                    refuse(conn, &reason).await;
+                    Outcome::UnknownService
+                }
+            };
+            return (outcome, Some(name.to_string()));
+        }
+    };
+    (outcome, None)
+}
+
+/// The connection's one log line and its metric.
+fn report(
+    shared: &Shared,
+    client: &ClientInfo,
+    via: &Peer,
+    service_name: &str,
+    outcome: &Outcome,
+    conn: &Metered<Stream>,
+    started: Instant,
+) {
     // Fields that are None are left out of the line.
     let via = (client.peer.tcp_addr() != via.tcp_addr()).then(|| via.to_string());
     tracing::info!(
@@ -126,15 +157,10 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
         "connection"
     );
     // Label by registered name only, so clients cannot grow the metric set.
-    let label = if outcome.unnamed() {
-        "-"
-    } else {
-        service_name.as_str()
-    };
+    let label = if outcome.unnamed() { "-" } else { service_name };
     shared
         .metrics
         .record(label, outcome.category(), conn.bytes_in, conn.bytes_out);
-    drop(admission);
 }
 
 /// Runs a service the client named, once its access rules and connection cap

@@ -152,21 +152,11 @@ fn sigterm_stops_the_daemon_and_removes_its_unix_socket() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn a_privileged_port_without_root_explains_how_to_pick_another() {
-    // Needs a way to drop root; where there is none (not root, no setpriv), the
-    // check below cannot be arranged and the test says so.
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout == b"0\n")
-        .unwrap_or(false);
-    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
-    if !(is_root && setpriv) {
-        eprintln!("skipped: needs root and setpriv to run tcpmuxd as an unprivileged user");
-        return;
-    }
-    let out = Command::new("setpriv")
+/// Runs tcpmuxd with `args` as nobody (uid/gid 65534, no capabilities).
+fn run_as_nobody(args: &[&str]) -> std::process::Output {
+    common::require_root();
+    common::require_program("setpriv", "--version", "util-linux");
+    Command::new("setpriv")
         .args([
             "--reuid=65534",
             "--regid=65534",
@@ -175,9 +165,15 @@ fn a_privileged_port_without_root_explains_how_to_pick_another() {
             "--bounding-set=-all",
         ])
         .arg(env!("CARGO_BIN_EXE_tcpmuxd"))
-        .args(["--listen", "127.0.0.1:1"])
+        .args(args)
         .output()
-        .expect("run tcpmuxd as nobody");
+        .expect("run tcpmuxd as nobody")
+}
+
+#[test]
+#[ignore = "needs root and setpriv (to run tcpmuxd as an unprivileged user)"]
+fn a_privileged_port_without_root_explains_how_to_pick_another() {
+    let out = run_as_nobody(&["--listen", "127.0.0.1:1"]);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -191,6 +187,25 @@ fn a_privileged_port_without_root_explains_how_to_pick_another() {
     );
     assert!(
         stderr.contains("CAP_NET_BIND_SERVICE") && stderr.contains("--listen 127.0.0.1:41397"),
+        "{stderr}"
+    );
+}
+
+#[test]
+#[ignore = "needs root and setpriv (to run tcpmuxd as an unprivileged user)"]
+fn a_failed_privilege_drop_says_so_plainly() {
+    let dir = common::scratch_dir();
+    let config = dir.join("drop.toml");
+    std::fs::write(&config, "listen = [\"127.0.0.1:0\"]\nuser = \"nobody\"\n").unwrap();
+    let out = run_as_nobody(&["--config", config.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // Not dressed up as a bind failure on a made-up address.
+    assert!(!stderr.contains("cannot listen"), "{stderr}");
+    assert!(
+        stderr.contains("tcpmuxd: cannot switch to uid 65534 gid 65534: setgroups failed")
+            && stderr.contains("is the daemon running as root?"),
         "{stderr}"
     );
 }

@@ -103,11 +103,9 @@ fn the_program_gets_tcpmux_and_ucspi_tcp_variables() {
 }
 
 #[test]
+#[ignore = "needs root (to switch users)"]
 fn runs_as_the_configured_user() {
-    if !common::is_root() {
-        eprintln!("skipped: switching users needs root");
-        return;
-    }
+    common::require_root();
     let daemon = Daemon::with_config(
         "[service.whoami]\nexec = [\"/usr/bin/id\", \"-u\"]\nuser = \"nobody\"\ncwd = \"/\"\n",
     );

@@ -13,11 +13,9 @@ use std::time::Duration;
 use common::{read_all, Daemon};
 
 #[test]
+#[ignore = "needs root (to bind port 1 and switch users)"]
 fn binds_as_root_then_runs_as_the_configured_user() {
-    if !common::is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    common::require_root();
     // RFC 1078's own port, which only root may bind.
     let daemon = Daemon::with_config(
         "listen = [\"127.0.0.1:1\"]\nuser = \"nobody\"\n[service.who]\nexec = [\"/usr/bin/id\", \"-u\"]\n",

@@ -15,14 +15,19 @@ pub const FRAME_LEN: usize = 512;
 /// Longest `REGISTER` line accepted.
 pub const MAX_REGISTER_LINE: usize = 16 * 1024;
 
+/// Why a control-socket message is malformed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HandoffError {
+    /// The registration line does not start with `REGISTER `.
     #[error("expected `REGISTER name...`")]
     NotRegister,
+    /// `REGISTER` with nothing after it.
     #[error("REGISTER names no service")]
     NoNames,
+    /// A name in the registration is not a valid service name.
     #[error("bad service name in REGISTER: {0}")]
     BadName(NameError),
+    /// A client frame that is not `CLIENT service peer local` padded to its size.
     #[error("malformed CLIENT frame")]
     BadFrame,
 }
@@ -58,6 +63,7 @@ pub fn parse_register(line: &[u8]) -> Result<Vec<ServiceName>, HandoffError> {
 /// A client announced to a backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientFrame {
+    /// The service name the client asked for.
     pub service: String,
     /// `ip:port`, or `unix` for a client on a Unix listener.
     pub peer: String,
@@ -88,6 +94,7 @@ pub fn encode_client_frame(frame: &ClientFrame) -> [u8; FRAME_LEN] {
     out
 }
 
+/// Reads a client frame as [`encode_client_frame`] wrote it.
 pub fn parse_client_frame(frame: &[u8]) -> Result<ClientFrame, HandoffError> {
     let line = frame
         .split(|&b| b == b'\n')

@@ -7,6 +7,8 @@
 //! answers `+` (accepted) or `-` (refused) with an optional message and CRLF, except
 //! for `HELP`, which is answered by the list of names with no status line.
 //! [`RequestParser`] is the server's half, [`ReplyParser`] the client's.
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
 
 pub mod handoff;
 mod name;

@@ -15,10 +15,13 @@ pub struct ServiceName(String);
 /// Why a byte string is not a service name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
+    /// No byte before the line end.
     #[error("empty service name")]
     Empty,
+    /// More than [`MAX_NAME_LEN`] bytes.
     #[error("service name longer than {MAX_NAME_LEN} bytes")]
     TooLong,
+    /// A byte outside visible ASCII (space, control, or 8-bit).
     #[error("byte 0x{0:02x} in service name (only visible ASCII is allowed)")]
     InvalidByte(u8),
 }
@@ -45,6 +48,7 @@ impl ServiceName {
         Self::from_bytes(text.as_bytes())
     }
 
+    /// The name, in lower case.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -22,6 +22,7 @@ pub fn encode_reply(accepted: bool, message: &str, out: &mut Vec<u8>) {
 /// A parsed status line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplyLine {
+    /// `+` (the service follows) rather than `-` (refused, and the server closes).
     pub accepted: bool,
     /// The text after the `+`/`-`, without the line end (lossily decoded).
     pub message: String,
@@ -30,8 +31,10 @@ pub struct ReplyLine {
 /// Why a status line is malformed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ReplyError {
+    /// The first byte is neither `+` nor `-`.
     #[error("server reply does not start with '+' or '-' (first byte 0x{0:02x})")]
     NotAStatusLine(u8),
+    /// No line end within [`MAX_REPLY_LINE`] bytes.
     #[error("server status line longer than {MAX_REPLY_LINE} bytes")]
     TooLong,
 }
@@ -44,7 +47,9 @@ pub enum ReplyProgress {
     /// The line is complete: `consumed` bytes of the last input belong to it, and the
     /// rest is the service's first data.
     Done {
+        /// The status line, or why it is malformed.
         reply: Result<ReplyLine, ReplyError>,
+        /// Bytes of the last input that belong to the line.
         consumed: usize,
     },
 }
@@ -56,6 +61,7 @@ pub struct ReplyParser {
 }
 
 impl ReplyParser {
+    /// A parser at the start of a status line.
     pub fn new() -> Self {
         Self::default()
     }

@@ -21,7 +21,12 @@ pub enum Progress {
     /// The request is decided. `consumed` bytes of the *last* input belong to the
     /// request line (its end included); the rest of that input belongs to the service
     /// and must be handed to it, not dropped.
-    Decided { decision: Decision, consumed: usize },
+    Decided {
+        /// What the request asks for.
+        decision: Decision,
+        /// Bytes of the last input that belong to the request line.
+        consumed: usize,
+    },
 }
 
 /// Incremental parser for `NAME CRLF` (a bare LF is accepted too).
@@ -43,6 +48,7 @@ impl Default for RequestParser {
 }
 
 impl RequestParser {
+    /// A parser at the start of a request line.
     pub fn new() -> Self {
         Self {
             line: [0; MAX_NAME_LEN + 1],

@@ -3,9 +3,9 @@
 //!
 //! Exit status: 0 done, 1 the server refused the service, 2 usage error,
 //! 3 could not connect or the connection failed.
+#![forbid(unsafe_code)]
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tcpmux::{Error, Options, ServiceName};
+use tcpmux::{Error, Options, ServiceName, Stream};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -43,67 +43,6 @@ struct Args {
     /// Name of the service to connect to.
     #[arg(required_unless_present = "list")]
     service: Option<String>,
-}
-
-/// The two socket kinds the relay runs over.
-enum Conn {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Conn {
-    fn try_clone(&self) -> io::Result<Conn> {
-        Ok(match self {
-            Conn::Tcp(s) => Conn::Tcp(s.try_clone()?),
-            Conn::Unix(s) => Conn::Unix(s.try_clone()?),
-        })
-    }
-
-    fn shutdown_write(&self) -> io::Result<()> {
-        match self {
-            Conn::Tcp(s) => s.shutdown(Shutdown::Write),
-            Conn::Unix(s) => s.shutdown(Shutdown::Write),
-        }
-    }
-}
-
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Conn::Tcp(s) => s.read(buf),
-            Conn::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl std::os::fd::AsFd for Conn {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        match self {
-            Conn::Tcp(s) => s.as_fd(),
-            Conn::Unix(s) => s.as_fd(),
-        }
-    }
-}
-
-impl tcpmux::Socket for Conn {
-    fn set_read_timeout(&self, limit: Option<Duration>) -> io::Result<()> {
-        match self {
-            Conn::Tcp(s) => s.set_read_timeout(limit),
-            Conn::Unix(s) => s.set_read_timeout(limit),
-        }
-    }
-}
-
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Conn::Tcp(s) => s.write(buf),
-            Conn::Unix(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 fn main() -> ExitCode {
@@ -179,12 +118,12 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn open(args: &Args, options: &Options) -> Result<Conn, Error> {
+fn open(args: &Args, options: &Options) -> Result<Stream, Error> {
     match &args.unix {
-        Some(path) => Ok(Conn::Unix(
+        Some(path) => Ok(Stream::Unix(
             UnixStream::connect(path).map_err(Error::Connect)?,
         )),
-        None => Ok(Conn::Tcp(tcpmux::open(
+        None => Ok(Stream::Tcp(tcpmux::open(
             (args.host.as_str(), args.port),
             options,
         )?)),
@@ -193,7 +132,7 @@ fn open(args: &Args, options: &Options) -> Result<Conn, Error> {
 
 /// stdin → socket on a helper thread (then half-close), socket → stdout here.
 /// Ends when the server closes its side, as `nc -N` does. Returns (sent, received).
-fn relay(conn: Conn) -> Result<(u64, u64), Error> {
+fn relay(conn: Stream) -> Result<(u64, u64), Error> {
     let sent = Arc::new(AtomicU64::new(0));
     let mut upstream = conn.try_clone()?;
     let sent_by_thread = Arc::clone(&sent);

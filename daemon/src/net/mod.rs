@@ -1,9 +1,9 @@
 //! Sockets: listening and accepting, the connected stream type, the PROXY
 //! protocol header, the zero-copy relay and sendfile, and the graceful close.
 
-pub mod close;
+pub(crate) mod close;
 pub mod listener;
-pub mod proxy_protocol;
-pub mod relay;
-pub mod sendfile;
-pub mod stream;
+pub(crate) mod proxy_protocol;
+pub(crate) mod relay;
+pub(crate) mod sendfile;
+pub(crate) mod stream;

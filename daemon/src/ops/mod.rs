@@ -2,7 +2,7 @@
 //! the log writer, systemd integration and the privilege drop.
 
 pub mod logging;
-pub mod metrics;
-pub mod metrics_endpoint;
+pub(crate) mod metrics;
+pub(crate) mod metrics_endpoint;
 pub mod privileges;
 pub mod systemd;

@@ -252,6 +252,28 @@ pub fn is_root() -> bool {
     my_uid() == 0
 }
 
+/// For a test marked `#[ignore = "needs root"]`: run without root, it fails
+/// saying why; it never passes by skipping.
+pub fn require_root() {
+    assert!(
+        is_root(),
+        "this test needs root: run `cargo test --workspace -- --include-ignored` as root (CI does)"
+    );
+}
+
+/// For a test marked `#[ignore = "needs PROGRAM"]`: fails if `program` cannot
+/// be run (`program --version`-like `probe` must succeed), naming the package.
+pub fn require_program(program: &str, probe: &str, package: &str) {
+    let found = Command::new(program)
+        .arg(probe)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        found,
+        "this test needs `{program}`: apt-get install {package} (.ci/run installs it)"
+    );
+}
+
 /// Asserts that `tcpmuxd --check-config` refuses `config` with exit 1 and an
 /// error containing `words`.
 pub fn assert_config_rejected(config: &str, words: &str) {
