@@ -166,7 +166,7 @@ fn beyond_max_instances_clients_are_told_busy() {
 
 #[test]
 fn no_zombies_after_a_thousand_programs() {
-    let daemon = Daemon::with_config("[service.true]\nexec = [\"/bin/true\"]\n");
+    let daemon = Daemon::binary("[service.true]\nexec = [\"/bin/true\"]\n");
     let addr = daemon.addr;
     let workers: Vec<_> = (0..10)
         .map(|_| {

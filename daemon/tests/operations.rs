@@ -96,9 +96,57 @@ fn new_connections_per_address_are_rate_limited() {
 }
 
 #[test]
+fn a_reload_keeps_counting_the_sessions_started_before_it() {
+    let config = "[service.echo]\nmax_connections = 1\n\
+                  [service.cat]\nexec = [\"/bin/cat\"]\nmax_instances = 1\n";
+    let mut daemon = Daemon::with_config(config);
+    let mut held = Vec::new();
+    for name in ["echo", "cat"] {
+        let mut session = daemon.connect();
+        session.write_all(format!("{name}\r\n").as_bytes()).unwrap();
+        assert_eq!(read_line(&mut session), b"+\r\n");
+        held.push(session);
+    }
+    // The same caps, under a new configuration (a changed message).
+    std::fs::write(
+        daemon.config_path(),
+        format!("{config}[service.time]\nmessage = \"t\"\n"),
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    daemon
+        .wait_for_log(|l| l.contains("configuration reloaded"))
+        .expect("reloaded");
+    assert!(text(daemon.exchange(b"echo\r\n")).starts_with("-service busy"));
+    assert!(text(daemon.exchange(b"cat\r\n")).starts_with("-busy: too many running instances"));
+    // Once the old sessions end, their slots are free under the new configuration.
+    for mut session in held {
+        session.shutdown(Shutdown::Write).unwrap();
+        read_all(&mut session);
+    }
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    let cat_answers = || {
+        let mut session = daemon.connect();
+        session.write_all(b"cat\r\n").unwrap();
+        read_line(&mut session)
+    };
+    while cat_answers() != b"+\r\n" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cat slot was never freed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut echo = daemon.connect();
+    echo.write_all(b"echo\r\n").unwrap();
+    assert_eq!(read_line(&mut echo), b"+\r\n");
+}
+
+#[test]
 fn sighup_reloads_services_without_touching_running_sessions() {
+    // The binary, so that the reload really comes from SIGHUP.
     let mut daemon =
-        Daemon::with_config("builtin_services = false\n[service.old]\nbuiltin = \"echo\"\n");
+        Daemon::binary("builtin_services = false\n[service.old]\nbuiltin = \"echo\"\n");
     let mut running = daemon.connect();
     running.write_all(b"old\r\n").unwrap();
     assert_eq!(read_line(&mut running), b"+\r\n");
@@ -179,7 +227,8 @@ fn sighup_warns_that_the_files_listen_change_waits_for_a_restart() {
 
 #[test]
 fn sigterm_stops_accepting_and_lets_sessions_finish() {
-    let mut daemon = Daemon::with_config("shutdown_grace = \"20s\"\n");
+    // The binary, so that the stop really comes from SIGTERM.
+    let mut daemon = Daemon::binary("shutdown_grace = \"20s\"\n");
     let addr = daemon.addr;
     let mut session = daemon.connect();
     session.write_all(b"echo\r\n").unwrap();

@@ -79,7 +79,7 @@ fn client(addr: std::net::SocketAddr, seed: u64) -> Result<(), String> {
 #[test]
 fn a_thousand_clients_three_reloads_no_byte_lost_no_descriptor_leaked() {
     let backend = common::echo_backend();
-    let daemon = Daemon::with_config(&config(backend, 0));
+    let daemon = Daemon::binary(&config(backend, 0));
     let addr = daemon.addr;
     let fds_before = open_fds(daemon.pid());
 

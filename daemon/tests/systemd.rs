@@ -17,7 +17,7 @@ use common::{read_all, Daemon};
 fn binds_as_root_then_runs_as_the_configured_user() {
     common::require_root();
     // RFC 1078's own port, which only root may bind.
-    let daemon = Daemon::with_config(
+    let daemon = Daemon::binary(
         "listen = [\"127.0.0.1:1\"]\nuser = \"nobody\"\n[service.who]\nexec = [\"/usr/bin/id\", \"-u\"]\n",
     );
     assert_eq!(daemon.addr.port(), 1);

@@ -1,5 +1,7 @@
-//! Test harness: starts the real `tcpmuxd` binary on an ephemeral loopback port and
-//! collects its log; plus small helpers for talking to it over real sockets.
+//! Test harness: starts the daemon on an ephemeral loopback port, in-process (the
+//! library's `Server` on a thread of its own) or as the real `tcpmuxd` binary
+//! (for signals, the CLI, systemd and per-process checks), and collects its log;
+//! plus small helpers for talking to it over real sockets.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -15,21 +17,106 @@ use std::time::{Duration, Instant};
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
 pub struct Daemon {
-    child: Child,
+    process: Process,
     pub addr: SocketAddr,
     logs: Arc<Mutex<Vec<String>>>,
     pub dir: PathBuf,
 }
 
+/// How the daemon under test runs.
+enum Process {
+    Binary(Child),
+    InProcess {
+        stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+        reload: tokio::sync::mpsc::Sender<()>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    },
+}
+
 impl Daemon {
-    /// The built-in services on 127.0.0.1, port chosen by the kernel.
+    /// The built-in services on 127.0.0.1, port chosen by the kernel, in-process.
     pub fn start() -> Daemon {
-        Daemon::start_with(None, &[])
+        Daemon::in_process(None)
     }
 
-    /// With a config file holding `config` (its `listen` is overridden).
+    /// In-process, with a config file holding `config` (a `listen` it lacks is
+    /// 127.0.0.1 on a port the kernel chooses).
     pub fn with_config(config: &str) -> Daemon {
+        Daemon::in_process(Some(config))
+    }
+
+    /// The `tcpmuxd` binary with a config file holding `config`.
+    pub fn binary(config: &str) -> Daemon {
         Daemon::start_with(Some(config), &[])
+    }
+
+    /// The library's server on a thread of its own, with its log captured, and
+    /// shutdown and reload triggered through channels instead of signals.
+    pub fn in_process(config: Option<&str>) -> Daemon {
+        use tcpmuxd::model::{ListenAddr, ListenSpec};
+        let dir = scratch_dir();
+        let path = dir.join("tcpmuxd.toml");
+        let mut loaded = match config {
+            Some(text) => {
+                std::fs::write(&path, text).expect("write config");
+                tcpmuxd::Config::load(&path).unwrap_or_else(|e| panic!("{e}"))
+            }
+            None => tcpmuxd::Config::default(),
+        };
+        let own_listen =
+            config.is_some_and(|c| c.lines().any(|l| l.trim_start().starts_with("listen")));
+        if !own_listen {
+            let any_port = ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0)));
+            loaded.override_listen(vec![ListenSpec::from(any_port)]);
+        }
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = LogSink(Arc::clone(&logs));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (reload, reloads) = tokio::sync::mpsc::channel(1);
+        let (bound, addrs) = std::sync::mpsc::channel();
+        let config_path = config.map(|_| path);
+        let thread = std::thread::spawn(move || {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(sink)
+                .with_ansi(false)
+                .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+                .finish();
+            let _log = tracing::subscriber::set_default(subscriber);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                match tcpmuxd::Server::bind(loaded, Vec::new(), config_path) {
+                    Ok(server) => {
+                        let _ = bound.send(Ok(server.local_addrs()));
+                        server.run(async { drop(stopped.await) }, reloads).await;
+                    }
+                    Err(e) => drop(bound.send(Err(e.to_string()))),
+                }
+            });
+        });
+        let addrs = addrs
+            .recv_timeout(PATIENCE)
+            .expect("the server thread answers")
+            .unwrap_or_else(|e| panic!("the server did not start: {e}"));
+        let addr = addrs
+            .iter()
+            .find_map(|a| match a {
+                ListenAddr::Tcp(addr) => Some(*addr),
+                ListenAddr::Unix(_) => None,
+            })
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+        Daemon {
+            process: Process::InProcess {
+                stop: Mutex::new(Some(stop)),
+                reload,
+                thread: Some(thread),
+            },
+            addr,
+            logs,
+            dir,
+        }
     }
 
     pub fn start_with(config: Option<&str>, extra_args: &[&str]) -> Daemon {
@@ -70,7 +157,7 @@ impl Daemon {
             }
         });
         let mut daemon = Daemon {
-            child,
+            process: Process::Binary(child),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             logs,
             dir,
@@ -100,7 +187,7 @@ impl Daemon {
             if let Some(line) = self.logs.lock().unwrap().iter().find(|l| pred(l)) {
                 return Some(line.clone());
             }
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if self.has_exited() {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -108,8 +195,21 @@ impl Daemon {
         None
     }
 
+    /// The binary's pid; an in-process daemon has none of its own.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        match &self.process {
+            Process::Binary(child) => child.id(),
+            Process::InProcess { .. } => {
+                panic!("an in-process daemon has no pid: use Daemon::binary")
+            }
+        }
+    }
+
+    fn has_exited(&mut self) -> bool {
+        match &mut self.process {
+            Process::Binary(child) => matches!(child.try_wait(), Ok(Some(_))),
+            Process::InProcess { thread, .. } => thread.as_ref().map_or(true, |t| t.is_finished()),
+        }
     }
 
     /// A connection with read/write timeouts set.
@@ -130,9 +230,49 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        match &mut self.process {
+            Process::Binary(child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            // Stopped, not joined: a test that ends mid-session should not wait
+            // out the shutdown grace.
+            Process::InProcess { stop, .. } => {
+                let _ = stop.get_mut().unwrap().take().map(|s| s.send(()));
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Collects the in-process daemon's log lines, one event at a time.
+#[derive(Clone)]
+struct LogSink(Arc<Mutex<Vec<String>>>);
+
+struct EventBuffer(Vec<u8>, Arc<Mutex<Vec<String>>>);
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogSink {
+    type Writer = EventBuffer;
+    fn make_writer(&'a self) -> EventBuffer {
+        EventBuffer(Vec::new(), Arc::clone(&self.0))
+    }
+}
+
+impl Write for EventBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for EventBuffer {
+    fn drop(&mut self) {
+        let text = String::from_utf8_lossy(&self.0);
+        let mut lines = self.1.lock().unwrap();
+        lines.extend(text.lines().map(str::to_owned));
     }
 }
 
@@ -214,8 +354,17 @@ impl Daemon {
         self.dir.join("tcpmuxd.toml")
     }
 
-    /// Sends `signal` (e.g. "HUP", "TERM") to the daemon.
+    /// Sends `signal` (e.g. "HUP", "TERM") to the daemon; in-process, HUP is a
+    /// reload and TERM or INT a shutdown.
     pub fn signal(&self, signal: &str) {
+        if let Process::InProcess { stop, reload, .. } = &self.process {
+            match signal {
+                "HUP" => reload.try_send(()).expect("reload queued"),
+                "TERM" | "INT" => drop(stop.lock().unwrap().take().map(|s| s.send(()))),
+                other => panic!("an in-process daemon takes no SIG{other}"),
+            }
+            return;
+        }
         let status = Command::new("kill")
             .args([&format!("-{signal}"), &self.pid().to_string()])
             .status()
@@ -225,10 +374,21 @@ impl Daemon {
 
     /// Waits (up to PATIENCE) for the daemon to exit.
     pub fn wait_exit(&mut self) -> Option<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
         let deadline = Instant::now() + PATIENCE;
         while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
+            match &mut self.process {
+                Process::Binary(child) => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        return Some(status);
+                    }
+                }
+                // `run` returning is the in-process exit; it has no failure.
+                Process::InProcess { thread, .. } => {
+                    if thread.as_ref().map_or(true, |t| t.is_finished()) {
+                        return Some(std::process::ExitStatus::from_raw(0));
+                    }
+                }
             }
             std::thread::sleep(Duration::from_millis(10));
         }
