@@ -90,7 +90,7 @@ pub fn carry_over(registry: &Registry, previous: &Usage) -> Usage {
         .collect()
 }
 
-/// Entries kept per address before idle ones are pruned.
+/// Entries kept per address before idle ones are first pruned.
 const PRUNE_AT: usize = 4096;
 
 struct Bucket {
@@ -98,12 +98,47 @@ struct Bucket {
     refilled: Instant,
 }
 
+/// The rate limiter's token buckets, one per source address.
+#[derive(Default)]
+struct Buckets {
+    map: HashMap<IpAddr, Bucket>,
+    /// The size at which idle buckets are pruned next: twice what the last
+    /// prune kept, so each full scan is paid for by as many new entries
+    /// (amortized O(1) per connection, whatever the number of sources).
+    prune_at: usize,
+}
+
+impl Buckets {
+    /// Takes one token for `ip`, or says it has none.
+    fn take(&mut self, ip: IpAddr, rate: f64, now: Instant) -> bool {
+        if self.map.len() >= self.prune_at.max(PRUNE_AT) {
+            // A bucket that has refilled completely holds nothing worth keeping.
+            self.map.retain(|_, b| {
+                b.tokens + now.duration_since(b.refilled).as_secs_f64() * rate < rate
+            });
+            self.prune_at = 2 * self.map.len();
+        }
+        let bucket = self.map.entry(ip).or_insert(Bucket {
+            tokens: rate,
+            refilled: now,
+        });
+        bucket.tokens =
+            (bucket.tokens + now.duration_since(bucket.refilled).as_secs_f64() * rate).min(rate);
+        bucket.refilled = now;
+        if bucket.tokens < 1.0 {
+            return false;
+        }
+        bucket.tokens -= 1.0;
+        true
+    }
+}
+
 /// The daemon-wide admission state.
 #[derive(Default)]
 pub struct Gate {
     pub active: Counter,
     per_address: Mutex<HashMap<IpAddr, usize>>,
-    buckets: Mutex<HashMap<IpAddr, Bucket>>,
+    buckets: Mutex<Buckets>,
 }
 
 /// A connection's admission; dropping it releases its share of every limit.
@@ -134,40 +169,48 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Gate {
-    /// Admits a new connection from `peer` or says why not.
-    pub fn admit(self: &Arc<Self>, peer: &Peer, limits: &Limits) -> Result<Admission, Refusal> {
+    /// Admits a new connection under the daemon-wide cap, at accept. The
+    /// per-address limits come once the client's address is known
+    /// ([`Admission::admit_address`]): after a trusted PROXY header, the
+    /// announced one.
+    pub fn admit(&self, limits: &Limits) -> Result<Admission, Refusal> {
         let active = self
             .active
             .acquire(limits.max_connections)
             .ok_or(Refusal::DaemonFull)?;
+        Ok(Admission {
+            _active: active,
+            address: None,
+        })
+    }
+
+    /// Admits a connection from `peer` at once, daemon-wide and per address.
+    #[cfg(test)]
+    fn admit_from(self: &Arc<Self>, peer: &Peer, limits: &Limits) -> Result<Admission, Refusal> {
+        let mut admission = self.admit(limits)?;
+        admission.admit_address(self, peer, limits)?;
+        Ok(admission)
+    }
+}
+
+impl Admission {
+    /// Counts the connection against `peer`'s address: its rate and its cap. A
+    /// Unix-socket peer has no address to count. Called once per connection.
+    pub fn admit_address(
+        &mut self,
+        gate: &Arc<Gate>,
+        peer: &Peer,
+        limits: &Limits,
+    ) -> Result<(), Refusal> {
         let Some(ip) = peer.tcp_addr().map(|a| a.ip()) else {
-            return Ok(Admission {
-                _active: active,
-                address: None,
-            });
+            return Ok(());
         };
         if let Some(rate) = limits.connection_rate_per_ip {
-            let mut buckets = lock(&self.buckets);
-            let now = Instant::now();
-            if buckets.len() >= PRUNE_AT {
-                buckets.retain(|_, b| {
-                    b.tokens + now.duration_since(b.refilled).as_secs_f64() * rate < rate
-                });
-            }
-            let bucket = buckets.entry(ip).or_insert(Bucket {
-                tokens: rate,
-                refilled: now,
-            });
-            bucket.tokens = (bucket.tokens
-                + now.duration_since(bucket.refilled).as_secs_f64() * rate)
-                .min(rate);
-            bucket.refilled = now;
-            if bucket.tokens < 1.0 {
+            if !lock(&gate.buckets).take(ip, rate, Instant::now()) {
                 return Err(Refusal::AddressTooFast);
             }
-            bucket.tokens -= 1.0;
         }
-        let mut counts = lock(&self.per_address);
+        let mut counts = lock(&gate.per_address);
         let count = counts.entry(ip).or_insert(0);
         if limits
             .max_connections_per_ip
@@ -179,10 +222,8 @@ impl Gate {
             return Err(Refusal::AddressFull);
         }
         *count += 1;
-        Ok(Admission {
-            _active: active,
-            address: Some((ip, Arc::clone(self))),
-        })
+        self.address = Some((ip, Arc::clone(gate)));
+        Ok(())
     }
 }
 
@@ -202,19 +243,19 @@ mod tests {
             max_connections_per_ip: Some(2),
             connection_rate_per_ip: None,
         };
-        let a1 = gate.admit(&tcp("10.0.0.1"), &limits).unwrap();
-        let _a2 = gate.admit(&tcp("10.0.0.1"), &limits).unwrap();
+        let a1 = gate.admit_from(&tcp("10.0.0.1"), &limits).unwrap();
+        let _a2 = gate.admit_from(&tcp("10.0.0.1"), &limits).unwrap();
         assert_eq!(
-            gate.admit(&tcp("10.0.0.1"), &limits).err(),
+            gate.admit_from(&tcp("10.0.0.1"), &limits).err(),
             Some(Refusal::AddressFull)
         );
-        let _b1 = gate.admit(&tcp("10.0.0.2"), &limits).unwrap();
+        let _b1 = gate.admit_from(&tcp("10.0.0.2"), &limits).unwrap();
         assert_eq!(
-            gate.admit(&tcp("10.0.0.3"), &limits).err(),
+            gate.admit_from(&tcp("10.0.0.3"), &limits).err(),
             Some(Refusal::DaemonFull)
         );
         drop(a1);
-        assert!(gate.admit(&tcp("10.0.0.1"), &limits).is_ok());
+        assert!(gate.admit_from(&tcp("10.0.0.1"), &limits).is_ok());
     }
 
     #[test]
@@ -225,13 +266,13 @@ mod tests {
             ..Limits::default()
         };
         for _ in 0..5 {
-            drop(gate.admit(&tcp("192.0.2.1"), &limits).unwrap());
+            drop(gate.admit_from(&tcp("192.0.2.1"), &limits).unwrap());
         }
         assert_eq!(
-            gate.admit(&tcp("192.0.2.1"), &limits).err(),
+            gate.admit_from(&tcp("192.0.2.1"), &limits).err(),
             Some(Refusal::AddressTooFast)
         );
-        assert!(gate.admit(&tcp("192.0.2.2"), &limits).is_ok());
+        assert!(gate.admit_from(&tcp("192.0.2.2"), &limits).is_ok());
     }
 
     #[test]
@@ -248,5 +289,30 @@ mod tests {
         assert!(!after.contains_key(&ServiceName::parse("chargen").unwrap()));
         drop(held);
         assert_eq!(after[&echo].connections.get(), 0);
+    }
+
+    #[test]
+    fn many_sources_prune_in_amortized_constant_time() {
+        let mut buckets = Buckets::default();
+        let start = Instant::now();
+        // Sources that each connect once and go quiet: with rate 1e9 a bucket
+        // refills at once, so every prune keeps almost nothing.
+        for i in 0..50_000u32 {
+            let ip = IpAddr::from(i.to_be_bytes());
+            assert!(buckets.take(
+                ip,
+                1e9,
+                start + std::time::Duration::from_micros(u64::from(i))
+            ));
+        }
+        assert!(buckets.map.len() <= 2 * PRUNE_AT, "{}", buckets.map.len());
+        // With a slow rate nothing can be pruned, and the threshold grows with
+        // the map instead of scanning it on every connection.
+        let mut slow = Buckets::default();
+        for i in 0..20_000u32 {
+            slow.take(IpAddr::from(i.to_be_bytes()), 1.0, start);
+        }
+        assert_eq!(slow.map.len(), 20_000);
+        assert!(slow.prune_at >= slow.map.len() / 2 && slow.prune_at > PRUNE_AT);
     }
 }

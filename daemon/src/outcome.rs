@@ -30,6 +30,8 @@ pub enum Outcome {
     BadRequest(NameError),
     BadProxyHeader(HeaderError),
     NegotiationTimeout,
+    /// The client half-closed in the middle of what is named.
+    Incomplete(&'static str),
     ClosedBeforeRequest,
     ReadError(io::Error),
 }
@@ -44,6 +46,7 @@ impl Outcome {
             Outcome::UnknownService => "unknown",
             Outcome::Refused(_) | Outcome::BadRequest(_) | Outcome::BadProxyHeader(_) => "refused",
             Outcome::NegotiationTimeout => "timeout",
+            Outcome::Incomplete(_) => "refused",
             Outcome::ClosedBeforeRequest => "closed",
         }
     }
@@ -57,6 +60,7 @@ impl Outcome {
                 | Outcome::BadRequest(_)
                 | Outcome::BadProxyHeader(_)
                 | Outcome::NegotiationTimeout
+                | Outcome::Incomplete(_)
                 | Outcome::ClosedBeforeRequest
                 | Outcome::ReadError(_)
         )
@@ -82,8 +86,9 @@ impl fmt::Display for Outcome {
             Outcome::UnknownService => f.write_str("refused: unknown service"),
             Outcome::Refused(why) => write!(f, "refused: {why}"),
             Outcome::BadRequest(e) => write!(f, "refused: {e}"),
-            Outcome::BadProxyHeader(e) => write!(f, "refused: {e}"),
+            Outcome::BadProxyHeader(e) => write!(f, "refused: invalid PROXY protocol header: {e}"),
             Outcome::NegotiationTimeout => f.write_str("refused: negotiation timeout"),
+            Outcome::Incomplete(what) => write!(f, "refused: incomplete {what}"),
             Outcome::ClosedBeforeRequest => f.write_str("closed before request"),
             Outcome::ReadError(e) => write!(f, "read error: {e}"),
         }

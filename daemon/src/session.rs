@@ -28,6 +28,8 @@ enum Negotiated {
     /// The request line (and any PROXY header) has been consumed, nothing more.
     Decided(Decision),
     BadProxyHeader(HeaderError),
+    /// EOF in the middle of what is named (the request line, the PROXY header).
+    Incomplete(&'static str),
     Closed,
     /// A daemon-wide or per-address limit refused the connection.
     NotAdmitted(Refusal),
@@ -38,7 +40,7 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
     let started = Instant::now();
     let settings = shared.settings();
     // Counted from accept to close, so limits and the shutdown grace see it all.
-    let admission = shared.gate.admit(&peer, &settings.limits);
+    let mut admission = shared.gate.admit(&settings.limits);
     let mut client = ClientInfo {
         local: stream.local_addr(),
         peer,
@@ -50,14 +52,14 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
         .peer
         .tcp_addr()
         .is_some_and(|addr| listen.trusts_proxy(addr.ip()));
-    let negotiated = match &admission {
+    let negotiated = match &mut admission {
         Err(refusal) => Ok(Ok(Negotiated::NotAdmitted(*refusal))),
-        Ok(_) => {
-            tokio::time::timeout(
-                settings.negotiation_timeout,
-                negotiate(&mut conn, expect_header, &mut client),
-            )
-            .await
+        Ok(admission) => {
+            // Per-address limits count the client, which behind a trusted
+            // upstream is the address its header announces.
+            let admit = |peer: &Peer| admission.admit_address(&shared.gate, peer, &settings.limits);
+            let negotiation = negotiate(&mut conn, expect_header, &mut client, admit);
+            tokio::time::timeout(settings.negotiation_timeout, negotiation).await
         }
     };
     let (outcome, service_name) = match negotiated {
@@ -97,12 +99,17 @@ async fn respond(
 ) -> (Outcome, Option<String>) {
     let outcome = match negotiated {
         Negotiated::Closed => Outcome::ClosedBeforeRequest,
+        Negotiated::Incomplete(what) => {
+            let reason = format!("incomplete {what}: the connection was closed before its end");
+            refuse(conn, &reason).await;
+            Outcome::Incomplete(what)
+        }
         Negotiated::NotAdmitted(refusal) => {
             refuse(conn, &refusal.to_string()).await;
             Outcome::Refused(refusal.to_string())
         }
         Negotiated::BadProxyHeader(e) => {
-            refuse(conn, &e.to_string()).await;
+            refuse(conn, &format!("invalid PROXY protocol header: {e}")).await;
             Outcome::BadProxyHeader(e)
         }
         Negotiated::Decided(Decision::Reject(e)) => {
@@ -200,13 +207,14 @@ async fn serve_named(
     }
 }
 
-/// Consumes the PROXY header if one is expected, then the request line, and not a
-/// byte more: every read is a peek first, then a read of exactly what the parser
+/// Consumes the PROXY header if one is expected, admits the client's address,
+/// then consumes the request line, and not a byte more: every read is a peek first, then a read of exactly what the parser
 /// claimed.
 async fn negotiate(
     conn: &mut Metered<Stream>,
     expect_header: bool,
     client: &mut ClientInfo,
+    admit: impl FnOnce(&Peer) -> Result<(), Refusal>,
 ) -> io::Result<Negotiated> {
     let mut scratch = [0u8; PEEK];
     if expect_header {
@@ -214,6 +222,9 @@ async fn negotiate(
         let mut header = Vec::new();
         loop {
             let n = conn.get_ref().peek(&mut scratch).await?;
+            if n == 0 && !header.is_empty() {
+                return Ok(Negotiated::Incomplete("PROXY protocol header"));
+            }
             if n == 0 {
                 return Ok(Negotiated::Closed);
             }
@@ -237,12 +248,21 @@ async fn negotiate(
             }
         }
     }
+    if let Err(refusal) = admit(&client.peer) {
+        return Ok(Negotiated::NotAdmitted(refusal));
+    }
     let mut parser = RequestParser::new();
+    let mut fed = false;
     loop {
         let n = conn.get_ref().peek(&mut scratch).await?;
         if n == 0 {
-            return Ok(Negotiated::Closed);
+            // Half-closed mid-name: the client can still read why nothing follows.
+            return Ok(match fed {
+                true => Negotiated::Incomplete("request line"),
+                false => Negotiated::Closed,
+            });
         }
+        fed = true;
         match parser.feed(&scratch[..n]) {
             Progress::NeedMore => conn.read_exact(&mut scratch[..n]).await.map(drop)?,
             Progress::Decided { decision, consumed } => {

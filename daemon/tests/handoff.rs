@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::Shutdown;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use common::{read_all, read_line, Daemon};
 
@@ -233,4 +234,130 @@ fn handoff_services_need_a_control_socket_and_a_rule() {
     ] {
         common::assert_config_rejected(config, words);
     }
+}
+
+#[test]
+fn a_name_repeated_in_one_registration_counts_once() {
+    let (daemon, control) = daemon_with_handoff("{ uid = [0] }");
+    let repeated = vec!["app"; 300];
+    let _greedy = Backend::start(&control, &repeated, false).expect("register");
+    let _fair = Backend::start(&control, &["app"], false).expect("register");
+    let stats = String::from_utf8(daemon.exchange(b"stats\r\n")).unwrap();
+    assert!(
+        stats.contains("tcpmuxd_handoff_backends{service=\"app\"} 2\n"),
+        "{stats}"
+    );
+    // Turns alternate between the two backends, not 300 to 1.
+    let mut pids = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let mut stream = daemon.connect();
+        stream.write_all(b"app\r\n").unwrap();
+        assert_eq!(read_line(&mut stream), b"+\r\n");
+        pids.insert(greeting_pid(&read_line(&mut stream)));
+    }
+    assert_eq!(pids.len(), 2, "{pids:?}");
+}
+
+/// The next line, or `None` when the read times out or the stream ends first.
+fn line_within(stream: &mut std::net::TcpStream, limit: Duration) -> Option<Vec<u8>> {
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8];
+    loop {
+        match std::io::Read::read(stream, &mut byte) {
+            Ok(1) => {
+                line.push(byte[0]);
+                if byte[0] == b'\n' {
+                    return Some(line);
+                }
+            }
+            _ => return None,
+        }
+    }
+}
+
+#[test]
+fn a_backend_that_stops_reading_is_skipped_and_never_leaves_clients_hanging() {
+    let (mut daemon, control) = daemon_with_handoff("{ uid = [0] }");
+    // Registered, and never reads a frame.
+    let stalled = tcpmux::handoff::Backend::register(&control, &["app"]).expect("register");
+    let healthy = Backend::start(&control, &["app"], false).expect("register healthy");
+    let (mut served, mut silent) = (0, 0);
+    for _ in 0..40 {
+        let mut stream = daemon.connect();
+        stream.write_all(b"app\r\n").unwrap();
+        assert_eq!(
+            line_within(&mut stream, common::PATIENCE).as_deref(),
+            Some(&b"+\r\n"[..])
+        );
+        match line_within(&mut stream, Duration::from_secs(4)) {
+            Some(greeting) if greeting.starts_with(b"hello from pid") => served += 1,
+            _ => silent += 1,
+        }
+    }
+    // The stalled backend holds at most the one client it was given before it
+    // was seen not to read.
+    assert!(
+        silent <= 1 && served + silent == 40,
+        "{served} served, {silent} silent"
+    );
+
+    // With only the stalled backend left, clients are refused, not kept waiting.
+    drop(healthy);
+    daemon
+        .wait_for_log(|l| l.contains("handoff backend gone"))
+        .expect("the healthy backend's exit is seen");
+    for _ in 0..3 {
+        let reply = String::from_utf8(daemon.exchange(b"app\r\n")).unwrap();
+        assert!(
+            reply.starts_with("-service unavailable: every backend is busy"),
+            "{reply:?}"
+        );
+    }
+    drop(stalled);
+}
+
+#[test]
+fn backends_receive_the_socket_in_blocking_mode() {
+    use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    use std::io::Read;
+    let (daemon, control) = daemon_with_handoff("{ uid = [0] }");
+    // A backend written against the wire protocol alone, as one in another
+    // language would be: nothing touches the descriptor's flags.
+    let mut backend = std::os::unix::net::UnixStream::connect(&control).unwrap();
+    backend.write_all(b"REGISTER app\n").unwrap();
+    let mut answer = [0u8; 3];
+    backend.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"OK\n");
+    let addr = daemon.addr;
+    let client = std::thread::spawn(move || {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.write_all(b"app\r\n").unwrap();
+        stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+        read_all(&mut stream)
+    });
+    let mut frame = [0u8; tcpmux_proto::handoff::FRAME_LEN];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+    let got = recvmsg(
+        &backend,
+        &mut [std::io::IoSliceMut::new(&mut frame)],
+        &mut ancillary,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .unwrap();
+    assert!(got.bytes > 0);
+    let socket = ancillary
+        .drain()
+        .find_map(|message| match message {
+            RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+            _ => None,
+        })
+        .expect("the client's socket");
+    let flags = rustix::fs::fcntl_getfl(&socket).unwrap();
+    assert!(!flags.contains(rustix::fs::OFlags::NONBLOCK), "{flags:?}");
+    let mut socket = std::net::TcpStream::from(socket);
+    socket.write_all(b"blocking\n").unwrap();
+    drop(socket);
+    assert_eq!(client.join().unwrap(), b"+\r\nblocking\n");
 }

@@ -145,6 +145,21 @@ fn a_client_that_closes_before_naming_a_service_is_logged() {
 }
 
 #[test]
+fn a_client_that_half_closes_mid_name_is_told_why() {
+    let mut daemon = Daemon::start();
+    let mut stream = daemon.connect();
+    stream.write_all(b"ech").unwrap();
+    stream.shutdown(Shutdown::Write).unwrap();
+    let reply = String::from_utf8(read_all(&mut stream)).unwrap();
+    assert_eq!(
+        reply,
+        "-incomplete request line: the connection was closed before its end\r\n"
+    );
+    let line = daemon.wait_for_log(|l| l.contains("outcome=refused: incomplete request line"));
+    assert!(line.is_some(), "log:\n{}", daemon.logs().join("\n"));
+}
+
+#[test]
 fn every_connection_gets_one_log_line_with_peer_service_outcome_bytes_duration() {
     let mut daemon = Daemon::start();
     let mut stream = daemon.connect();

@@ -499,3 +499,42 @@ fn a_stuck_log_reader_does_not_stall_the_daemon() {
     );
     assert!(child.0.wait().unwrap().success());
 }
+
+#[test]
+fn per_address_limits_behind_a_trusted_upstream_count_the_announced_clients() {
+    let daemon = Daemon::with_config(
+        "listen = [{ address = \"127.0.0.1:0\", accept_proxy_from = [\"127.0.0.1/32\"] }]\n\
+         max_connections_per_ip = 2\nconnection_rate_per_ip = 3\n",
+    );
+    let from = |client: &str| {
+        let mut stream = daemon.connect();
+        let header = format!("PROXY TCP4 {client} 198.51.100.1 5000 1\r\necho\r\n");
+        stream.write_all(header.as_bytes()).unwrap();
+        let reply = read_line(&mut stream);
+        (stream, text(reply))
+    };
+    // Four clients behind one load balancer, one connection each: all served.
+    let mut held = Vec::new();
+    for client in ["203.0.113.1", "203.0.113.2", "203.0.113.3", "203.0.113.4"] {
+        let (stream, reply) = from(client);
+        assert_eq!(reply, "+\r\n", "{client}");
+        held.push(stream);
+    }
+    // The cap and the rate apply to each announced client.
+    let (second, reply) = from("203.0.113.1");
+    assert_eq!(reply, "+\r\n");
+    held.push(second);
+    let (_, reply) = from("203.0.113.1");
+    assert!(
+        reply.starts_with("-too many connections from your address"),
+        "{reply}"
+    );
+    drop(held);
+    // 203.0.113.2 has used one of its 3 per second; two more pass, then no more.
+    for _ in 0..2 {
+        let (_, reply) = from("203.0.113.2");
+        assert_eq!(reply, "+\r\n");
+    }
+    let (_, reply) = from("203.0.113.2");
+    assert!(reply.starts_with("-too many new connections"), "{reply}");
+}

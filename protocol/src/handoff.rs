@@ -6,7 +6,11 @@
 //! sends one frame of exactly [`FRAME_LEN`] bytes, `CLIENT service peer local\n`
 //! padded with spaces, carrying the client's socket as ancillary data. The request
 //! line has been consumed and nothing else: the socket's next byte is the client's
-//! first byte for the service. A backend unregisters by closing the socket.
+//! first byte for the service, and tcpmuxd has already sent the client its `+`.
+//! The socket arrives in blocking mode (O_NONBLOCK clear), as a socket from
+//! accept(2) does; a backend that wants it non-blocking sets that itself. A
+//! backend is sent its next client only once it has read the previous frame, so
+//! read frames promptly. A backend unregisters by closing the socket.
 
 use crate::name::{NameError, ServiceName};
 

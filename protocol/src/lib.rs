@@ -7,11 +7,14 @@
 //! answers `+` (accepted) or `-` (refused) with an optional message and CRLF, except
 //! for `HELP`, which is answered by the list of names with no status line.
 //! [`RequestParser`] is the server's half, [`ReplyParser`] the client's.
+//! [`proxy_header`] is the PROXY protocol header a trusted load balancer puts
+//! before the request, and [`handoff`] the daemon's frames to handoff backends.
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
 pub mod handoff;
 mod name;
+pub mod proxy_header;
 mod reply;
 mod request;
 

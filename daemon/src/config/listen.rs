@@ -15,8 +15,38 @@ pub(crate) fn listen(
     if list.get_ref().is_empty() {
         return Err(src.at(list.span(), "`listen` is empty: give at least one address"));
     }
-    let specs = list.get_ref().iter().map(|item| one(src, item));
-    specs.collect::<Result<_, _>>().map(Some)
+    let mut specs: Vec<(ListenSpec, usize)> = Vec::new();
+    for item in list.get_ref() {
+        let spec = one(src, item)?;
+        if let Some((first, at)) = specs.iter().find(|(seen, _)| clash(&seen.addr, &spec.addr)) {
+            let (line, _) = src.line_column(*at);
+            return Err(src.at(
+                item.span(),
+                format!(
+                    "listen address {} clashes with {} on line {line}: both cannot be bound",
+                    spec.addr, first.addr
+                ),
+            ));
+        }
+        specs.push((spec, item.span().start));
+    }
+    Ok(Some(specs.into_iter().map(|(spec, _)| spec).collect()))
+}
+
+/// Whether binding both addresses must fail: the same address, or on one port
+/// a wildcard and an address of its family (Linux refuses the second bind). A
+/// port 0 never clashes: the kernel picks a free one each time.
+fn clash(a: &ListenAddr, b: &ListenAddr) -> bool {
+    match (a, b) {
+        (ListenAddr::Unix(a), ListenAddr::Unix(b)) => a == b,
+        (ListenAddr::Tcp(a), ListenAddr::Tcp(b)) => {
+            a.port() != 0
+                && a.port() == b.port()
+                && a.is_ipv4() == b.is_ipv4()
+                && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+        }
+        _ => false,
+    }
 }
 
 fn one(src: Source<'_>, item: &Spanned<RawListen>) -> Result<ListenSpec, ConfigError> {
@@ -38,6 +68,18 @@ fn one(src: Source<'_>, item: &Spanned<RawListen>) -> Result<ListenSpec, ConfigE
                 .map_err(|e| src.at(item.span(), e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if let ListenAddr::Unix(path) = &addr {
+        let directory = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if let Some(directory) = directory.filter(|d| !d.is_dir()) {
+            return Err(src.at(
+                item.span(),
+                format!(
+                    "listen {addr}: directory {} does not exist",
+                    directory.display()
+                ),
+            ));
+        }
+    }
     if !accept_proxy_from.is_empty() && matches!(addr, ListenAddr::Unix(_)) {
         return Err(src.at(
             item.span(),

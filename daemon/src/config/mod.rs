@@ -281,4 +281,40 @@ message = "the time follows"
             "{error}"
         );
     }
+
+    #[test]
+    fn a_name_given_twice_is_reported_at_its_second_place() {
+        let error = parse("[service.a]\nbuiltin = \"echo\"\n\n[service.A]\nbuiltin = \"echo\"\n")
+            .unwrap_err();
+        assert!(error.starts_with("test.toml:4:"), "{error}");
+        assert!(error.contains("first on line 1"), "{error}");
+    }
+
+    #[test]
+    fn listen_addresses_that_cannot_all_be_bound_are_refused() {
+        for (text, words) in [
+            (
+                "listen = [\"127.0.0.1:5000\", \"127.0.0.1:5000\"]\n",
+                "clashes with 127.0.0.1:5000",
+            ),
+            (
+                "listen = [\"0.0.0.0:5000\",\n  \"127.0.0.1:5000\"]\n",
+                "on line 1",
+            ),
+            (
+                "listen = [\"unix:/tmp/a.sock\", \"unix:/tmp/a.sock\"]\n",
+                "clashes",
+            ),
+            (
+                "listen = [\"unix:/nonexistent/dir/x.sock\"]\n",
+                "directory /nonexistent/dir does not exist",
+            ),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(words), "{text:?} gave {error}");
+        }
+        // Different families, or ports the kernel picks, do not clash.
+        parse("listen = [\"0.0.0.0:5000\", \"[::]:5000\", \"127.0.0.1:0\", \"127.0.0.1:0\"]\n")
+            .unwrap();
+    }
 }

@@ -29,7 +29,10 @@ pub(crate) fn services(
         etc_services::import(src, import, &mut services)?;
     }
     let mut seen: BTreeMap<ServiceName, Range<usize>> = BTreeMap::new();
-    for (key, table) in &raw.service {
+    // In file order, so a name given twice is reported at its second place.
+    let mut tables: Vec<_> = raw.service.iter().collect();
+    tables.sort_by_key(|(key, _)| key.span().start);
+    for (key, table) in tables {
         let name = service_name(src, key, &seen)?;
         seen.insert(name.clone(), key.span());
         if table.enabled == Some(false) {

@@ -3,21 +3,16 @@
 //! and then receives client sockets until it disconnects.
 
 use std::io;
-use std::io::IoSlice;
-use std::mem::MaybeUninit;
-use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use tcpmux_proto::handoff::{parse_register, MAX_REGISTER_LINE};
 use tcpmux_proto::ServiceName;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::{Delivery, Hub};
+use super::Hub;
 use crate::model::ServiceKind;
 use crate::net::listener::Listener;
 use crate::net::stream::Stream;
@@ -87,31 +82,22 @@ async fn backend_session(
     if stream.write_all(b"OK\n").await.is_err() {
         return;
     }
-    let (deliveries, mut incoming) = mpsc::channel::<Delivery>(64);
-    let id = hub.add(&names, &deliveries);
-    drop(deliveries);
+    // A small send buffer makes "writable" mean "has read what it was given",
+    // so a backend that stops reading is skipped after one client, not hundreds
+    // (services/handoff.rs offers a client only to a writable backend).
+    let _ = socket2::SockRef::from(&stream).set_send_buffer_size(1);
+    let control = Arc::new(stream);
+    let id = hub.add(&names, &control);
     let list: Vec<&str> = names.iter().map(ServiceName::as_str).collect();
     tracing::info!(uid, gid, pid, names = %list.join(","), "handoff backend registered");
+    // Backends send nothing after REGISTER: readable means EOF (or a protocol
+    // error); either way the registration ends.
     loop {
-        tokio::select! {
-            delivery = incoming.recv() => {
-                let Some(delivery) = delivery else { break };
-                let result = send_socket(&stream, &delivery).await;
-                let failed = result.is_err();
-                let _ = delivery.done.send(result);
-                if failed {
-                    break;
-                }
-            }
-            // Backends send nothing after REGISTER: readable means EOF (or a
-            // protocol error); either way the registration ends.
-            ready = stream.readable() => {
-                let mut byte = [0u8; 1];
-                match (ready, stream.try_read(&mut byte)) {
-                    (Ok(()), Err(e)) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    _ => break,
-                }
-            }
+        let ready = control.readable().await;
+        let mut byte = [0u8; 1];
+        match (ready, control.try_read(&mut byte)) {
+            (Ok(()), Err(e)) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            _ => break,
         }
     }
     hub.remove(id);
@@ -146,7 +132,10 @@ fn authorize(
     gid: u32,
     registry: &Registry,
 ) -> Result<Vec<ServiceName>, String> {
-    let names = parse_register(line).map_err(|e| e.to_string())?;
+    let mut names = parse_register(line).map_err(|e| e.to_string())?;
+    // A name listed twice is registered once: one backend, one turn, one count.
+    names.sort();
+    names.dedup();
     for name in &names {
         match registry.lookup(name).map(|s| &s.kind) {
             Some(ServiceKind::Handoff(rule)) if rule.allows(uid, gid) => {}
@@ -157,33 +146,4 @@ fn authorize(
         }
     }
     Ok(names)
-}
-
-/// Sends the frame with the socket attached; a short send finishes without it.
-async fn send_socket(stream: &UnixStream, delivery: &Delivery) -> io::Result<()> {
-    let sent = stream
-        .async_io(Interest::WRITABLE, || {
-            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-            let mut control = SendAncillaryBuffer::new(&mut space);
-            let fds = [delivery.socket.as_fd()];
-            control.push(SendAncillaryMessage::ScmRights(&fds));
-            sendmsg(
-                stream,
-                &[IoSlice::new(&delivery.frame)],
-                &mut control,
-                SendFlags::NOSIGNAL,
-            )
-            .map_err(io::Error::from)
-        })
-        .await?;
-    let mut rest = &delivery.frame[sent..];
-    while !rest.is_empty() {
-        let n = stream
-            .async_io(Interest::WRITABLE, || {
-                rustix::net::send(stream, rest, SendFlags::NOSIGNAL).map_err(io::Error::from)
-            })
-            .await?;
-        rest = &rest[n..];
-    }
-    Ok(())
 }

@@ -1,33 +1,23 @@
 //! The handoff hub: backends register service names over a control Unix socket
 //! (`control`) and are sent whole client connections (the socket itself, by
-//! SCM_RIGHTS), after which tcpmuxd is out of the data path. This module holds
-//! the live registrations the sessions choose from.
+//! SCM_RIGHTS, by the session: `services/handoff.rs`), after which tcpmuxd is
+//! out of the data path. This module holds the live registrations the sessions
+//! choose from: each backend's control socket.
 
 mod control;
 
 use std::collections::HashMap;
-use std::io;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use tcpmux_proto::handoff::FRAME_LEN;
 use tcpmux_proto::ServiceName;
-use tokio::sync::{mpsc, oneshot};
+use tokio::net::UnixStream;
 
 pub use control::control_loop;
 
-/// One client connection on its way to a backend.
-pub struct Delivery {
-    pub socket: OwnedFd,
-    pub frame: [u8; FRAME_LEN],
-    /// Told whether the socket reached the backend.
-    pub done: oneshot::Sender<io::Result<()>>,
-}
-
 struct Registered {
     id: u64,
-    deliveries: mpsc::Sender<Delivery>,
+    control: Arc<UnixStream>,
 }
 
 /// The live registrations, shared by the control loop and the sessions.
@@ -44,8 +34,9 @@ impl Hub {
         self.lock().get(name).is_some_and(|list| !list.is_empty())
     }
 
-    /// The backends of `name`, starting with the next in round-robin order.
-    pub fn candidates(&self, name: &ServiceName) -> Vec<mpsc::Sender<Delivery>> {
+    /// The control sockets of `name`'s backends, starting with the next in
+    /// round-robin order.
+    pub fn candidates(&self, name: &ServiceName) -> Vec<Arc<UnixStream>> {
         let backends = self.lock();
         let Some(list) = backends.get(name).filter(|l| !l.is_empty()) else {
             return Vec::new();
@@ -55,7 +46,7 @@ impl Hub {
             .cycle()
             .skip(start)
             .take(list.len())
-            .map(|r| r.deliveries.clone())
+            .map(|r| Arc::clone(&r.control))
             .collect()
     }
 
@@ -70,13 +61,13 @@ impl Hub {
         counts
     }
 
-    pub(super) fn add(&self, names: &[ServiceName], deliveries: &mpsc::Sender<Delivery>) -> u64 {
+    pub(super) fn add(&self, names: &[ServiceName], control: &Arc<UnixStream>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
         let mut backends = self.lock();
         for name in names {
             backends.entry(name.clone()).or_default().push(Registered {
                 id,
-                deliveries: deliveries.clone(),
+                control: Arc::clone(control),
             });
         }
         id

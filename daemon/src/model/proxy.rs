@@ -22,11 +22,7 @@ pub struct Proxy {
 }
 
 /// Which PROXY protocol header to send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProxyVersion {
-    V1,
-    V2,
-}
+pub use tcpmux_proto::proxy_header::Version as ProxyVersion;
 
 /// How the relay moves the bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,16 +1,50 @@
 //! handoff: the client's socket itself goes to a backend process that registered
 //! the name (see `crate::hub`); tcpmuxd keeps no copy and moves no byte.
+//!
+//! The `+` goes out before the socket, in the same step of the event loop and
+//! only to a backend whose control socket has room: before, because once the
+//! backend has the socket it may write at once, and its bytes must follow our
+//! `+`; in the same step, so that no other session can fill that backend in
+//! between. A backend's control socket has room only once it has read what it
+//! was last given (`hub/control.rs` keeps its send buffer minimal), so a backend
+//! that stops reading is skipped after one client; when no backend has room
+//! within [`DELIVERY_TIMEOUT`], the client gets `-service unavailable`, never
+//! `+` and silence.
 
-use std::io;
+use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+use std::time::Duration;
 
-use tcpmux_proto::handoff::{encode_client_frame, ClientFrame};
-use tokio::sync::oneshot;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+use rustix::io::Errno;
+use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+use tcpmux_proto::encode_reply;
+use tcpmux_proto::handoff::{encode_client_frame, ClientFrame, FRAME_LEN};
+use tokio::io::Interest;
+use tokio::net::UnixStream;
 
-use super::{accept, refuse};
-use crate::hub::{Delivery, Hub};
+use super::refuse;
+use crate::hub::Hub;
 use crate::model::{ClientInfo, Service};
 use crate::net::stream::{Metered, Stream};
 use crate::outcome::Outcome;
+
+/// How long a client waits for a backend with room for it.
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a waiting client looks again while every backend is full.
+const RETRY: Duration = Duration::from_millis(5);
+
+/// What offering the client to one backend did.
+enum Offer {
+    Delivered,
+    /// Its control socket has no room now: try another, or later.
+    Full,
+    /// It is gone (its socket failed): try another.
+    Gone,
+}
 
 pub async fn serve(
     service: &Service,
@@ -18,14 +52,6 @@ pub async fn serve(
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
-    let candidates = hub.candidates(&service.name);
-    if candidates.is_empty() {
-        let reason = format!("no backend is serving {} right now", service.name);
-        refuse(conn, &reason).await;
-        return Ok(Outcome::Refused("no live handoff backend".into()));
-    }
-    // The `+` goes first: once the backend has the socket it may write at once.
-    accept(conn, &service.message).await?;
     let frame = encode_client_frame(&ClientFrame {
         service: service.name.to_string(),
         peer: client
@@ -36,25 +62,141 @@ pub async fn serve(
             .local
             .map_or_else(|| "-".to_owned(), |a| a.to_string()),
     });
-    let tried = candidates.len();
-    for backend in candidates {
-        let socket = rustix::io::fcntl_dupfd_cloexec(conn.get_ref(), 0)?;
-        let (done, outcome) = oneshot::channel();
-        let delivery = Delivery {
-            socket,
-            frame,
-            done,
-        };
-        if backend.send(delivery).await.is_err() {
-            continue; // that backend is gone; try the next
+    let mut status = Vec::new();
+    encode_reply(true, &service.message, &mut status);
+    let deadline = tokio::time::Instant::now() + DELIVERY_TIMEOUT;
+    let mut accepted = false;
+    let mut tried_any = false;
+    loop {
+        let candidates = hub.candidates(&service.name);
+        tried_any |= !candidates.is_empty();
+        for backend in &candidates {
+            let offer = offer(backend, conn, &status, &frame, &mut accepted)?;
+            match offer {
+                Offer::Delivered => {
+                    conn.bytes_out += status.len() as u64;
+                    return Ok(Outcome::HandedOff);
+                }
+                Offer::Full | Offer::Gone => {}
+            }
         }
-        if let Ok(Ok(())) = outcome.await {
-            return Ok(Outcome::HandedOff);
+        if candidates.is_empty() || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+    if accepted {
+        // Every backend vanished between its `+` and the send: rare, and all
+        // that is left is to close.
+        return Ok(Outcome::Refused(
+            "the handoff backend failed after '+'".into(),
+        ));
+    }
+    if !tried_any {
+        let reason = format!("no backend is serving {} right now", service.name);
+        refuse(conn, &reason).await;
+        return Ok(Outcome::Refused("no live handoff backend".into()));
+    }
+    refuse(
+        conn,
+        "service unavailable: every backend is busy, try again later",
+    )
+    .await;
+    Ok(Outcome::Refused(format!(
+        "no handoff backend took the client within {DELIVERY_TIMEOUT:?}"
+    )))
+}
+
+/// Offers the client to `backend`, without an await: sends the `+` (once) and
+/// the frame with the socket if the backend has room right now.
+fn offer(
+    backend: &Arc<UnixStream>,
+    conn: &Metered<Stream>,
+    status: &[u8],
+    frame: &[u8; FRAME_LEN],
+    accepted: &mut bool,
+) -> io::Result<Offer> {
+    if !writable_now(backend.as_fd())? {
+        return Ok(Offer::Full);
+    }
+    let socket = conn.get_ref();
+    if !*accepted {
+        // A few bytes into a connection that has sent nothing yet: the send
+        // buffer is empty, so they go whole.
+        let sent = rustix::net::send(socket, status, SendFlags::DONTWAIT | SendFlags::NOSIGNAL)?;
+        if sent != status.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "the client's socket took only part of the status line",
+            ));
+        }
+        *accepted = true;
+    }
+    // Backends get the socket in blocking mode, as the handoff protocol says.
+    // The mode belongs to the open file we share, so it is put back if the
+    // socket does not leave.
+    let flags = fcntl_getfl(socket)?;
+    fcntl_setfl(socket, flags - OFlags::NONBLOCK)?;
+    match send_frame(backend, socket.as_fd(), frame) {
+        Ok(sent) => {
+            if sent < FRAME_LEN {
+                finish_frame(backend, &frame[sent..]);
+            }
+            Ok(Offer::Delivered)
+        }
+        Err(e) => {
+            fcntl_setfl(socket, flags | OFlags::NONBLOCK)?;
+            Ok(if e == Errno::AGAIN {
+                Offer::Full
+            } else {
+                Offer::Gone
+            })
         }
     }
-    // Every backend vanished between the lookup and the send: rare, and after the
-    // `+`, so all that is left is to close.
-    Ok(Outcome::Refused(format!(
-        "all {tried} handoff backends failed after '+'"
-    )))
+}
+
+/// Whether a send to `fd` would not block now.
+fn writable_now(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut fds = [PollFd::new(&fd, PollFlags::OUT)];
+    let zero = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let ready = poll(&mut fds, Some(&zero))?;
+    Ok(ready == 1 && fds[0].revents().contains(PollFlags::OUT))
+}
+
+/// The frame with the client's socket attached; returns the bytes sent (the
+/// socket travels with the first of them).
+fn send_frame(
+    backend: &UnixStream,
+    socket: BorrowedFd<'_>,
+    frame: &[u8; FRAME_LEN],
+) -> Result<usize, Errno> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [socket];
+    control.push(SendAncillaryMessage::ScmRights(&fds));
+    let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
+    sendmsg(backend, &[IoSlice::new(frame)], &mut control, flags)
+}
+
+/// The rest of a frame whose start (and socket) already went: the backend
+/// waits for it, so it follows as soon as there is room, on a task of its own.
+fn finish_frame(backend: &Arc<UnixStream>, rest: &[u8]) {
+    let (backend, mut rest) = (Arc::clone(backend), rest.to_vec());
+    tokio::spawn(async move {
+        while !rest.is_empty() {
+            let sent = backend
+                .async_io(Interest::WRITABLE, || {
+                    rustix::net::send(&*backend, &rest, SendFlags::NOSIGNAL)
+                        .map_err(io::Error::from)
+                })
+                .await;
+            match sent {
+                Ok(n) => drop(rest.drain(..n)),
+                Err(_) => return,
+            }
+        }
+    });
 }
