@@ -325,3 +325,96 @@ fn set_mode(path: &std::path::Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn stderr_without_newlines_costs_the_daemon_at_most_one_line() {
+    let mut daemon = Daemon::binary("[service.spill]\nexec = [\"/bin/sh\", \"-c\", \"cat >&2\"]\n");
+    let warm = send(&daemon, b"spill\r\nwarm up\n");
+    assert_eq!(warm, b"+\r\n");
+    let before = rss_kib(daemon.pid());
+    let mut stream = daemon.connect();
+    stream.write_all(b"spill\r\n").unwrap();
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..200 {
+        stream.write_all(&chunk).unwrap();
+    }
+    stream.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_all(&mut stream), b"+\r\n");
+    let line = daemon
+        .wait_for_log(|l| l.contains("stderr: xxx") && l.contains("cut="))
+        .expect("the cut line is logged, with what was dropped");
+    assert!(
+        line.contains(&format!("cut={}", 200 * (1 << 20) - 4096)),
+        "{}",
+        &line[..200]
+    );
+    let grown = rss_kib(daemon.pid()).saturating_sub(before);
+    assert!(grown < 16 * 1024, "the daemon grew by {grown} KiB");
+}
+
+#[test]
+fn invalid_utf8_on_stderr_neither_stops_the_log_nor_kills_the_program() {
+    let mut daemon = Daemon::with_config(
+        "[service.odd]\nexec = [\"/bin/sh\", \"-c\", \"printf 'a\\\\377b\\\\n' >&2; sleep 0.3; echo second >&2; echo done\"]\n",
+    );
+    assert_eq!(send(&daemon, b"odd\r\n"), b"+\r\ndone\n");
+    daemon
+        .wait_for_log(|l| l.contains("stderr: a\u{FFFD}b"))
+        .expect("the bad line, logged lossily");
+    daemon
+        .wait_for_log(|l| l.contains("stderr: second"))
+        .expect("and the lines after it");
+}
+
+#[test]
+fn a_process_left_holding_stderr_holds_neither_the_client_nor_the_slot() {
+    let daemon = Daemon::with_config(
+        "[service.bye]\nexec = [\"/bin/sh\", \"-c\", \"sleep 8 </dev/null >/dev/null & echo bye\"]\nmax_instances = 1\n",
+    );
+    for _ in 0..2 {
+        let started = Instant::now();
+        let mut stream = daemon.connect();
+        stream.write_all(b"bye\r\n").unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(4)))
+            .unwrap();
+        // EOF right after `bye`, not when `sleep` lets go of stderr; and the
+        // second client is not refused as busy.
+        assert_eq!(read_all(&mut stream), b"+\r\nbye\n");
+        assert!(started.elapsed() < Duration::from_secs(4));
+    }
+}
+
+#[test]
+fn on_shutdown_kill_stops_what_the_program_started() {
+    let mut daemon = Daemon::binary(
+        "shutdown_grace = \"200ms\"\n[service.stubborn]\nexec = [\"/bin/sh\", \"-c\", \"trap '' TERM; sleep 60 & echo started; wait\"]\n",
+    );
+    let mut stream = daemon.connect();
+    stream.write_all(b"stubborn\r\n").unwrap();
+    assert_eq!(read_line(&mut stream), b"+\r\n");
+    assert_eq!(read_line(&mut stream), b"started\n");
+    daemon.signal("TERM");
+    assert!(daemon.wait_exit().is_some());
+    // `sleep` had the client's socket as its stdout: only its death ends it.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let ended = stream.read_to_end(&mut rest);
+    assert!(
+        ended.is_ok(),
+        "the client's socket outlived the daemon: {ended:?}"
+    );
+}

@@ -1,15 +1,24 @@
 //! exec: the inetd way. A program runs with the client's socket as its stdin and
 //! stdout, so after the negotiation tcpmuxd is out of the data path; its stderr
-//! goes to the log. Bytes the client sent behind its request line are still in
-//! the socket (the negotiation only peeks past the line), so the program reads them.
+//! goes to the log (`stderr.rs`). Bytes the client sent behind its request line
+//! are still in the socket (the negotiation only peeks past the line), so the
+//! program reads them.
+//!
+//! Each program runs in a process group of its own. The session ends when the
+//! program exits, whatever it left running; with `on_shutdown = "kill"`, a
+//! session still running when the daemon stops has its whole group killed, so
+//! nothing the program started keeps the client's socket open.
+
+mod stderr;
 
 use std::io;
 use std::os::fd::OwnedFd;
 use std::process::{ExitStatus, Stdio};
 
 use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStderr};
 
+use self::stderr::{drain, LineLog};
 use super::{accept, refuse};
 use crate::admission::Counter;
 use crate::model::{ClientInfo, Exec, ExecReply, OnShutdown, Service};
@@ -17,8 +26,6 @@ use crate::net::stream::{Metered, Stream};
 use crate::outcome::Outcome;
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-/// Longest stderr line logged as one record; the rest is cut.
-const MAX_LOG_LINE: usize = 4096;
 
 /// Runs the program on the connection; `instances` counts the programs of this
 /// name that are running.
@@ -54,16 +61,9 @@ pub async fn serve(
         Err(e) => return Err(e),
     };
     let pid = child.id().unwrap_or_default();
-    let stderr = child.stderr.take();
-    let log_stderr = async {
-        let Some(stderr) = stderr else { return };
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(mut line)) = lines.next_line().await {
-            line.truncate(MAX_LOG_LINE);
-            tracing::warn!(target: "tcpmuxd::exec", service = name, pid, "stderr: {line}");
-        }
-    };
-    let (status, ()) = tokio::join!(child.wait(), log_stderr);
+    let group = Group::new(pid, exec.on_shutdown);
+    let status = run_to_exit(&mut child, name, pid).await;
+    group.disarm();
     // Back to non-blocking before the event loop touches the socket again (the
     // graceful close), or a read there would block every connection.
     let flags = fcntl_getfl(conn.get_ref())?;
@@ -72,6 +72,52 @@ pub async fn serve(
         pid,
         status: describe(&status?),
     })
+}
+
+/// Waits for the program's exit while logging its stderr. What is left of
+/// stderr then (a process it started may still hold it) is logged by a task of
+/// its own, so neither the client's socket nor the instance slot waits for it.
+async fn run_to_exit(child: &mut Child, name: &str, pid: u32) -> io::Result<ExitStatus> {
+    let Some(mut stderr) = child.stderr.take() else {
+        return child.wait().await;
+    };
+    let mut log = LineLog::new(name, pid);
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = drain(&mut stderr, &mut log) => child.wait().await,
+    };
+    tokio::spawn(finish_log(stderr, log));
+    status
+}
+
+async fn finish_log(mut stderr: ChildStderr, mut log: LineLog) {
+    drain(&mut stderr, &mut log).await;
+}
+
+/// The program's process group, killed whole if the session is dropped while
+/// the program runs (the daemon stopping) and `on_shutdown` is `kill`.
+struct Group(Option<rustix::process::Pid>);
+
+impl Group {
+    fn new(pid: u32, on_shutdown: OnShutdown) -> Group {
+        let pid = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw);
+        Group(pid.filter(|_| on_shutdown == OnShutdown::Kill))
+    }
+
+    /// The program has exited (and been reaped): its group is left alone.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
 }
 
 /// The client's reason when the program cannot be started; the log says why.
@@ -115,6 +161,8 @@ fn spawn(
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::piped())
+        // Its own group, so that stopping it stops what it started too.
+        .process_group(0)
         .kill_on_drop(exec.on_shutdown == OnShutdown::Kill);
     if let Some(remote) = client.peer.tcp_addr() {
         command
