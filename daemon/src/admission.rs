@@ -3,11 +3,11 @@
 //! The caps come from the configuration (`model::Limits`, a service's
 //! `max_connections`); the counts live here, apart from it, so a reload keeps them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use tcpmux_proto::ServiceName;
@@ -88,6 +88,50 @@ pub fn carry_over(registry: &Registry, previous: &Usage) -> Usage {
             (service.name.clone(), counts)
         })
         .collect()
+}
+
+/// The local addresses of the daemon's own outgoing proxy connections, across
+/// every worker: a connection that arrives from one of them is the daemon
+/// talking to itself (a proxy pointed back at its own port), which would
+/// otherwise turn one client into as many connections as it sends names.
+#[derive(Default)]
+pub struct OwnConnections {
+    /// How many are registered: the common case, none, costs no lock.
+    count: AtomicUsize,
+    addresses: Mutex<HashSet<SocketAddr>>,
+}
+
+/// The process-wide set of the daemon's own outgoing connections.
+pub fn own_connections() -> &'static OwnConnections {
+    static OWN: OnceLock<OwnConnections> = OnceLock::new();
+    OWN.get_or_init(OwnConnections::default)
+}
+
+/// One registered outgoing connection; dropping it forgets the address.
+pub struct Own(SocketAddr);
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        let own = own_connections();
+        if lock(&own.addresses).remove(&self.0) {
+            own.count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl OwnConnections {
+    /// Remembers `local`, the address an outgoing connection was made from.
+    pub fn register(&self, local: SocketAddr) -> Own {
+        if lock(&self.addresses).insert(local) {
+            self.count.fetch_add(1, Ordering::AcqRel);
+        }
+        Own(local)
+    }
+
+    /// Whether a client at `peer` is one of our own outgoing connections.
+    pub fn contains(&self, peer: SocketAddr) -> bool {
+        self.count.load(Ordering::Acquire) > 0 && lock(&self.addresses).contains(&peer)
+    }
 }
 
 /// Entries kept per address before idle ones are first pruned.

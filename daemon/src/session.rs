@@ -9,7 +9,7 @@ use std::time::Instant;
 use tcpmux_proto::{Decision, Progress, RequestParser, MAX_NAME_LEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::admission::Refusal;
+use crate::admission::{own_connections, Refusal};
 use crate::model::{ClientInfo, ListenOptions, Peer, Service};
 use crate::net::close::close_gracefully;
 use crate::net::proxy_protocol::{self, Announced, HeaderError};
@@ -68,6 +68,17 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
             (Outcome::NegotiationTimeout, None)
         }
         Ok(Err(e)) => (Outcome::ReadError(e), None),
+        // Checked once a request has arrived: by then the proxy that made this
+        // connection has registered it (it does so before relaying a byte).
+        Ok(Ok(Negotiated::Decided(_)))
+            if via
+                .tcp_addr()
+                .is_some_and(|a| own_connections().contains(a)) =>
+        {
+            let reason = "proxy loop: this connection comes from tcpmuxd's own proxy";
+            refuse(&mut conn, reason).await;
+            (Outcome::Refused(reason.into()), None)
+        }
         Ok(Ok(negotiated)) => respond(negotiated, &mut conn, &client, &shared, &settings).await,
     };
     // A handed-off socket belongs to its backend now: closing our descriptor is

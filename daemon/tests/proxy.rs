@@ -358,3 +358,34 @@ fn etc_services_names_become_proxies_to_the_same_local_port() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("other is not a TCP service"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_proxy_pointed_back_at_the_daemon_is_refused_not_amplified() {
+    // Through --listen, where the file cannot know the address: only the
+    // run-time check can see the loop.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut daemon = Daemon::start_with(
+        Some(&format!("[service.loop]\nproxy = \"{listen}\"\n")),
+        &["--listen", &listen],
+    );
+    let mut stream = daemon.connect();
+    let names = b"loop\r\n".repeat(3000);
+    let reply = String::from_utf8(common::send_and_receive(&mut stream, names)).unwrap();
+    assert!(
+        reply.starts_with("+\r\n-proxy loop: this connection comes from tcpmuxd's own proxy"),
+        "{:?}",
+        &reply[..reply.len().min(200)]
+    );
+    daemon
+        .wait_for_log(|l| l.contains("outcome=refused: proxy loop"))
+        .expect("the looped connection is logged");
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", daemon.pid()))
+        .unwrap()
+        .count();
+    assert!(fds < 64, "the daemon holds {fds} descriptors");
+}

@@ -106,14 +106,15 @@ impl Config {
                 None => src.whole(message),
             }
         })?;
-        let registry = Registry::new(services::services(src, &raw)?);
+        let listen = listen::listen(src, raw.listen.as_ref())?.unwrap_or_else(default_listen);
+        let registry = Registry::new(services::services(src, &raw, &listen)?);
         if registry.has_handoff() && raw.handoff_socket.is_none() {
             return Err(src.whole(
                 "handoff services need `handoff_socket = \"/path\"`, where their backends register",
             ));
         }
         Ok(Config {
-            listen: listen::listen(src, raw.listen.as_ref())?.unwrap_or_else(default_listen),
+            listen,
             listen_from_command_line: false,
             negotiation_timeout: positive_duration(
                 src,
@@ -315,6 +316,28 @@ message = "the time follows"
         }
         // Different families, or ports the kernel picks, do not clash.
         parse("listen = [\"0.0.0.0:5000\", \"[::]:5000\", \"127.0.0.1:0\", \"127.0.0.1:0\"]\n")
+            .unwrap();
+    }
+
+    #[test]
+    fn a_proxy_to_the_daemons_own_address_is_refused() {
+        for (listen, backend) in [
+            ("127.0.0.1:5000", "127.0.0.1:5000"),
+            ("0.0.0.0:5000", "127.0.0.1:5000"),
+            ("0.0.0.0:5000", "localhost:5000"),
+            ("[::]:5000", "[::1]:5000"),
+            ("unix:/tmp/mux.sock", "unix:/tmp/mux.sock"),
+        ] {
+            let text = format!("listen = [\"{listen}\"]\n[service.loop]\nproxy = \"{backend}\"\n");
+            let error = parse(&text).unwrap_err();
+            assert!(
+                error.contains("this daemon's own listen address"),
+                "{text}: {error}"
+            );
+            assert!(error.starts_with("test.toml:2:"), "{error}");
+        }
+        // Another port, or an address that is not ours, is fine.
+        parse("listen = [\"127.0.0.1:5000\"]\n[service.ok]\nproxy = [\"127.0.0.1:5001\", \"192.0.2.1:5000\"]\n")
             .unwrap();
     }
 }

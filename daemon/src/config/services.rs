@@ -12,13 +12,18 @@ use super::checks::at_least_one;
 use super::error::{ConfigError, Source};
 use super::raw::{RawConfig, RawService};
 use super::{etc_services, exec, proxy};
-use crate::model::{Access, Builtin, Cidr, HandoffRule, Service, ServiceKind};
+use std::net::IpAddr;
+
+use crate::model::{
+    Access, Backend, Builtin, Cidr, HandoffRule, ListenAddr, ListenSpec, Service, ServiceKind,
+};
 use crate::registry::{default_services, loopback};
 
 /// Every service the file defines, on top of the built-ins and imports it keeps.
 pub(crate) fn services(
     src: Source<'_>,
     raw: &RawConfig,
+    listen: &[ListenSpec],
 ) -> Result<BTreeMap<ServiceName, Service>, ConfigError> {
     let mut services = if raw.builtin_services.unwrap_or(true) {
         default_services()
@@ -40,9 +45,44 @@ pub(crate) fn services(
             continue;
         }
         let service = service(src, name.clone(), key.span(), table)?;
+        if let ServiceKind::Proxy(proxy) = &service.kind {
+            if let Some(backend) = proxy.backends.iter().find(|b| is_own_address(b, listen)) {
+                return Err(src.at(
+                    key.span(),
+                    format!(
+                        "service {name}: backend {backend} is this daemon's own listen address; \
+                         every client would loop back into it"
+                    ),
+                ));
+            }
+        }
         services.insert(name, service);
     }
     Ok(services)
+}
+
+/// Whether connecting to `backend` reaches one of the `listen` addresses: the
+/// same address, or a wildcard listener's port on a loopback or wildcard
+/// address (or `localhost`). Other local addresses behind a wildcard are caught
+/// at run time, when the looping connection arrives.
+fn is_own_address(backend: &Backend, listen: &[ListenSpec]) -> bool {
+    listen.iter().any(|spec| match (backend, &spec.addr) {
+        (Backend::Unix(path), ListenAddr::Unix(own)) => path == own,
+        (Backend::Tcp { host, port }, ListenAddr::Tcp(own)) if *port == own.port() => {
+            let ip = match host.parse::<IpAddr>() {
+                Ok(ip) => ip,
+                Err(_) if host.eq_ignore_ascii_case("localhost") => {
+                    return own.ip().is_loopback() || own.ip().is_unspecified()
+                }
+                Err(_) => return false,
+            };
+            ip == own.ip()
+                || (own.ip().is_unspecified()
+                    && ip.is_ipv4() == own.is_ipv4()
+                    && (ip.is_loopback() || ip.is_unspecified()))
+        }
+        _ => false,
+    })
 }
 
 /// The table's name: valid, not `help`, and not a second spelling of one seen.

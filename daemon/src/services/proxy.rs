@@ -8,6 +8,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 
 use super::{accept, refuse};
+use crate::admission::own_connections;
 use crate::model::{Backend, ClientInfo, Proxy};
 use crate::net::proxy_protocol;
 use crate::net::relay::relay;
@@ -43,6 +44,9 @@ pub async fn serve(
             )));
         }
     };
+    // Known as ours before a byte reaches the backend, so that if the backend
+    // is this daemon, the session there sees where its request came from.
+    let _own = backend.local_addr().map(|a| own_connections().register(a));
     // The header goes first; what the client pipelined is still in its socket and
     // follows through the relay, in order.
     if let Some(version) = proxy.send_proxy {
