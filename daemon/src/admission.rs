@@ -77,17 +77,24 @@ pub struct ServiceCounts {
 /// The counts of every service in a registry, by name.
 pub type Usage = HashMap<ServiceName, Arc<ServiceCounts>>;
 
-/// The counts for `registry`: a name that `previous` already counted keeps its
-/// counts, so the sessions started before a reload still count against the
-/// caps after it; a new name starts at zero.
-pub fn carry_over(registry: &Registry, previous: &Usage) -> Usage {
-    registry
-        .services()
-        .map(|service| {
-            let counts = previous.get(&service.name).cloned().unwrap_or_default();
-            (service.name.clone(), counts)
-        })
-        .collect()
+/// Every name's counts, kept across reloads and shared by every worker: a name
+/// keeps its counts for the daemon's life, so the sessions started before a
+/// reload (or on another worker) count against the caps after it.
+#[derive(Default)]
+pub struct UsageTable(Mutex<Usage>);
+
+impl UsageTable {
+    /// The counts of `registry`'s names, created for names never seen before.
+    pub fn for_registry(&self, registry: &Registry) -> Usage {
+        let mut table = lock(&self.0);
+        registry
+            .services()
+            .map(|service| {
+                let counts = table.entry(service.name.clone()).or_default();
+                (service.name.clone(), Arc::clone(counts))
+            })
+            .collect()
+    }
 }
 
 /// The local addresses of the daemon's own outgoing proxy connections, across
@@ -321,14 +328,14 @@ mod tests {
 
     #[test]
     fn counts_survive_a_reload_for_names_that_stay() {
-        let before = Registry::builtins();
-        let usage = carry_over(&before, &Usage::new());
+        let table = UsageTable::default();
+        let usage = table.for_registry(&Registry::builtins());
         let echo = ServiceName::parse("echo").unwrap();
         let held = usage[&echo].connections.acquire(None).unwrap();
 
         let mut services = crate::registry::default_services();
         services.remove(&ServiceName::parse("chargen").unwrap());
-        let after = carry_over(&Registry::new(services), &usage);
+        let after = table.for_registry(&Registry::new(services));
         assert_eq!(after[&echo].connections.get(), 1);
         assert!(!after.contains_key(&ServiceName::parse("chargen").unwrap()));
         drop(held);

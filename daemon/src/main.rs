@@ -10,6 +10,7 @@ use clap::Parser;
 use tcpmuxd::model::ListenAddr;
 use tcpmuxd::net::listener::{prebind, Prebound};
 use tcpmuxd::ops::{logging, privileges, systemd};
+use tcpmuxd::server::Counters;
 use tcpmuxd::{Config, Server};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
@@ -100,11 +101,16 @@ fn daemon_main() -> ExitCode {
             usize::from(args.workers),
         );
     }
-    event_loop(config, args.config.clone(), inherited)
+    event_loop(config, args.config.clone(), inherited, Counters::default())
 }
 
 /// One event loop on the calling thread.
-fn event_loop(config: Config, path: Option<PathBuf>, inherited: Vec<Prebound>) -> ExitCode {
+fn event_loop(
+    config: Config,
+    path: Option<PathBuf>,
+    inherited: Vec<Prebound>,
+    counters: Counters,
+) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -117,7 +123,7 @@ fn event_loop(config: Config, path: Option<PathBuf>, inherited: Vec<Prebound>) -
             Ok(triggers) => triggers,
             Err(e) => return fail(format!("cannot install signal handlers: {e}")),
         };
-        match Server::bind(config, inherited, path) {
+        match Server::bind_sharing(config, inherited, path, counters) {
             Ok(server) => {
                 server.run(shutdown, reload).await;
                 ExitCode::SUCCESS
@@ -191,17 +197,19 @@ fn run_workers(
         }
     }
     let metrics_listen = config.metrics_listen.take();
+    // One set of counters for every worker: limits and metrics are the daemon's.
+    let counters = Counters::default();
     let threads: Vec<_> = sets
         .into_iter()
         .enumerate()
         .map(|(index, set)| {
             let mut config = config.clone();
-            // One metrics endpoint, on the first worker (it reports that worker).
+            // One metrics endpoint, on the first worker; it reports all of them.
             config.metrics_listen = if index == 0 { metrics_listen } else { None };
-            let path = path.clone();
+            let (path, counters) = (path.clone(), counters.clone());
             std::thread::Builder::new()
                 .name(format!("tcpmuxd-worker-{index}"))
-                .spawn(move || event_loop(config, path, set))
+                .spawn(move || event_loop(config, path, set, counters))
         })
         .collect();
     let mut status = ExitCode::SUCCESS;

@@ -18,6 +18,7 @@ use crate::net::listener::{accept_backoff, BindError, Listener, Prebound};
 use crate::ops::privileges::{drop_privileges, PrivilegeError};
 use crate::ops::{logging, metrics_endpoint, systemd};
 use crate::session;
+pub use crate::state::Counters;
 use crate::state::Shared;
 
 /// Why the daemon could not start.
@@ -56,6 +57,18 @@ impl Server {
         inherited: Vec<Prebound>,
         config_path: Option<PathBuf>,
     ) -> Result<Server, RunError> {
+        Server::bind_sharing(config, inherited, config_path, Counters::default())
+    }
+
+    /// [`Server::bind`] for one of several workers of a daemon: `counters`
+    /// (cloned from one [`Counters`] for all of them) makes the daemon-wide
+    /// limits, the per-service caps and the metrics the daemon's.
+    pub fn bind_sharing(
+        config: Config,
+        inherited: Vec<Prebound>,
+        config_path: Option<PathBuf>,
+        counters: Counters,
+    ) -> Result<Server, RunError> {
         let listeners = if inherited.is_empty() {
             config
                 .listen
@@ -84,7 +97,7 @@ impl Server {
         let listen = (!config.listen_from_command_line).then(|| config.listen.clone());
         let handoff_socket = config.handoff_socket.clone();
         Ok(Server {
-            shared: Arc::new(Shared::new(config)),
+            shared: Arc::new(Shared::new(config, counters)),
             listeners,
             control,
             metrics,

@@ -4,7 +4,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::admission::{carry_over, Gate, Usage};
+use crate::admission::{Gate, Usage, UsageTable};
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::model::Limits;
@@ -16,7 +16,7 @@ use crate::registry::Registry;
 /// session.
 pub struct Settings {
     pub registry: Arc<Registry>,
-    /// Per-service counts, carried from one settings to the next by name.
+    /// Per-service counts, the same for a name in every settings and worker.
     pub usage: Usage,
     pub negotiation_timeout: Duration,
     pub close_drain_timeout: Duration,
@@ -25,11 +25,10 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Settings from `config`, keeping the counts of `previous` for the names
-    /// both have.
-    fn new(config: Config, previous: &Usage) -> Settings {
+    /// Settings from `config`, counting its names in `usage`.
+    fn new(config: Config, usage: &UsageTable) -> Settings {
         Settings {
-            usage: carry_over(&config.registry, previous),
+            usage: usage.for_registry(&config.registry),
             registry: Arc::new(config.registry),
             negotiation_timeout: config.negotiation_timeout,
             close_drain_timeout: config.close_drain_timeout,
@@ -39,23 +38,35 @@ impl Settings {
     }
 }
 
-/// What every connection shares.
+/// What every worker of one daemon shares: the daemon-wide admission counts,
+/// every name's counts and the metrics, so that limits and `stats` are the
+/// daemon's, not one event loop's.
+#[derive(Clone, Default)]
+pub struct Counters {
+    gate: Arc<Gate>,
+    usage: Arc<UsageTable>,
+    metrics: Arc<Metrics>,
+}
+
+/// What every connection of one event loop shares.
 pub struct Shared {
     settings: RwLock<Arc<Settings>>,
     /// Live handoff registrations.
     pub hub: Arc<Hub>,
     /// Connections admitted and not yet closed, daemon-wide and per address.
     pub gate: Arc<Gate>,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
+    usage: Arc<UsageTable>,
 }
 
 impl Shared {
-    pub fn new(config: Config) -> Shared {
+    pub fn new(config: Config, counters: Counters) -> Shared {
         Shared {
-            settings: RwLock::new(Arc::new(Settings::new(config, &Usage::new()))),
+            settings: RwLock::new(Arc::new(Settings::new(config, &counters.usage))),
             hub: Arc::new(Hub::default()),
-            gate: Arc::new(Gate::default()),
-            metrics: Metrics::default(),
+            gate: counters.gate,
+            metrics: counters.metrics,
+            usage: counters.usage,
         }
     }
 
@@ -67,8 +78,8 @@ impl Shared {
     /// Puts `config` in force for new connections; running sessions keep theirs,
     /// and still count against the new caps of their service's name.
     pub fn replace_settings(&self, config: Config) {
-        let mut slot = self.settings.write().unwrap_or_else(|p| p.into_inner());
-        *slot = Arc::new(Settings::new(config, &slot.usage));
+        let settings = Arc::new(Settings::new(config, &self.usage));
+        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
     }
 
     /// The counters in the Prometheus text format.

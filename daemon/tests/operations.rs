@@ -538,3 +538,34 @@ fn per_address_limits_behind_a_trusted_upstream_count_the_announced_clients() {
     let (_, reply) = from("203.0.113.2");
     assert!(reply.starts_with("-too many new connections"), "{reply}");
 }
+
+#[test]
+fn workers_share_the_daemon_wide_limits_and_the_metrics() {
+    let daemon = Daemon::start_with(Some("max_connections = 1\n"), &["--workers", "2"]);
+    // Connections are spread over both workers by the kernel; the cap is the
+    // daemon's all the same.
+    let mut held = daemon.connect();
+    held.write_all(b"echo\r\n").unwrap();
+    assert_eq!(read_line(&mut held), b"+\r\n");
+    for _ in 0..12 {
+        let reply = text(daemon.exchange(b"daytime\r\n"));
+        assert!(reply.starts_with("-server busy"), "{reply}");
+    }
+    drop(held);
+
+    let daemon = Daemon::start_with(None, &["--workers", "2"]);
+    for _ in 0..20 {
+        assert!(daemon.exchange(b"daytime\r\n").starts_with(b"+\r\n"));
+    }
+    // Counted when each session is logged, just after its close.
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    loop {
+        let stats = text(daemon.exchange(b"stats\r\n"));
+        if stats.contains("tcpmuxd_connections_total{service=\"daytime\",outcome=\"served\"} 20\n")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{stats}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
