@@ -148,6 +148,17 @@ enum Command {
         #[arg(long, default_value_t = 5.0)]
         hold: f64,
     },
+    /// Silent connections to a Unix socket (the handoff control socket), held,
+    /// then counted by what the server did with them.
+    IdleUnix {
+        #[arg(long)]
+        path: std::path::PathBuf,
+        #[arg(long, default_value_t = 1500)]
+        connections: usize,
+        /// Seconds to hold them open.
+        #[arg(long, default_value_t = 3.0)]
+        hold: f64,
+    },
     /// Bulk download: C connections at once, each reading to EOF.
     Bulk {
         #[arg(long)]
@@ -236,6 +247,11 @@ fn main() -> ExitCode {
             connections,
             hold,
         } => idle::idle(connect, connections, hold),
+        Command::IdleUnix {
+            path,
+            connections,
+            hold,
+        } => idle::idle_unix(&path, connections, hold),
         Command::Bulk {
             connect,
             service,

@@ -97,15 +97,16 @@ impl UsageTable {
     }
 }
 
-/// The local addresses of the daemon's own outgoing proxy connections, across
-/// every worker: a connection that arrives from one of them is the daemon
-/// talking to itself (a proxy pointed back at its own port), which would
+/// The daemon's own outgoing proxy connections (local and remote address),
+/// across every worker: a connection that arrives from one of them (its peer
+/// the local end, its local address the remote end) is the daemon talking to
+/// itself (a proxy pointed back at its own port), which would
 /// otherwise turn one client into as many connections as it sends names.
 #[derive(Default)]
 pub struct OwnConnections {
     /// How many are registered: the common case, none, costs no lock.
     count: AtomicUsize,
-    addresses: Mutex<HashSet<SocketAddr>>,
+    addresses: Mutex<HashSet<(SocketAddr, SocketAddr)>>,
 }
 
 /// The process-wide set of the daemon's own outgoing connections.
@@ -114,30 +115,37 @@ pub fn own_connections() -> &'static OwnConnections {
     OWN.get_or_init(OwnConnections::default)
 }
 
-/// One registered outgoing connection; dropping it forgets the address.
-pub struct Own(SocketAddr);
+/// One registered outgoing connection; dropping it forgets it.
+pub struct Own<'a> {
+    set: &'a OwnConnections,
+    key: (SocketAddr, SocketAddr),
+}
 
-impl Drop for Own {
+impl Drop for Own<'_> {
     fn drop(&mut self) {
-        let own = own_connections();
-        if lock(&own.addresses).remove(&self.0) {
-            own.count.fetch_sub(1, Ordering::AcqRel);
+        if lock(&self.set.addresses).remove(&self.key) {
+            self.set.count.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
 
 impl OwnConnections {
-    /// Remembers `local`, the address an outgoing connection was made from.
-    pub fn register(&self, local: SocketAddr) -> Own {
-        if lock(&self.addresses).insert(local) {
+    /// Remembers an outgoing connection from `local` to `remote`. (Both
+    /// addresses: one local port may serve connections to different hosts.)
+    pub fn register(&self, local: SocketAddr, remote: SocketAddr) -> Own<'_> {
+        if lock(&self.addresses).insert((local, remote)) {
             self.count.fetch_add(1, Ordering::AcqRel);
         }
-        Own(local)
+        Own {
+            set: self,
+            key: (local, remote),
+        }
     }
 
-    /// Whether a client at `peer` is one of our own outgoing connections.
-    pub fn contains(&self, peer: SocketAddr) -> bool {
-        self.count.load(Ordering::Acquire) > 0 && lock(&self.addresses).contains(&peer)
+    /// Whether a client at `peer`, connected to our `local` address, is one of
+    /// our own outgoing connections.
+    pub fn contains(&self, peer: SocketAddr, local: SocketAddr) -> bool {
+        self.count.load(Ordering::Acquire) > 0 && lock(&self.addresses).contains(&(peer, local))
     }
 }
 
@@ -365,5 +373,22 @@ mod tests {
         }
         assert_eq!(slow.map.len(), 20_000);
         assert!(slow.prune_at >= slow.map.len() / 2 && slow.prune_at > PRUNE_AT);
+    }
+
+    #[test]
+    fn own_connections_are_matched_by_both_ends() {
+        let own = OwnConnections::default();
+        let (local, backend, daemon) = (
+            "127.0.0.1:40000".parse().unwrap(),
+            "127.0.0.1:8080".parse().unwrap(),
+            "127.0.0.1:41397".parse().unwrap(),
+        );
+        let registered = own.register(local, daemon);
+        assert!(own.contains(local, daemon));
+        // The same local port, used by the kernel for another destination, is
+        // a client like any other.
+        assert!(!own.contains(local, backend));
+        drop(registered);
+        assert!(!own.contains(local, daemon));
     }
 }

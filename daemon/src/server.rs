@@ -142,7 +142,7 @@ impl Server {
                 Arc::clone(&shared.hub),
                 move || {
                     let settings = source.settings();
-                    (Arc::clone(&settings.registry), settings.negotiation_timeout)
+                    (Arc::clone(&settings.registry), settings.control_limits)
                 },
             ));
         }

@@ -70,11 +70,7 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
         Ok(Err(e)) => (Outcome::ReadError(e), None),
         // Checked once a request has arrived: by then the proxy that made this
         // connection has registered it (it does so before relaying a byte).
-        Ok(Ok(Negotiated::Decided(_)))
-            if via
-                .tcp_addr()
-                .is_some_and(|a| own_connections().contains(a)) =>
-        {
+        Ok(Ok(Negotiated::Decided(_))) if is_own(&via, conn.get_ref()) => {
             let reason = "proxy loop: this connection comes from tcpmuxd's own proxy";
             refuse(&mut conn, reason).await;
             (Outcome::Refused(reason.into()), None)
@@ -97,6 +93,15 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
         started,
     );
     drop(admission);
+}
+
+/// Whether the connection from `peer` is one of the daemon's own proxy
+/// connections come back (its socket's own addresses, not announced ones).
+fn is_own(peer: &Peer, stream: &Stream) -> bool {
+    match (peer.tcp_addr(), stream.local_addr()) {
+        (Some(peer), Some(local)) => own_connections().contains(peer, local),
+        _ => false,
+    }
 }
 
 /// Answers what the negotiation produced; returns how it ended and the name

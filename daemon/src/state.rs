@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::admission::{Gate, Usage, UsageTable};
 use crate::config::Config;
 use crate::hub::Hub;
-use crate::model::Limits;
+use crate::model::{ControlLimits, Limits};
 use crate::ops::metrics::Metrics;
 use crate::registry::Registry;
 
@@ -22,6 +22,7 @@ pub struct Settings {
     pub close_drain_timeout: Duration,
     pub shutdown_grace: Duration,
     pub limits: Limits,
+    pub control_limits: ControlLimits,
 }
 
 impl Settings {
@@ -34,6 +35,7 @@ impl Settings {
             close_drain_timeout: config.close_drain_timeout,
             shutdown_grace: config.shutdown_grace,
             limits: config.limits,
+            control_limits: config.control_limits,
         }
     }
 }

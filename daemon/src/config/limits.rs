@@ -2,13 +2,43 @@
 //! `connection_rate_per_ip`.
 
 use super::checks::at_least_one;
+use super::checks::positive_duration;
 use super::error::{ConfigError, Source};
 use super::raw::RawConfig;
-use crate::model::Limits;
+use crate::model::{ControlLimits, Limits};
 
 /// Far above what one event loop needs for ordinary loads, low enough that a flood
 /// meets a `-` instead of the descriptor limit.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
+
+/// The handoff control socket's limits.
+pub(crate) fn control_limits(
+    src: Source<'_>,
+    raw: &RawConfig,
+) -> Result<ControlLimits, ConfigError> {
+    let defaults = ControlLimits::default();
+    let max = |key, value: Option<&toml::Spanned<usize>>, default| {
+        at_least_one(src, key, value).map(|v| v.unwrap_or(default))
+    };
+    Ok(ControlLimits {
+        max_connections: max(
+            "handoff_max_connections",
+            raw.handoff_max_connections.as_ref(),
+            defaults.max_connections,
+        )?,
+        max_connections_per_uid: max(
+            "handoff_max_connections_per_uid",
+            raw.handoff_max_connections_per_uid.as_ref(),
+            defaults.max_connections_per_uid,
+        )?,
+        register_timeout: positive_duration(
+            src,
+            "handoff_register_timeout",
+            raw.handoff_register_timeout.as_ref(),
+        )?
+        .unwrap_or(defaults.register_timeout),
+    })
+}
 
 pub(crate) fn limits(src: Source<'_>, raw: &RawConfig) -> Result<Limits, ConfigError> {
     let connection_rate_per_ip = match &raw.connection_rate_per_ip {

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::model::{Limits, ListenAddr, ListenSpec};
+use crate::model::{ControlLimits, Limits, ListenAddr, ListenSpec};
 use crate::registry::Registry;
 
 pub use durations::ConfigDuration;
@@ -53,6 +53,8 @@ pub struct Config {
     /// On SIGTERM/SIGINT, how long running sessions may take to finish.
     pub shutdown_grace: Duration,
     pub limits: Limits,
+    /// The handoff control socket's limits.
+    pub control_limits: ControlLimits,
     /// After binding, switch to this uid and gid (top-level `user`/`group`).
     pub run_as: Option<(u32, u32)>,
     /// Where to serve Prometheus metrics over HTTP, if anywhere.
@@ -73,6 +75,7 @@ impl Default for Config {
                 max_connections: Some(DEFAULT_MAX_CONNECTIONS),
                 ..Limits::default()
             },
+            control_limits: ControlLimits::default(),
             run_as: None,
             metrics_listen: None,
             listen_from_command_line: false,
@@ -133,6 +136,7 @@ impl Config {
                 .as_ref()
                 .map_or(DEFAULT_SHUTDOWN_GRACE, |g| g.get_ref().0),
             limits: limits::limits(src, &raw)?,
+            control_limits: limits::control_limits(src, &raw)?,
             run_as: users::resolve_user(src, raw.user.as_ref(), raw.group.as_ref())?,
             metrics_listen: metrics_listen(src, &raw)?,
         })

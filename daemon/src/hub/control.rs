@@ -2,6 +2,7 @@
 //! by its SO_PEERCRED uid/gid against each name's rule in the configuration,
 //! and then receives client sockets until it disconnects.
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,28 +14,41 @@ use tokio::net::UnixStream;
 use tokio::task::JoinSet;
 
 use super::Hub;
-use crate::model::ServiceKind;
+use crate::model::{ControlLimits, Peer, ServiceKind};
 use crate::net::listener::Listener;
 use crate::net::stream::Stream;
 use crate::registry::Registry;
 
 /// Accepts backends on the control socket until the task is dropped, which ends
 /// every registration with it. Registrations are checked against the
-/// configuration in force when they arrive: `current` gives its registry and how
-/// long a backend may take to register.
+/// configuration in force when they arrive: `current` gives its registry and
+/// the control socket's limits.
 pub async fn control_loop(
     listener: Listener,
     hub: Arc<Hub>,
-    current: impl Fn() -> (Arc<Registry>, Duration),
+    current: impl Fn() -> (Arc<Registry>, ControlLimits),
 ) {
+    let reserve_cap = descriptor_share();
     let mut backends = JoinSet::new();
+    let mut per_uid: HashMap<u32, usize> = HashMap::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((Stream::Unix(stream), _)) => {
-                    let (registry, register_timeout) = current();
+                Ok((Stream::Unix(stream), Peer::Unix { uid, .. })) => {
+                    let (registry, limits) = current();
+                    let total = limits.max_connections.min(reserve_cap);
+                    let held = per_uid.get(&uid).copied().unwrap_or(0);
+                    if backends.len() >= total || held >= limits.max_connections_per_uid {
+                        refuse_connection(&stream, uid, backends.len(), held);
+                        continue;
+                    }
+                    *per_uid.entry(uid).or_default() += 1;
                     let hub = Arc::clone(&hub);
-                    backends.spawn(backend_session(stream, hub, registry, register_timeout));
+                    let timeout = limits.register_timeout;
+                    backends.spawn(async move {
+                        backend_session(stream, hub, registry, timeout).await;
+                        uid
+                    });
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -42,9 +56,38 @@ pub async fn control_loop(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
-            Some(_) = backends.join_next() => {}
+            Some(ended) = backends.join_next() => {
+                if let Ok(uid) = ended {
+                    if let Some(held) = per_uid.get_mut(&uid) {
+                        *held -= 1;
+                        if *held == 0 {
+                            per_uid.remove(&uid);
+                        }
+                    }
+                }
+            }
         }
     }
+}
+
+/// The most control connections the descriptor limit allows: a quarter of it,
+/// so that however many local users connect, most descriptors stay for clients.
+fn descriptor_share() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    limit.map_or(usize::MAX, |n| {
+        usize::try_from(n / 4).unwrap_or(usize::MAX).max(1)
+    })
+}
+
+/// Says no to a control connection over a limit, without waiting for it.
+fn refuse_connection(stream: &UnixStream, uid: u32, total: usize, held: usize) {
+    tracing::warn!(
+        uid,
+        total,
+        held_by_uid = held,
+        "handoff control connection refused: too many"
+    );
+    let _ = stream.try_write(b"ERR too many control connections\n");
 }
 
 async fn backend_session(

@@ -123,6 +123,26 @@ impl HandoffRule {
     }
 }
 
+/// Limits on the handoff control socket, which every local user may connect
+/// to: connections held at once (all users, and one uid), and how long one may
+/// take to send its `REGISTER` line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControlLimits {
+    pub max_connections: usize,
+    pub max_connections_per_uid: usize,
+    pub register_timeout: std::time::Duration,
+}
+
+impl Default for ControlLimits {
+    fn default() -> Self {
+        ControlLimits {
+            max_connections: 128,
+            max_connections_per_uid: 16,
+            register_timeout: std::time::Duration::from_secs(2),
+        }
+    }
+}
+
 /// Daemon-wide connection limits.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Limits {

@@ -46,6 +46,14 @@ impl Stream {
         socket2::SockRef::from(self).shutdown(std::net::Shutdown::Write)
     }
 
+    /// The remote address of a TCP socket (`None` for Unix).
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+
     /// The local address of a TCP socket (`None` for Unix).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         match self {

@@ -46,7 +46,10 @@ pub async fn serve(
     };
     // Known as ours before a byte reaches the backend, so that if the backend
     // is this daemon, the session there sees where its request came from.
-    let _own = backend.local_addr().map(|a| own_connections().register(a));
+    let _own = match (backend.local_addr(), backend.peer_addr()) {
+        (Some(local), Some(remote)) => Some(own_connections().register(local, remote)),
+        _ => None,
+    };
     // The header goes first; what the client pipelined is still in its socket and
     // follows through the relay, in order.
     if let Some(version) = proxy.send_proxy {

@@ -125,8 +125,26 @@ impl Daemon {
 
     /// With extra environment variables too.
     pub fn start_full(config: Option<&str>, extra_args: &[&str], envs: &[(&str, &str)]) -> Daemon {
+        Daemon::start_wrapped(&[], config, extra_args, envs)
+    }
+
+    /// The binary run by `wrapper` (e.g. `["prlimit", "--nofile=1024:1024"]`).
+    pub fn start_wrapped(
+        wrapper: &[&str],
+        config: Option<&str>,
+        extra_args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Daemon {
         let dir = scratch_dir();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tcpmuxd"));
+        let binary = env!("CARGO_BIN_EXE_tcpmuxd");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
         // A config with its own `listen` (port 0, for tests) keeps it.
         let own_listen =
             config.is_some_and(|c| c.lines().any(|l| l.trim_start().starts_with("listen")));
