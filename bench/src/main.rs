@@ -2,7 +2,8 @@
 //!
 //! One module per workload: `bulk` (a byte source and the download client),
 //! `sweep` (the concurrency sweep), `requests` (short connections and connect-
-//! per-request echo), `nagle` (the write-write-read experiment), `idle`. Every
+//! per-request echo), `nagle` (the write-write-read experiment), `idle` (and
+//! `idle-unix`, a control-socket flood), `sources` (many source addresses). Every
 //! run checks what it received, and none reports a run that failed.
 #![forbid(unsafe_code)]
 
@@ -12,6 +13,7 @@ mod latency;
 mod nagle;
 mod progress;
 mod requests;
+mod sources;
 mod sweep;
 
 use std::net::SocketAddr;
@@ -148,6 +150,20 @@ enum Command {
         #[arg(long, default_value_t = 5.0)]
         hold: f64,
     },
+    /// Short connections from many source addresses (127.1.0.0 up), one after
+    /// another: what a per-address rate limiter sees of many clients.
+    Sources {
+        #[arg(long)]
+        connect: SocketAddr,
+        #[arg(long, default_value = "daytime")]
+        service: String,
+        /// Distinct source addresses, used in turn.
+        #[arg(long, default_value_t = 20_000)]
+        sources: u32,
+        /// Connections in all.
+        #[arg(long, default_value_t = 40_000)]
+        connections: u64,
+    },
     /// Silent connections to a Unix socket (the handoff control socket), held,
     /// then counted by what the server did with them.
     IdleUnix {
@@ -247,6 +263,12 @@ fn main() -> ExitCode {
             connections,
             hold,
         } => idle::idle(connect, connections, hold),
+        Command::Sources {
+            connect,
+            service,
+            sources,
+            connections,
+        } => sources::sources(connect, &service, sources, connections),
         Command::IdleUnix {
             path,
             connections,

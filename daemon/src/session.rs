@@ -41,10 +41,8 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
     let settings = shared.settings();
     // Counted from accept to close, so limits and the shutdown grace see it all.
     let mut admission = shared.gate.admit(&settings.limits);
-    let mut client = ClientInfo {
-        local: stream.local_addr(),
-        peer,
-    };
+    let local = stream.local_addr();
+    let mut client = ClientInfo { local, peer };
     let via = client.peer.clone();
     let mut conn = Metered::new(stream);
 
@@ -70,7 +68,7 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
         Ok(Err(e)) => (Outcome::ReadError(e), None),
         // Checked once a request has arrived: by then the proxy that made this
         // connection has registered it (it does so before relaying a byte).
-        Ok(Ok(Negotiated::Decided(_))) if is_own(&via, conn.get_ref()) => {
+        Ok(Ok(Negotiated::Decided(_))) if is_own(&via, local) => {
             let reason = "proxy loop: this connection comes from tcpmuxd's own proxy";
             refuse(&mut conn, reason).await;
             (Outcome::Refused(reason.into()), None)
@@ -95,10 +93,11 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
     drop(admission);
 }
 
-/// Whether the connection from `peer` is one of the daemon's own proxy
-/// connections come back (its socket's own addresses, not announced ones).
-fn is_own(peer: &Peer, stream: &Stream) -> bool {
-    match (peer.tcp_addr(), stream.local_addr()) {
+/// Whether the connection from `peer` to our `local` address is one of the
+/// daemon's own proxy connections come back (the socket's own addresses, not
+/// announced ones).
+fn is_own(peer: &Peer, local: Option<std::net::SocketAddr>) -> bool {
+    match (peer.tcp_addr(), local) {
         (Some(peer), Some(local)) => own_connections().contains(peer, local),
         _ => false,
     }

@@ -389,3 +389,44 @@ fn a_proxy_pointed_back_at_the_daemon_is_refused_not_amplified() {
         .count();
     assert!(fds < 64, "the daemon holds {fds} descriptors");
 }
+
+#[test]
+fn an_oversized_or_malformed_proxy_header_is_refused_at_once() {
+    // A negotiation timeout longer than the test's patience: a header that
+    // were waited for would fail the test, not pass it late.
+    let daemon = Daemon::with_config(
+        "negotiation_timeout = \"60s\"\n\
+         listen = [{ address = \"127.0.0.1:0\", accept_proxy_from = [\"127.0.0.0/8\"] }]\n",
+    );
+    let v2 = |rest: &[u8]| {
+        let mut header = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+        header.extend_from_slice(rest);
+        header
+    };
+    for (header, words) in [
+        (
+            v2(&[0x21, 0x11, 0xff, 0xff]),
+            "declares 65551 bytes, more than the 4096 accepted",
+        ),
+        (v2(&[0x31, 0x11, 0x00, 0x0c]), "version 3"),
+        (v2(&[0x2f, 0x11, 0x00, 0x0c]), "unknown command 0xf"),
+        (v2(&[0x21, 0x11, 0x00, 0x04]), "too short for its family"),
+    ] {
+        let mut stream = daemon.connect();
+        stream.write_all(&header).unwrap();
+        // Nothing more is sent: the answer cannot depend on what follows.
+        let reply = String::from_utf8(common::read_line(&mut stream)).unwrap();
+        assert!(
+            reply.starts_with("-invalid PROXY protocol header: ") && reply.contains(words),
+            "{reply:?}"
+        );
+    }
+    // A v1 line in two segments, split right before the destination port.
+    let mut stream = daemon.connect();
+    stream
+        .write_all(b"PROXY TCP4 203.0.113.9 198.51.100.1 5555 ")
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    stream.write_all(b"1\r\ndaytime\r\n").unwrap();
+    assert_eq!(common::read_line(&mut stream), b"+\r\n");
+}
