@@ -1,26 +1,48 @@
 //! The registry: service names to services, and the HELP text derived from them.
 //! Built once per configuration and never changed: a reload builds a new one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use tcpmux_proto::ServiceName;
 
-use crate::model::{Builtin, Cidr, Service, ServiceKind};
+use crate::model::{Builtin, Cidr, HostPattern, Service, ServiceKind};
 
 /// Names to services.
 #[derive(Clone, Debug)]
 pub struct Registry {
     services: BTreeMap<ServiceName, Service>,
     help_text: Vec<u8>,
+    /// Host names to services, for detecting listeners.
+    sni_exact: HashMap<String, ServiceName>,
+    sni_wildcard: HashMap<String, ServiceName>,
+    http_hosts: HashMap<String, ServiceName>,
 }
 
 impl Registry {
     /// Builds a registry; names are already unique because they are map keys.
     pub fn new(services: BTreeMap<ServiceName, Service>) -> Self {
         let help_text = render_help(services.keys().map(ServiceName::as_str));
+        let mut sni_exact: HashMap<String, ServiceName> = HashMap::new();
+        let mut sni_wildcard: HashMap<String, ServiceName> = HashMap::new();
+        let mut http_hosts: HashMap<String, ServiceName> = HashMap::new();
+        for service in services.values() {
+            for pattern in &service.sni {
+                let (map, host): (&mut HashMap<_, _>, _) = match pattern {
+                    HostPattern::Exact(host) => (&mut sni_exact, host),
+                    HostPattern::Wildcard(suffix) => (&mut sni_wildcard, suffix),
+                };
+                map.insert(host.clone(), service.name.clone());
+            }
+            for host in &service.http_host {
+                http_hosts.insert(host.clone(), service.name.clone());
+            }
+        }
         Self {
             services,
             help_text,
+            sni_exact,
+            sni_wildcard,
+            http_hosts,
         }
     }
 
@@ -31,6 +53,21 @@ impl Registry {
 
     pub fn lookup(&self, name: &ServiceName) -> Option<&Service> {
         self.services.get(name)
+    }
+
+    /// The service whose `sni` matches `server_name` (lower case): an exact
+    /// name first, then a one-label wildcard.
+    pub fn by_sni(&self, server_name: &str) -> Option<&Service> {
+        let name = self.sni_exact.get(server_name).or_else(|| {
+            let (_, parent) = server_name.split_once('.')?;
+            self.sni_wildcard.get(parent)
+        })?;
+        self.services.get(name)
+    }
+
+    /// The service whose `http_host` is `host` (lower case, no port).
+    pub fn by_http_host(&self, host: &str) -> Option<&Service> {
+        self.services.get(self.http_hosts.get(host)?)
     }
 
     /// Every service, in HELP order.

@@ -1,15 +1,17 @@
 //! `listen`: the addresses to serve and each one's options.
 
+use tcpmux_proto::ServiceName;
 use toml::Spanned;
 
 use super::error::{ConfigError, Source};
-use super::raw::RawListen;
-use crate::model::{Cidr, ListenAddr, ListenOptions, ListenSpec};
+use super::raw::RawListenTable;
+use crate::model::{Cidr, Detect, ListenAddr, ListenOptions, ListenSpec, DEFAULT_DETECT_TIMEOUT};
+use crate::registry::Registry;
 
 /// The listen list as written; `None` when the key is absent.
 pub(crate) fn listen(
     src: Source<'_>,
-    list: Option<&Spanned<Vec<Spanned<RawListen>>>>,
+    list: Option<&Spanned<Vec<Spanned<toml::Value>>>>,
 ) -> Result<Option<Vec<ListenSpec>>, ConfigError> {
     let Some(list) = list else { return Ok(None) };
     if list.get_ref().is_empty() {
@@ -49,18 +51,36 @@ fn clash(a: &ListenAddr, b: &ListenAddr) -> bool {
     }
 }
 
-fn one(src: Source<'_>, item: &Spanned<RawListen>) -> Result<ListenSpec, ConfigError> {
-    let (address, accept_proxy_from) = match item.get_ref() {
-        RawListen::Address(address) => (address, &[][..]),
-        RawListen::Table {
-            address,
-            accept_proxy_from,
-        } => (address, &accept_proxy_from[..]),
+fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, ConfigError> {
+    let table = match item.get_ref() {
+        toml::Value::String(address) => RawListenTable {
+            address: address.clone(),
+            accept_proxy_from: Vec::new(),
+            detect: false,
+            ssh: None,
+            http: None,
+            silent: None,
+            sni_default: None,
+            detect_timeout: None,
+        },
+        toml::Value::Table(_) => item
+            .get_ref()
+            .clone()
+            .try_into::<RawListenTable>()
+            .map_err(|e| src.at(item.span(), format!("listen: {}", e.message().trim_end())))?,
+        _ => {
+            return Err(src.at(
+                item.span(),
+                "a listen entry is an address string or a table with `address`",
+            ))
+        }
     };
-    let addr = address
+    let addr = table
+        .address
         .parse::<ListenAddr>()
         .map_err(|e| src.at(item.span(), e.to_string()))?;
-    let accept_proxy_from = accept_proxy_from
+    let accept_proxy_from = table
+        .accept_proxy_from
         .iter()
         .map(|range| {
             range
@@ -86,8 +106,84 @@ fn one(src: Source<'_>, item: &Spanned<RawListen>) -> Result<ListenSpec, ConfigE
             "accept_proxy_from needs a TCP listener (upstreams are matched by IP)",
         ));
     }
+    let detect = detect(src, item, &table)?;
     Ok(ListenSpec {
         addr,
-        options: ListenOptions { accept_proxy_from },
+        options: ListenOptions {
+            accept_proxy_from,
+            detect,
+        },
     })
+}
+
+/// The detection routes of a listener table; its route keys need `detect`.
+fn detect(
+    src: Source<'_>,
+    item: &Spanned<toml::Value>,
+    table: &RawListenTable,
+) -> Result<Option<Detect>, ConfigError> {
+    let names = [
+        ("ssh", &table.ssh),
+        ("http", &table.http),
+        ("silent", &table.silent),
+        ("sni_default", &table.sni_default),
+    ];
+    if !table.detect {
+        let given = names.iter().find(|(_, v)| v.is_some()).map(|(k, _)| *k);
+        let given = given.or(table.detect_timeout.map(|_| "detect_timeout"));
+        return match given {
+            Some(key) => Err(src.at(
+                item.span(),
+                format!("listen: `{key}` needs `detect = true`"),
+            )),
+            None => Ok(None),
+        };
+    }
+    let name = |key: &str, value: &Option<String>| -> Result<Option<ServiceName>, ConfigError> {
+        value
+            .as_deref()
+            .map(|v| {
+                ServiceName::parse(v)
+                    .map_err(|e| src.at(item.span(), format!("listen: {key} {v:?}: {e}")))
+            })
+            .transpose()
+    };
+    let timeout = table.detect_timeout.map_or(DEFAULT_DETECT_TIMEOUT, |t| t.0);
+    if timeout.is_zero() {
+        return Err(src.at(
+            item.span(),
+            "listen: detect_timeout must be greater than zero",
+        ));
+    }
+    Ok(Some(Detect {
+        ssh: name("ssh", &table.ssh)?,
+        http: name("http", &table.http)?,
+        silent: name("silent", &table.silent)?,
+        sni_default: name("sni_default", &table.sni_default)?,
+        timeout,
+    }))
+}
+
+/// Every service a listener routes to must exist.
+pub(crate) fn check_targets(
+    src: Source<'_>,
+    list: Option<&Spanned<Vec<Spanned<toml::Value>>>>,
+    specs: &[ListenSpec],
+    registry: &Registry,
+) -> Result<(), ConfigError> {
+    let Some(list) = list else { return Ok(()) };
+    for (item, spec) in list.get_ref().iter().zip(specs) {
+        let Some(detect) = &spec.options.detect else {
+            continue;
+        };
+        for (key, name) in detect.targets() {
+            if registry.lookup(name).is_none() {
+                return Err(src.at(
+                    item.span(),
+                    format!("listen {}: {key} = \"{name}\" is not a service", spec.addr),
+                ));
+            }
+        }
+    }
+    Ok(())
 }

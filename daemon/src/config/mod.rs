@@ -111,6 +111,7 @@ impl Config {
         })?;
         let listen = listen::listen(src, raw.listen.as_ref())?.unwrap_or_else(default_listen);
         let registry = Registry::new(services::services(src, &raw, &listen)?);
+        listen::check_targets(src, raw.listen.as_ref(), &listen, &registry)?;
         if registry.has_handoff() && raw.handoff_socket.is_none() {
             return Err(src.whole(
                 "handoff services need `handoff_socket = \"/path\"`, where their backends register",
@@ -343,5 +344,46 @@ message = "the time follows"
         // Another port, or an address that is not ours, is fine.
         parse("listen = [\"127.0.0.1:5000\"]\n[service.ok]\nproxy = [\"127.0.0.1:5001\", \"192.0.2.1:5000\"]\n")
             .unwrap();
+    }
+
+    #[test]
+    fn detecting_listeners_and_host_names() {
+        let config = parse(
+            "listen = [{ address = \"127.0.0.1:443\", detect = true, ssh = \"echo\", sni_default = \"daytime\" }]\n\
+             [service.db]\nproxy = \"127.0.0.1:5432\"\nsni = [\"DB.example.com\", \"*.example.org\"]\n\
+             [service.web]\nproxy = \"127.0.0.1:8080\"\nhttp_host = [\"app.example.com\"]\n",
+        )
+        .unwrap();
+        let detect = config.listen[0].options.detect.as_ref().unwrap();
+        assert_eq!(detect.ssh.as_ref().map(|n| n.as_str()), Some("echo"));
+        assert_eq!(detect.timeout, crate::model::DEFAULT_DETECT_TIMEOUT);
+        let registry = &config.registry;
+        assert_eq!(
+            registry.by_sni("db.example.com").map(|s| s.name.as_str()),
+            Some("db")
+        );
+        assert_eq!(
+            registry.by_sni("a.example.org").map(|s| s.name.as_str()),
+            Some("db")
+        );
+        assert!(registry.by_sni("a.b.example.org").is_none());
+        assert!(registry.by_sni("example.org").is_none());
+        assert_eq!(
+            registry
+                .by_http_host("app.example.com")
+                .map(|s| s.name.as_str()),
+            Some("web")
+        );
+        for (text, words) in [
+            ("listen = [{ address = \"127.0.0.1:1\", detct = true }]\n", "unknown field `detct`"),
+            ("listen = [{ address = \"127.0.0.1:1\", ssh = \"echo\" }]\n", "`ssh` needs `detect = true`"),
+            ("listen = [{ address = \"127.0.0.1:1\", detect = true, http = \"nope\" }]\n", "http = \"nope\" is not a service"),
+            ("[service.a]\nbuiltin = \"echo\"\nsni = [\"x.example\"]\n[service.b]\nbuiltin = \"echo\"\nsni = [\"X.example\"]\n", "sni x.example is already claimed by service a"),
+            ("[service.a]\nbuiltin = \"echo\"\nhttp_host = [\"*.example\"]\n", "not wildcards"),
+            ("[service.a]\nbuiltin = \"echo\"\nsni = [\"a b\"]\n", "invalid host name"),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(words), "{text:?} gave {error}");
+        }
     }
 }

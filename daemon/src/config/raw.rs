@@ -9,15 +9,20 @@ use toml::Spanned;
 
 use super::durations::ConfigDuration;
 
+/// A `listen` entry written as a table; a plain string is the address alone.
 #[derive(Deserialize)]
-#[serde(untagged)]
-pub(crate) enum RawListen {
-    Address(String),
-    Table {
-        address: String,
-        #[serde(default)]
-        accept_proxy_from: Vec<String>,
-    },
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListenTable {
+    pub(crate) address: String,
+    #[serde(default)]
+    pub(crate) accept_proxy_from: Vec<String>,
+    #[serde(default)]
+    pub(crate) detect: bool,
+    pub(crate) ssh: Option<String>,
+    pub(crate) http: Option<String>,
+    pub(crate) silent: Option<String>,
+    pub(crate) sni_default: Option<String>,
+    pub(crate) detect_timeout: Option<ConfigDuration>,
 }
 
 #[derive(Deserialize)]
@@ -40,7 +45,9 @@ pub(crate) struct RawImport {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
-    pub(crate) listen: Option<Spanned<Vec<Spanned<RawListen>>>>,
+    /// Strings or tables; read by `listen.rs` so that a table's error (an
+    /// unknown key) is reported as such.
+    pub(crate) listen: Option<Spanned<Vec<Spanned<toml::Value>>>>,
     pub(crate) import_etc_services: Option<RawImport>,
     pub(crate) handoff_socket: Option<String>,
     pub(crate) handoff_max_connections: Option<Spanned<usize>>,
@@ -85,6 +92,8 @@ pub(crate) struct RawService {
     pub(crate) allow_uid: Option<Vec<u32>>,
     pub(crate) allow_gid: Option<Vec<u32>>,
     pub(crate) max_connections: Option<Spanned<usize>>,
+    pub(crate) sni: Option<Spanned<Vec<String>>>,
+    pub(crate) http_host: Option<Spanned<Vec<String>>>,
 }
 
 impl RawService {

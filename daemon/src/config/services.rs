@@ -15,7 +15,8 @@ use super::{etc_services, exec, proxy};
 use std::net::IpAddr;
 
 use crate::model::{
-    Access, Backend, Builtin, Cidr, HandoffRule, ListenAddr, ListenSpec, Service, ServiceKind,
+    Access, Backend, Builtin, Cidr, HandoffRule, HostPattern, ListenAddr, ListenSpec, Service,
+    ServiceKind,
 };
 use crate::registry::{default_services, loopback};
 
@@ -56,9 +57,39 @@ pub(crate) fn services(
                 ));
             }
         }
+        claim_host_names(src, key, &service, &services)?;
         services.insert(name, service);
     }
     Ok(services)
+}
+
+/// A host name routes to one service only.
+fn claim_host_names(
+    src: Source<'_>,
+    key: &Spanned<String>,
+    service: &Service,
+    services: &BTreeMap<ServiceName, Service>,
+) -> Result<(), ConfigError> {
+    for other in services.values().filter(|o| o.name != service.name) {
+        let sni = service.sni.iter().find(|p| other.sni.contains(p));
+        let http = service
+            .http_host
+            .iter()
+            .find(|h| other.http_host.contains(h));
+        let (what, host) = match (sni, http) {
+            (Some(p), _) => ("sni", p.to_string()),
+            (None, Some(h)) => ("http_host", h.clone()),
+            (None, None) => continue,
+        };
+        return Err(src.at(
+            key.span(),
+            format!(
+                "service {}: {what} {host} is already claimed by service {}",
+                service.name, other.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether connecting to `backend` reaches one of the `listen` addresses: the
@@ -118,12 +149,44 @@ fn service(
     let kind = kind(src, &name, key_span, table)?;
     let access = access(src, table, &kind)?;
     let max_connections = at_least_one(src, "max_connections", table.max_connections.as_ref())?;
+    let (sni, http_host) = host_names(src, table)?;
     Ok(Service {
         message: table.message.clone().unwrap_or_default(),
         access,
         max_connections,
+        sni,
+        http_host,
         ..Service::new(name, kind)
     })
+}
+
+/// `sni` (host names, `*.` one-label wildcards allowed) and `http_host`.
+fn host_names(
+    src: Source<'_>,
+    table: &RawService,
+) -> Result<(Vec<HostPattern>, Vec<String>), ConfigError> {
+    let patterns = |list: &Option<Spanned<Vec<String>>>| -> Result<Vec<HostPattern>, ConfigError> {
+        let Some(list) = list else {
+            return Ok(Vec::new());
+        };
+        let parse = |n: &String| {
+            n.parse::<HostPattern>()
+                .map_err(|e| src.at(list.span(), e.to_string()))
+        };
+        list.get_ref().iter().map(parse).collect()
+    };
+    let sni = patterns(&table.sni)?;
+    let http_host = patterns(&table.http_host)?
+        .into_iter()
+        .map(|pattern| match pattern {
+            HostPattern::Exact(host) => Ok(host),
+            HostPattern::Wildcard(_) => Err(src.at(
+                table.http_host.as_ref().map_or(0..0, Spanned::span),
+                "http_host takes exact host names, not wildcards",
+            )),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((sni, http_host))
 }
 
 /// `allow`, `deny`, `allow_uid`, `allow_gid`; `stats` is for loopback clients

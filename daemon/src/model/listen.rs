@@ -51,6 +51,9 @@ pub struct ListenOptions {
     /// whose addresses then stand for the client. Others are plain TCPMUX clients,
     /// so nobody else can claim to be someone they are not.
     pub accept_proxy_from: Vec<Cidr>,
+    /// Tell TLS, SSH, HTTP and silent clients apart from TCPMUX names, and
+    /// route them (`detect = true`).
+    pub detect: Option<super::Detect>,
 }
 
 impl ListenOptions {

@@ -8,6 +8,7 @@ mod exec;
 mod listen;
 mod peer;
 mod proxy;
+mod routes;
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub use exec::{Exec, ExecReply, OnShutdown};
 pub use listen::{ListenAddr, ListenAddrError, ListenOptions, ListenSpec};
 pub use peer::{ClientInfo, Peer};
 pub use proxy::{Backend, BackendError, Proxy, ProxyVersion, RelayMode, DEFAULT_CONNECT_TIMEOUT};
+pub use routes::{Detect, HostPattern, HostPatternError, Routed, DEFAULT_DETECT_TIMEOUT};
 
 /// One registered service: a name, what it does, and who may use it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +35,10 @@ pub struct Service {
     /// Cap on its simultaneous connections (counted in the daemon's runtime
     /// state, which a reload keeps).
     pub max_connections: Option<usize>,
+    /// TLS server names it answers to on detecting listeners (`sni`).
+    pub sni: Vec<HostPattern>,
+    /// HTTP hosts it answers to on detecting listeners (`http_host`).
+    pub http_host: Vec<String>,
 }
 
 impl Service {
@@ -44,6 +50,8 @@ impl Service {
             message: String::new(),
             access: Access::default(),
             max_connections: None,
+            sni: Vec::new(),
+            http_host: Vec::new(),
         }
     }
 }

@@ -1,0 +1,131 @@
+//! Routing for clients that send no TCPMUX name: which service a detecting
+//! listener gives an SSH, HTTP, TLS or silent client, and the host names
+//! (TLS SNI, HTTP Host) a service answers to.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use tcpmux_proto::ServiceName;
+
+/// How long a detecting listener waits for a first byte before it takes the
+/// client for one of those that wait for the server to speak first.
+pub const DEFAULT_DETECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A detecting listener's routes (`detect = true`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Detect {
+    /// For SSH clients (`SSH-…` first).
+    pub ssh: Option<ServiceName>,
+    /// For HTTP requests whose Host no service claims.
+    pub http: Option<ServiceName>,
+    /// For clients that send nothing within `timeout`.
+    pub silent: Option<ServiceName>,
+    /// For TLS ClientHellos whose SNI no service claims, or without one.
+    pub sni_default: Option<ServiceName>,
+    pub timeout: Duration,
+}
+
+impl Detect {
+    /// The listener's services by name, for checking that each exists.
+    pub fn targets(&self) -> impl Iterator<Item = (&'static str, &ServiceName)> {
+        [
+            ("ssh", &self.ssh),
+            ("http", &self.http),
+            ("silent", &self.silent),
+            ("sni_default", &self.sni_default),
+        ]
+        .into_iter()
+        .filter_map(|(key, name)| Some((key, name.as_ref()?)))
+    }
+}
+
+/// A host name a service answers to: exact (`db.example.com`) or one-label
+/// wildcard (`*.example.org`, which matches `a.example.org` but neither
+/// `example.org` nor `a.b.example.org`). Lower case.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum HostPattern {
+    Exact(String),
+    /// The suffix after `*.`.
+    Wildcard(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid host name {0:?}: expected e.g. db.example.com or *.example.org")]
+pub struct HostPatternError(String);
+
+impl FromStr for HostPattern {
+    type Err = HostPatternError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let lower = text.trim_end_matches('.').to_ascii_lowercase();
+        let (wildcard, host) = match lower.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, lower.as_str()),
+        };
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
+            return Err(HostPatternError(text.to_owned()));
+        }
+        Ok(match wildcard {
+            true => HostPattern::Wildcard(host.to_owned()),
+            false => HostPattern::Exact(host.to_owned()),
+        })
+    }
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostPattern::Exact(host) => f.write_str(host),
+            HostPattern::Wildcard(suffix) => write!(f, "*.{suffix}"),
+        }
+    }
+}
+
+/// How a connection reached its service, for the log and the metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routed {
+    Tcpmux,
+    Sni,
+    Ssh,
+    Http,
+    Silent,
+}
+
+impl Routed {
+    pub fn label(self) -> &'static str {
+        match self {
+            Routed::Tcpmux => "tcpmux",
+            Routed::Sni => "sni",
+            Routed::Ssh => "ssh",
+            Routed::Http => "http",
+            Routed::Silent => "silent",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_patterns() {
+        assert_eq!(
+            "DB.Example.com.".parse::<HostPattern>().unwrap(),
+            HostPattern::Exact("db.example.com".into())
+        );
+        assert_eq!(
+            "*.example.org".parse::<HostPattern>().unwrap(),
+            HostPattern::Wildcard("example.org".into())
+        );
+        for bad in ["", "*.", "a..b", "a b.com", "*.*.x", "x*.y"] {
+            assert!(bad.parse::<HostPattern>().is_err(), "{bad}");
+        }
+    }
+}
