@@ -298,12 +298,16 @@ fn stats_counts_connections_and_is_loopback_only_by_default() {
     let stats = text(daemon.exchange(b"stats\r\n"));
     assert!(stats.starts_with("+\r\n# HELP"), "{stats}");
     assert!(
-        stats.contains("tcpmuxd_connections_total{service=\"echo\",outcome=\"served\"} 3\n"),
+        stats.contains(
+            "tcpmuxd_connections_total{service=\"echo\",outcome=\"served\",routed=\"tcpmux\"} 3\n"
+        ),
         "{stats}"
     );
     // What a client typed never becomes a label.
     assert!(
-        stats.contains("tcpmuxd_connections_total{service=\"-\",outcome=\"unknown\"} 1\n"),
+        stats.contains(
+            "tcpmuxd_connections_total{service=\"-\",outcome=\"unknown\",routed=\"tcpmux\"} 1\n"
+        ),
         "{stats}"
     );
     assert!(!stats.contains("nonsense-name"), "{stats}");
@@ -330,7 +334,9 @@ fn stats_counts_connections_and_is_loopback_only_by_default() {
     let response = text(read_all(&mut http));
     assert!(response.starts_with("HTTP/1.0 200 OK\r\n"), "{response}");
     assert!(
-        response.contains("tcpmuxd_connections_total{service=\"echo\",outcome=\"served\"} 3\n"),
+        response.contains(
+            "tcpmuxd_connections_total{service=\"echo\",outcome=\"served\",routed=\"tcpmux\"} 3\n"
+        ),
         "{response}"
     );
     let mut http = TcpStream::connect(&addr).unwrap();
@@ -561,7 +567,7 @@ fn workers_share_the_daemon_wide_limits_and_the_metrics() {
     let deadline = std::time::Instant::now() + common::PATIENCE;
     loop {
         let stats = text(daemon.exchange(b"stats\r\n"));
-        if stats.contains("tcpmuxd_connections_total{service=\"daytime\",outcome=\"served\"} 20\n")
+        if stats.contains("tcpmuxd_connections_total{service=\"daytime\",outcome=\"served\",routed=\"tcpmux\"} 20\n")
         {
             break;
         }

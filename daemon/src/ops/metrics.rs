@@ -6,12 +6,15 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// Connection counts by (service, outcome), and byte totals.
+/// One service's connections by (outcome, how they were routed).
+type Counts = BTreeMap<(&'static str, &'static str), u64>;
+
+/// Connection counts by (service, outcome, routed), and byte totals.
 #[derive(Default)]
 pub struct Metrics {
     /// service → outcome → count; nested so that recording looks the service up
     /// without allocating (a new key is allocated once per service name).
-    connections: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
+    connections: Mutex<BTreeMap<String, Counts>>,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
 }
@@ -19,7 +22,15 @@ pub struct Metrics {
 impl Metrics {
     /// Records a finished connection. `service` must be a registered name or `-`,
     /// never what a client typed, so clients cannot grow the label set.
-    pub fn record(&self, service: &str, outcome: &'static str, bytes_in: u64, bytes_out: u64) {
+    /// `routed` says how it reached the service (tcpmux, sni, ssh, http, silent).
+    pub fn record(
+        &self,
+        service: &str,
+        outcome: &'static str,
+        routed: &'static str,
+        bytes_in: u64,
+        bytes_out: u64,
+    ) {
         self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
         let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
@@ -27,7 +38,7 @@ impl Metrics {
             Some(outcomes) => outcomes,
             None => map.entry(service.to_owned()).or_default(),
         };
-        *outcomes.entry(outcome).or_insert(0) += 1;
+        *outcomes.entry((outcome, routed)).or_insert(0) += 1;
     }
 
     /// The exposition text, with `active` connections and live handoff backends.
@@ -37,14 +48,14 @@ impl Metrics {
             &mut out,
             "tcpmuxd_connections_total",
             "counter",
-            "Connections closed, by service and outcome.",
+            "Connections closed, by service, outcome and how they were routed.",
         );
         let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         for (service, outcomes) in map.iter() {
-            for (outcome, count) in outcomes {
+            for ((outcome, routed), count) in outcomes {
                 let _ = writeln!(
                     out,
-                    "tcpmuxd_connections_total{{service=\"{}\",outcome=\"{outcome}\"}} {count}",
+                    "tcpmuxd_connections_total{{service=\"{}\",outcome=\"{outcome}\",routed=\"{routed}\"}} {count}",
                     escape(service)
                 );
             }
@@ -107,12 +118,16 @@ mod tests {
     #[test]
     fn renders_counts() {
         let metrics = Metrics::default();
-        metrics.record("echo", "served", 10, 20);
-        metrics.record("echo", "served", 1, 2);
-        metrics.record("-", "refused", 5, 30);
+        metrics.record("echo", "served", "tcpmux", 10, 20);
+        metrics.record("echo", "served", "tcpmux", 1, 2);
+        metrics.record("-", "refused", "tcpmux", 5, 30);
         let text = metrics.render(3, &[("app".into(), 2)]);
-        assert!(text.contains("tcpmuxd_connections_total{service=\"echo\",outcome=\"served\"} 2\n"));
-        assert!(text.contains("tcpmuxd_connections_total{service=\"-\",outcome=\"refused\"} 1\n"));
+        assert!(text.contains(
+            "tcpmuxd_connections_total{service=\"echo\",outcome=\"served\",routed=\"tcpmux\"} 2\n"
+        ));
+        assert!(text.contains(
+            "tcpmuxd_connections_total{service=\"-\",outcome=\"refused\",routed=\"tcpmux\"} 1\n"
+        ));
         assert!(text.contains("tcpmuxd_connections_active 3\n"));
         assert!(text.contains("tcpmuxd_bytes_received_total 16\n"));
         assert!(text.contains("tcpmuxd_bytes_sent_total 52\n"));

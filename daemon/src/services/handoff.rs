@@ -46,8 +46,10 @@ enum Offer {
     Gone,
 }
 
+/// `status`: the `+` line's message, for a TCPMUX client.
 pub async fn serve(
     service: &Service,
+    status: Option<&str>,
     hub: &Hub,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
@@ -62,8 +64,11 @@ pub async fn serve(
             .local
             .map_or_else(|| "-".to_owned(), |a| a.to_string()),
     });
-    let mut status = Vec::new();
-    encode_reply(true, &service.message, &mut status);
+    let mut line = Vec::new();
+    if let Some(message) = status {
+        encode_reply(true, message, &mut line);
+    }
+    let status = line;
     let deadline = tokio::time::Instant::now() + DELIVERY_TIMEOUT;
     let mut accepted = false;
     let mut tried_any = false;
@@ -120,7 +125,7 @@ fn offer(
         return Ok(Offer::Full);
     }
     let socket = conn.get_ref();
-    if !*accepted {
+    if !*accepted && !status.is_empty() {
         // A few bytes into a connection that has sent nothing yet: the send
         // buffer is empty, so they go whole.
         let sent = rustix::net::send(socket, status, SendFlags::DONTWAIT | SendFlags::NOSIGNAL)?;

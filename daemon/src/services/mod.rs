@@ -48,34 +48,40 @@ pub fn prepare() {
 }
 
 /// Runs `service` on a connection whose request named it: sends the status line
-/// (a proxy only once its backend is up), then the service. Returns when the
-/// service is done with the connection; closing it gracefully is the caller's job.
+/// (a proxy only once its backend is up), then the service. A client routed by
+/// a detecting listener (`tcpmux` false) speaks another protocol and gets no
+/// status line. Returns when the service is done with the connection; closing
+/// it gracefully is the caller's job.
 pub async fn serve(
     service: &Service,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
     context: &Context<'_>,
+    tcpmux: bool,
 ) -> io::Result<Outcome> {
+    let status = tcpmux.then_some(service.message.as_str());
     match &service.kind {
         ServiceKind::Builtin(builtin) => {
             // A one-shot answer goes out in the status line's write: one
             // segment, and one wake-up of the client instead of two.
             let mut reply = Vec::with_capacity(128);
-            encode_reply(true, &service.message, &mut reply);
+            if let Some(message) = status {
+                encode_reply(true, message, &mut reply);
+            }
             let answered = one_shot_answer(*builtin, context, &mut reply);
-            conn.write_all(&reply).await?;
+            if !reply.is_empty() {
+                conn.write_all(&reply).await?;
+            }
             if !answered {
                 run_builtin(*builtin, conn).await?;
             }
             Ok(Outcome::Served { backend: None })
         }
-        ServiceKind::Proxy(settings) => {
-            proxy::serve(settings, &service.message, conn, client).await
-        }
-        ServiceKind::Handoff(_) => handoff::serve(service, context.hub, conn, client).await,
+        ServiceKind::Proxy(settings) => proxy::serve(settings, status, conn, client).await,
+        ServiceKind::Handoff(_) => handoff::serve(service, status, context.hub, conn, client).await,
         ServiceKind::Exec(settings) => {
             let instances = &context.counts.instances;
-            exec::serve(settings, service, conn, client, instances).await
+            exec::serve(settings, service, status, conn, client, instances).await
         }
     }
 }

@@ -27,9 +27,10 @@ async fn connect(backend: &Backend) -> io::Result<Stream> {
     }
 }
 
+/// `status`: the `+` line's message, for a TCPMUX client.
 pub async fn serve(
     proxy: &Proxy,
-    message: &str,
+    status: Option<&str>,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
@@ -56,7 +57,9 @@ pub async fn serve(
         let header = proxy_protocol::encode(version, client.peer.tcp_addr(), client.local);
         backend.write_all(&header).await?;
     }
-    accept(conn, message).await?;
+    if let Some(message) = status {
+        accept(conn, message).await?;
+    }
 
     let (relayed, result) = relay(conn.get_ref(), &backend, proxy.relay, proxy.idle_timeout).await;
     conn.bytes_in += relayed.client_to_backend;

@@ -32,11 +32,12 @@ const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 pub async fn serve(
     exec: &Exec,
     service: &Service,
+    status: Option<&str>,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
     instances: &Counter,
 ) -> io::Result<Outcome> {
-    let (name, message) = (service.name.as_str(), service.message.as_str());
+    let name = service.name.as_str();
     let Some(_slot) = instances.acquire(exec.max_instances) else {
         refuse(conn, "busy: too many running instances, try again later").await;
         return Ok(Outcome::Refused("busy: max_instances reached".into()));
@@ -49,7 +50,9 @@ pub async fn serve(
             refuse(conn, UNAVAILABLE).await;
             return Ok(Outcome::Refused(format!("cannot run the program: {e}")));
         }
-        accept(conn, message).await?;
+        if let Some(message) = status {
+            accept(conn, message).await?;
+        }
     }
     let mut child = match spawn(exec, name, conn.get_ref(), client) {
         Ok(child) => child,

@@ -1,38 +1,43 @@
 //! One client connection, start to end: (from a trusted upstream, the PROXY
-//! header), the request line, the answer, the service, a graceful close, and the
-//! one log line that tells what happened.
+//! header), the request line or, on a detecting listener, the protocol the first
+//! bytes begin (`negotiate.rs`, `detect.rs`), the answer, the service, a graceful
+//! close, and the one log line that tells what happened.
 
-use std::io;
+mod detect;
+mod negotiate;
+
 use std::sync::Arc;
 use std::time::Instant;
 
-use tcpmux_proto::{Decision, Progress, RequestParser, MAX_NAME_LEN};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tcpmux_proto::Decision;
+use tokio::io::AsyncWriteExt;
 
-use crate::admission::{own_connections, Refusal};
-use crate::model::{ClientInfo, ListenOptions, Peer, Service};
+use self::detect::Reply;
+use self::negotiate::{negotiate, Negotiated};
+use crate::admission::own_connections;
+use crate::model::{ClientInfo, ListenOptions, Peer, Routed, Service};
 use crate::net::close::close_gracefully;
-use crate::net::proxy_protocol::{self, Announced, HeaderError};
 use crate::net::stream::{Metered, Stream};
 use crate::outcome::Outcome;
 use crate::services::{self, help, refuse};
 use crate::state::{Settings, Shared};
 
-/// Peek size during negotiation: a whole name and its CRLF fit. Only what the
-/// parser claims is consumed, so bytes behind the request line stay in the socket
-/// for the service, whatever it is: a built-in, a relay, or a program exec'd on it.
-const PEEK: usize = MAX_NAME_LEN + 2;
+/// How a connection ended, and where it was going.
+struct Answer {
+    outcome: Outcome,
+    /// The service it asked for or was routed to, if any.
+    service: Option<String>,
+    routed: Routed,
+}
 
-/// What reading the start of the connection produced.
-enum Negotiated {
-    /// The request line (and any PROXY header) has been consumed, nothing more.
-    Decided(Decision),
-    BadProxyHeader(HeaderError),
-    /// EOF in the middle of what is named (the request line, the PROXY header).
-    Incomplete(&'static str),
-    Closed,
-    /// A daemon-wide or per-address limit refused the connection.
-    NotAdmitted(Refusal),
+impl Answer {
+    fn new(outcome: Outcome) -> Answer {
+        Answer {
+            outcome,
+            service: None,
+            routed: Routed::Tcpmux,
+        }
+    }
 }
 
 /// Serves one accepted connection to its end, then logs and counts it.
@@ -56,40 +61,32 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
             // Per-address limits count the client, which behind a trusted
             // upstream is the address its header announces.
             let admit = |peer: &Peer| admission.admit_address(&shared.gate, peer, &settings.limits);
-            let negotiation = negotiate(&mut conn, expect_header, &mut client, admit);
+            let detecting = listen.detect.as_ref().map(|d| (d, &*settings.registry));
+            let negotiation = negotiate(&mut conn, expect_header, &mut client, admit, detecting);
             tokio::time::timeout(settings.negotiation_timeout, negotiation).await
         }
     };
-    let (outcome, service_name) = match negotiated {
+    let answer = match negotiated {
         Err(_elapsed) => {
             refuse(&mut conn, "negotiation timeout").await;
-            (Outcome::NegotiationTimeout, None)
+            Answer::new(Outcome::NegotiationTimeout)
         }
-        Ok(Err(e)) => (Outcome::ReadError(e), None),
+        Ok(Err(e)) => Answer::new(Outcome::ReadError(e)),
         // Checked once a request has arrived: by then the proxy that made this
         // connection has registered it (it does so before relaying a byte).
-        Ok(Ok(Negotiated::Decided(_))) if is_own(&via, local) => {
+        Ok(Ok(Negotiated::Decided(_) | Negotiated::Routed(..))) if is_own(&via, local) => {
             let reason = "proxy loop: this connection comes from tcpmuxd's own proxy";
             refuse(&mut conn, reason).await;
-            (Outcome::Refused(reason.into()), None)
+            Answer::new(Outcome::Refused(reason.into()))
         }
         Ok(Ok(negotiated)) => respond(negotiated, &mut conn, &client, &shared, &settings).await,
     };
     // A handed-off socket belongs to its backend now: closing our descriptor is
     // all we may do, and dropping `conn` does that.
-    if !matches!(outcome, Outcome::HandedOff) {
+    if !matches!(answer.outcome, Outcome::HandedOff) {
         close_gracefully(&mut conn, settings.close_drain_timeout).await;
     }
-    let service_name = service_name.as_deref().unwrap_or("-");
-    report(
-        &shared,
-        &client,
-        &via,
-        service_name,
-        &outcome,
-        &conn,
-        started,
-    );
+    report(&shared, &client, &via, &answer, &conn, started);
     drop(admission);
 }
 
@@ -103,15 +100,14 @@ fn is_own(peer: &Peer, local: Option<std::net::SocketAddr>) -> bool {
     }
 }
 
-/// Answers what the negotiation produced; returns how it ended and the name
-/// the client asked for, if it asked for one.
+/// Answers what the negotiation produced.
 async fn respond(
     negotiated: Negotiated,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
     shared: &Shared,
     settings: &Settings,
-) -> (Outcome, Option<String>) {
+) -> Answer {
     let outcome = match negotiated {
         Negotiated::Closed => Outcome::ClosedBeforeRequest,
         Negotiated::Incomplete(what) => {
@@ -137,21 +133,66 @@ async fn respond(
                 Ok(()) => Outcome::Help,
                 Err(e) => Outcome::ServiceError(e),
             };
-            return (outcome, Some("help".into()));
+            return Answer {
+                service: Some("help".into()),
+                ..Answer::new(outcome)
+            };
         }
         Negotiated::Decided(Decision::Service(name)) => {
             let outcome = match settings.registry.lookup(&name) {
-                Some(service) => serve_named(service, conn, client, shared, settings).await,
+                Some(service) => serve_named(service, conn, client, shared, settings, true).await,
                 None => {
                     let reason = format!("unknown service {name}; send HELP for the list");
                     refuse(conn, &reason).await;
                     Outcome::UnknownService
                 }
             };
-            return (outcome, Some(name.to_string()));
+            return Answer {
+                service: Some(name.to_string()),
+                ..Answer::new(outcome)
+            };
+        }
+        Negotiated::Routed(name, routed) => {
+            // Checked at load, but a reload may have removed it since.
+            let outcome = match settings.registry.lookup(&name) {
+                Some(service) => serve_named(service, conn, client, shared, settings, false).await,
+                None => Outcome::Refused(format!("service {name} is no longer configured")),
+            };
+            return Answer {
+                outcome,
+                service: Some(name.to_string()),
+                routed,
+            };
+        }
+        Negotiated::Unrouted {
+            routed,
+            reason,
+            reply,
+        } => {
+            refuse_unrouted(conn, &reason, reply).await;
+            return Answer {
+                routed,
+                ..Answer::new(Outcome::Refused(reason))
+            };
         }
     };
-    (outcome, None)
+    Answer::new(outcome)
+}
+
+/// Tells a detected client with no service why, in a form it can read.
+async fn refuse_unrouted(conn: &mut Metered<Stream>, reason: &str, reply: Reply) {
+    match reply {
+        Reply::Close => {}
+        Reply::Line => refuse(conn, reason).await,
+        Reply::Http => {
+            let body = format!("{reason}\n");
+            let response = format!(
+                "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(response.as_bytes()).await;
+        }
+    }
 }
 
 /// The connection's one log line and its metric.
@@ -159,11 +200,12 @@ fn report(
     shared: &Shared,
     client: &ClientInfo,
     via: &Peer,
-    service_name: &str,
-    outcome: &Outcome,
+    answer: &Answer,
     conn: &Metered<Stream>,
     started: Instant,
 ) {
+    let (outcome, routed) = (&answer.outcome, answer.routed.label());
+    let service_name = answer.service.as_deref().unwrap_or("-");
     // Fields that are None are left out of the line.
     let via = (client.peer.tcp_addr() != via.tcp_addr()).then(|| via.to_string());
     tracing::info!(
@@ -171,6 +213,7 @@ fn report(
         peer = %client.peer,
         via = via.as_deref().map(tracing::field::display),
         service = %service_name,
+        routed = %routed,
         backend = outcome.backend().map(tracing::field::display),
         outcome = %outcome,
         bytes_in = conn.bytes_in,
@@ -180,22 +223,31 @@ fn report(
     );
     // Label by registered name only, so clients cannot grow the metric set.
     let label = if outcome.unnamed() { "-" } else { service_name };
-    shared
-        .metrics
-        .record(label, outcome.category(), conn.bytes_in, conn.bytes_out);
+    shared.metrics.record(
+        label,
+        outcome.category(),
+        routed,
+        conn.bytes_in,
+        conn.bytes_out,
+    );
 }
 
-/// Runs a service the client named, once its access rules and connection cap
-/// allow.
+/// Runs a service the client named (`tcpmux`: it reads status lines) or was
+/// routed to, once its access rules and connection cap allow. A routed client
+/// gets no status line, and a refusal closes its connection silently (the log
+/// has the reason).
 async fn serve_named(
     service: &Service,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
     shared: &Shared,
     settings: &Settings,
+    tcpmux: bool,
 ) -> Outcome {
     if !service.access.permits(&client.peer) {
-        refuse(conn, "access denied").await;
+        if tcpmux {
+            refuse(conn, "access denied").await;
+        }
         return Outcome::Refused("access denied".into());
     }
     let counts = settings
@@ -205,7 +257,9 @@ async fn serve_named(
         .unwrap_or_default();
     let Some(_slot) = counts.connections.acquire(service.max_connections) else {
         let reason = "service busy: too many connections, try again later";
-        refuse(conn, reason).await;
+        if tcpmux {
+            refuse(conn, reason).await;
+        }
         return Outcome::Refused(reason.into());
     };
     let context = services::Context {
@@ -216,74 +270,8 @@ async fn serve_named(
     };
     // Boxed: the largest service future (the relay, exec) would otherwise size
     // every session future, including the idle ones still negotiating.
-    match Box::pin(services::serve(service, conn, client, &context)).await {
+    match Box::pin(services::serve(service, conn, client, &context, tcpmux)).await {
         Ok(outcome) => outcome,
         Err(e) => Outcome::ServiceError(e),
-    }
-}
-
-/// Consumes the PROXY header if one is expected, admits the client's address,
-/// then consumes the request line, and not a byte more: every read is a peek first, then a read of exactly what the parser
-/// claimed.
-async fn negotiate(
-    conn: &mut Metered<Stream>,
-    expect_header: bool,
-    client: &mut ClientInfo,
-    admit: impl FnOnce(&Peer) -> Result<(), Refusal>,
-) -> io::Result<Negotiated> {
-    let mut scratch = [0u8; PEEK];
-    if expect_header {
-        // Until the header is complete, every byte seen belongs to it.
-        let mut header = Vec::new();
-        loop {
-            let n = conn.get_ref().peek(&mut scratch).await?;
-            if n == 0 && !header.is_empty() {
-                return Ok(Negotiated::Incomplete("PROXY protocol header"));
-            }
-            if n == 0 {
-                return Ok(Negotiated::Closed);
-            }
-            let seen = header.len();
-            header.extend_from_slice(&scratch[..n]);
-            match proxy_protocol::decode(&header) {
-                Ok(None) => conn.read_exact(&mut scratch[..n]).await.map(drop)?,
-                Ok(Some((announced, length))) => {
-                    conn.read_exact(&mut scratch[..length - seen]).await?;
-                    if let Announced::Proxied {
-                        source,
-                        destination,
-                    } = announced
-                    {
-                        client.peer = Peer::Tcp(source);
-                        client.local = Some(destination);
-                    }
-                    break;
-                }
-                Err(e) => return Ok(Negotiated::BadProxyHeader(e)),
-            }
-        }
-    }
-    if let Err(refusal) = admit(&client.peer) {
-        return Ok(Negotiated::NotAdmitted(refusal));
-    }
-    let mut parser = RequestParser::new();
-    let mut fed = false;
-    loop {
-        let n = conn.get_ref().peek(&mut scratch).await?;
-        if n == 0 {
-            // Half-closed mid-name: the client can still read why nothing follows.
-            return Ok(match fed {
-                true => Negotiated::Incomplete("request line"),
-                false => Negotiated::Closed,
-            });
-        }
-        fed = true;
-        match parser.feed(&scratch[..n]) {
-            Progress::NeedMore => conn.read_exact(&mut scratch[..n]).await.map(drop)?,
-            Progress::Decided { decision, consumed } => {
-                conn.read_exact(&mut scratch[..consumed]).await?;
-                return Ok(Negotiated::Decided(decision));
-            }
-        }
     }
 }

@@ -1,0 +1,210 @@
+//! Protocol detection on a listener with `detect = true`: the client's first
+//! bytes are peeked, never consumed, until they say TLS (routed by its SNI),
+//! SSH, HTTP (routed by its Host) or a TCPMUX name; a client silent for
+//! `detect_timeout` goes to the listener's `silent` service. The chosen
+//! service receives every byte the client sent.
+
+use std::io;
+
+use tcpmux_proto::sniff::{classify, client_hello, http, Protocol};
+use tcpmux_proto::ServiceName;
+use tokio::io::Interest;
+
+use crate::model::{Detect, Routed};
+use crate::net::stream::Stream;
+use crate::registry::Registry;
+
+/// The largest ClientHello accepted (post-quantum key shares make them 2 to 10
+/// KiB; 64 KiB is the most a handshake message here may declare).
+const MAX_HELLO: usize = 64 * 1024;
+/// The largest HTTP request head accepted.
+const MAX_HEAD: usize = 8 * 1024;
+/// Bytes peeked for a ClientHello: the message and its record headers, even in
+/// small records.
+const HELLO_PEEK: usize = MAX_HELLO + 8 * 1024;
+/// Bytes peeked to tell the protocol.
+const FIRST_PEEK: usize = 16;
+
+/// How a detecting listener answers a client it has no service for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reply {
+    /// Nothing (a TLS client cannot read a `-` line): close.
+    Close,
+    /// A `-` line.
+    Line,
+    /// An HTTP 404 response.
+    Http,
+}
+
+/// What the first bytes decided.
+pub(super) enum Detected {
+    /// A TCPMUX request line (or a client too slow to tell, with no `silent`
+    /// service): negotiate as usual.
+    Tcpmux,
+    Service(ServiceName, Routed),
+    Unrouted {
+        routed: Routed,
+        reason: String,
+        reply: Reply,
+    },
+    Closed,
+}
+
+pub(super) async fn detect(
+    stream: &Stream,
+    options: &Detect,
+    registry: &Registry,
+) -> io::Result<Detected> {
+    let mut buf = Vec::new();
+    let first = tokio::time::timeout(options.timeout, peek_more(stream, &mut buf, 0, FIRST_PEEK));
+    let mut seen = match first.await {
+        Err(_silent) => {
+            return Ok(match &options.silent {
+                Some(name) => Detected::Service(name.clone(), Routed::Silent),
+                None => Detected::Tcpmux,
+            })
+        }
+        Ok(peeked) => peeked?,
+    };
+    let protocol = loop {
+        if seen == 0 {
+            return Ok(Detected::Closed);
+        }
+        if let Some(protocol) = classify(&buf[..seen]) {
+            break protocol;
+        }
+        seen = peek_more(stream, &mut buf, seen, FIRST_PEEK).await?;
+    };
+    Ok(match protocol {
+        Protocol::Tcpmux => Detected::Tcpmux,
+        Protocol::Ssh => match &options.ssh {
+            Some(name) => Detected::Service(name.clone(), Routed::Ssh),
+            None => unrouted(
+                Routed::Ssh,
+                "no ssh service on this listener".into(),
+                Reply::Line,
+            ),
+        },
+        Protocol::Tls => route_tls(stream, &mut buf, seen, options, registry).await?,
+        Protocol::Http => route_http(stream, &mut buf, seen, options, registry).await?,
+    })
+}
+
+fn unrouted(routed: Routed, reason: String, reply: Reply) -> Detected {
+    Detected::Unrouted {
+        routed,
+        reason,
+        reply,
+    }
+}
+
+async fn route_tls(
+    stream: &Stream,
+    buf: &mut Vec<u8>,
+    mut seen: usize,
+    options: &Detect,
+    registry: &Registry,
+) -> io::Result<Detected> {
+    let hello = loop {
+        match client_hello::parse(&buf[..seen], MAX_HELLO) {
+            Ok(Some(hello)) => break hello,
+            Ok(None) if seen < HELLO_PEEK => {}
+            Ok(None) => {
+                let reason = "ClientHello split into too many records".into();
+                return Ok(unrouted(Routed::Sni, reason, Reply::Close));
+            }
+            Err(e) => return Ok(unrouted(Routed::Sni, e.to_string(), Reply::Close)),
+        }
+        let more = peek_more(stream, buf, seen, HELLO_PEEK).await?;
+        if more == 0 {
+            return Ok(Detected::Closed);
+        }
+        seen = more;
+    };
+    let service = hello
+        .server_name
+        .as_deref()
+        .and_then(|name| registry.by_sni(name))
+        .map(|service| service.name.clone())
+        .or_else(|| options.sni_default.clone());
+    Ok(match (service, hello.server_name) {
+        (Some(name), _) => Detected::Service(name, Routed::Sni),
+        (None, Some(sni)) => unrouted(
+            Routed::Sni,
+            format!("no service for SNI {sni}"),
+            Reply::Close,
+        ),
+        (None, None) => unrouted(
+            Routed::Sni,
+            "ClientHello without SNI and no sni_default".into(),
+            Reply::Close,
+        ),
+    })
+}
+
+async fn route_http(
+    stream: &Stream,
+    buf: &mut Vec<u8>,
+    mut seen: usize,
+    options: &Detect,
+    registry: &Registry,
+) -> io::Result<Detected> {
+    let head = loop {
+        match http::parse(&buf[..seen], MAX_HEAD) {
+            Ok(Some(head)) => break head,
+            Ok(None) => {}
+            Err(e) => return Ok(unrouted(Routed::Http, e.to_string(), Reply::Http)),
+        }
+        let more = peek_more(stream, buf, seen, MAX_HEAD).await?;
+        if more == 0 {
+            return Ok(Detected::Closed);
+        }
+        seen = more;
+    };
+    let service = head
+        .host
+        .as_deref()
+        .and_then(|host| registry.by_http_host(host))
+        .map(|service| service.name.clone())
+        .or_else(|| options.http.clone());
+    Ok(match (service, head.host) {
+        (Some(name), _) => Detected::Service(name, Routed::Http),
+        (None, Some(host)) => unrouted(
+            Routed::Http,
+            format!("no service for HTTP host {host}"),
+            Reply::Http,
+        ),
+        (None, None) => unrouted(
+            Routed::Http,
+            "HTTP request without Host and no http service".into(),
+            Reply::Http,
+        ),
+    })
+}
+
+/// Peeks up to `cap` bytes into `buf` once more than `seen` are waiting (or
+/// the client closed: 0). Nothing is consumed, so waiting for more is waiting
+/// for new readiness, which tokio's `async_io` provides when the peek says
+/// there is nothing new.
+async fn peek_more(
+    stream: &Stream,
+    buf: &mut Vec<u8>,
+    seen: usize,
+    cap: usize,
+) -> io::Result<usize> {
+    if buf.len() < cap {
+        buf.resize(cap, 0);
+    }
+    let window = &mut buf[..cap];
+    stream
+        .async_io(Interest::READABLE, || {
+            let (n, _) = rustix::net::recv(stream, &mut *window, rustix::net::RecvFlags::PEEK)
+                .map_err(io::Error::from)?;
+            if n == 0 || n > seen || n == window.len() {
+                Ok(n)
+            } else {
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+        })
+        .await
+}

@@ -1,0 +1,145 @@
+//! The start of a connection: a PROXY header from a trusted upstream, the
+//! client's address admitted, then on a detecting listener the protocol the
+//! first bytes begin (`detect.rs`), else the TCPMUX request line. Everything is
+//! peeked first and only what belongs to the negotiation is consumed.
+
+use std::io;
+
+use tcpmux_proto::{Decision, Progress, RequestParser, ServiceName, MAX_NAME_LEN};
+use tokio::io::AsyncReadExt;
+
+use super::detect::{self, Detected, Reply};
+use crate::admission::Refusal;
+use crate::model::{ClientInfo, Detect, Peer, Routed};
+use crate::net::proxy_protocol::{self, Announced, HeaderError};
+use crate::net::stream::{Metered, Stream};
+use crate::registry::Registry;
+
+/// Peek size during negotiation: a whole name and its CRLF fit. Only what the
+/// parser claims is consumed, so bytes behind the request line stay in the socket
+/// for the service, whatever it is: a built-in, a relay, or a program exec'd on it.
+const PEEK: usize = MAX_NAME_LEN + 2;
+
+/// What reading the start of the connection produced.
+pub(super) enum Negotiated {
+    /// The request line (and any PROXY header) has been consumed, nothing more.
+    Decided(Decision),
+    /// A detecting listener chose the service from the client's first bytes,
+    /// which are all still unread.
+    Routed(ServiceName, Routed),
+    /// A detecting listener recognized the protocol but has no service for
+    /// it; `reply` says what the client can read of a refusal.
+    Unrouted {
+        routed: Routed,
+        reason: String,
+        reply: Reply,
+    },
+    BadProxyHeader(HeaderError),
+    /// EOF in the middle of what is named (the request line, the PROXY header).
+    Incomplete(&'static str),
+    Closed,
+    /// A daemon-wide or per-address limit refused the connection.
+    NotAdmitted(Refusal),
+}
+
+/// Consumes the PROXY header if one is expected, admits the client's address,
+/// detects the protocol on a detecting listener, then consumes the request
+/// line, and not a byte more: every read is a peek first, then a read of
+/// exactly what the parser claimed.
+pub(super) async fn negotiate(
+    conn: &mut Metered<Stream>,
+    expect_header: bool,
+    client: &mut ClientInfo,
+    admit: impl FnOnce(&Peer) -> Result<(), Refusal>,
+    detecting: Option<(&Detect, &Registry)>,
+) -> io::Result<Negotiated> {
+    if expect_header {
+        if let Some(stop) = read_proxy_header(conn, client).await? {
+            return Ok(stop);
+        }
+    }
+    if let Err(refusal) = admit(&client.peer) {
+        return Ok(Negotiated::NotAdmitted(refusal));
+    }
+    if let Some((options, registry)) = detecting {
+        match detect::detect(conn.get_ref(), options, registry).await? {
+            Detected::Tcpmux => {}
+            Detected::Service(name, routed) => return Ok(Negotiated::Routed(name, routed)),
+            Detected::Unrouted {
+                routed,
+                reason,
+                reply,
+            } => {
+                return Ok(Negotiated::Unrouted {
+                    routed,
+                    reason,
+                    reply,
+                })
+            }
+            Detected::Closed => return Ok(Negotiated::Closed),
+        }
+    }
+    read_request_line(conn).await
+}
+
+/// Consumes a PROXY header and puts what it announces in `client`; returns
+/// how the negotiation stops if it must.
+async fn read_proxy_header(
+    conn: &mut Metered<Stream>,
+    client: &mut ClientInfo,
+) -> io::Result<Option<Negotiated>> {
+    let mut scratch = [0u8; PEEK];
+    // Until the header is complete, every byte seen belongs to it.
+    let mut header = Vec::new();
+    loop {
+        let n = conn.get_ref().peek(&mut scratch).await?;
+        if n == 0 && !header.is_empty() {
+            return Ok(Some(Negotiated::Incomplete("PROXY protocol header")));
+        }
+        if n == 0 {
+            return Ok(Some(Negotiated::Closed));
+        }
+        let seen = header.len();
+        header.extend_from_slice(&scratch[..n]);
+        match proxy_protocol::decode(&header) {
+            Ok(None) => conn.read_exact(&mut scratch[..n]).await.map(drop)?,
+            Ok(Some((announced, length))) => {
+                conn.read_exact(&mut scratch[..length - seen]).await?;
+                if let Announced::Proxied {
+                    source,
+                    destination,
+                } = announced
+                {
+                    client.peer = Peer::Tcp(source);
+                    client.local = Some(destination);
+                }
+                return Ok(None);
+            }
+            Err(e) => return Ok(Some(Negotiated::BadProxyHeader(e))),
+        }
+    }
+}
+
+async fn read_request_line(conn: &mut Metered<Stream>) -> io::Result<Negotiated> {
+    let mut scratch = [0u8; PEEK];
+    let mut parser = RequestParser::new();
+    let mut fed = false;
+    loop {
+        let n = conn.get_ref().peek(&mut scratch).await?;
+        if n == 0 {
+            // Half-closed mid-name: the client can still read why nothing follows.
+            return Ok(match fed {
+                true => Negotiated::Incomplete("request line"),
+                false => Negotiated::Closed,
+            });
+        }
+        fed = true;
+        match parser.feed(&scratch[..n]) {
+            Progress::NeedMore => conn.read_exact(&mut scratch[..n]).await.map(drop)?,
+            Progress::Decided { decision, consumed } => {
+                conn.read_exact(&mut scratch[..consumed]).await?;
+                return Ok(Negotiated::Decided(decision));
+            }
+        }
+    }
+}

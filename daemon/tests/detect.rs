@@ -1,0 +1,144 @@
+//! Detecting listeners: TLS routed by SNI, SSH, HTTP routed by Host, silent
+//! clients, and TCPMUX names, all on one port; the chosen service gets the
+//! client's bytes untouched and no status line.
+
+mod common;
+
+use std::io::Write;
+use std::net::Shutdown;
+use std::time::Duration;
+
+use common::{read_all, send_and_receive, Daemon};
+use tcpmux_proto::sniff::client_hello::build;
+
+fn daemon() -> Daemon {
+    let backend = common::echo_backend();
+    Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", detect = true, ssh = \"echo\", http = \"fallback\", \
+         silent = \"daytime\", detect_timeout = \"150ms\" }}]\n\
+         [service.db]\nproxy = \"{backend}\"\nsni = [\"db.example.com\", \"*.example.org\"]\n\
+         [service.app]\nproxy = \"{backend}\"\nhttp_host = [\"app.example.com\"]\n\
+         [service.fallback]\nbuiltin = \"isotime\"\n"
+    ))
+}
+
+#[test]
+fn a_client_hello_reaches_its_sni_service_untouched() {
+    let mut daemon = daemon();
+    for name in ["db.example.com", "Any.Example.org"] {
+        let hello = build(Some(name), &["h2"], 0, 16384);
+        let mut stream = daemon.connect();
+        assert_eq!(
+            send_and_receive(&mut stream, hello.clone()),
+            hello,
+            "{name}"
+        );
+    }
+    let line = daemon
+        .wait_for_log(|l| l.contains("routed=sni") && l.contains("service=db"))
+        .expect("logged as routed by SNI");
+    assert!(line.contains("outcome=served"), "{line}");
+}
+
+#[test]
+fn a_large_client_hello_in_small_segments_is_routed() {
+    let daemon = daemon();
+    let hello = build(Some("db.example.com"), &[], 20_000, 16384);
+    let mut stream = daemon.connect();
+    stream.set_nodelay(true).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let sent = hello.clone();
+    let sender = std::thread::spawn(move || {
+        for chunk in sent.chunks(500) {
+            writer.write_all(chunk).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        writer.shutdown(Shutdown::Write).unwrap();
+    });
+    assert_eq!(read_all(&mut stream), hello);
+    sender.join().unwrap();
+}
+
+#[test]
+fn an_unknown_sni_is_closed_and_logged_by_name() {
+    let mut daemon = daemon();
+    let mut stream = daemon.connect();
+    stream
+        .write_all(&build(Some("nobody.example.net"), &[], 0, 16384))
+        .unwrap();
+    assert_eq!(read_all(&mut stream), b"", "a TLS client gets no '-' line");
+    daemon
+        .wait_for_log(|l| {
+            l.contains("no service for SNI nobody.example.net") && l.contains("routed=sni")
+        })
+        .expect("the SNI is in the log");
+}
+
+#[test]
+fn ssh_http_silent_and_tcpmux_clients_share_the_port() {
+    let mut daemon = daemon();
+    // SSH: to the listener's ssh service (echo), banner and all.
+    let mut stream = daemon.connect();
+    let banner = b"SSH-2.0-OpenSSH_9.2 test\r\nmore".to_vec();
+    assert_eq!(send_and_receive(&mut stream, banner.clone()), banner);
+    // HTTP by Host, port ignored, case-insensitive: to app's backend.
+    let request = b"GET / HTTP/1.1\r\nHost: APP.example.com:8443\r\n\r\n".to_vec();
+    let mut stream = daemon.connect();
+    assert_eq!(send_and_receive(&mut stream, request.clone()), request);
+    // Another Host: the listener's http service, with no status line.
+    let mut stream = daemon.connect();
+    let answer = send_and_receive(
+        &mut stream,
+        b"GET / HTTP/1.0\r\nHost: other\r\n\r\n".to_vec(),
+    );
+    assert!(
+        answer.ends_with(b"Z\r\n") && !answer.starts_with(b"+"),
+        "{answer:?}"
+    );
+    // Silent for detect_timeout: the silent service, no status line.
+    let answer = read_all(&mut daemon.connect());
+    assert!(
+        answer.ends_with(b"-UTC\r\n") && !answer.starts_with(b"+"),
+        "{answer:?}"
+    );
+    // A TCPMUX name, as on any listener.
+    assert_eq!(daemon.exchange(b"time\r\n")[..3], *b"+\r\n");
+    for routed in [
+        "routed=ssh",
+        "routed=http",
+        "routed=silent",
+        "routed=tcpmux",
+    ] {
+        daemon.wait_for_log(|l| l.contains(routed)).expect(routed);
+    }
+    let stats = String::from_utf8(daemon.exchange(b"stats\r\n")).unwrap();
+    assert!(
+        stats.contains(
+            "tcpmuxd_connections_total{service=\"echo\",outcome=\"served\",routed=\"ssh\"} 1\n"
+        ),
+        "{stats}"
+    );
+}
+
+#[test]
+fn an_http_request_with_no_service_gets_a_404() {
+    let backend = common::echo_backend();
+    let daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", detect = true }}]\n\
+         [service.app]\nproxy = \"{backend}\"\nhttp_host = [\"app.example.com\"]\n"
+    ));
+    let mut stream = daemon.connect();
+    let answer = send_and_receive(
+        &mut stream,
+        b"GET / HTTP/1.1\r\nHost: x.example\r\n\r\n".to_vec(),
+    );
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 404 Not Found\r\n")
+            && answer.ends_with("no service for HTTP host x.example\n"),
+        "{answer}"
+    );
+    // Without ssh = "...", an SSH client is told so.
+    let answer = send_and_receive(&mut daemon.connect(), b"SSH-2.0-x\r\n".to_vec());
+    assert_eq!(answer, b"-no ssh service on this listener\r\n");
+}
