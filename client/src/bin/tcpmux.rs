@@ -1,5 +1,6 @@
 //! `tcpmux`: ask a TCPMUX server for a service by name, then relay stdin and stdout
-//! to it like `nc`, with half-close carried across.
+//! to it like `nc`, with half-close carried across. `tcpmux forward` turns local
+//! ports into TCPMUX services for clients that cannot send a name (`forward.rs`).
 //!
 //! Exit status: 0 done, 1 the server refused the service, 2 usage error,
 //! 3 could not connect or the connection failed.
@@ -12,6 +13,9 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+#[path = "tcpmux/forward.rs"]
+mod forward;
 
 use clap::Parser;
 use tcpmux::{Error, Options, ServiceName, Stream};
@@ -46,6 +50,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // `tcpmux forward …` (a service named "forward" can still be asked for
+    // after an option: `tcpmux --port 1 forward`).
+    if std::env::args().nth(1).as_deref() == Some("forward") {
+        return forward::main(std::env::args().skip(1));
+    }
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
