@@ -9,6 +9,48 @@ use std::time::{Duration, Instant};
 
 use crate::{progress, BUFFER};
 
+/// `source` with one task per connection on one thread instead of a thread
+/// per connection: for connection-rate runs, where spawning a thread would
+/// cost the backend more than the front being measured.
+pub fn source_tasks(listen: SocketAddr, bytes: u64) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        if let Ok(bound) = listener.local_addr() {
+            println!("listening {bound}");
+            let _ = io::stdout().flush();
+        }
+        let block: Arc<[u8]> = (0..BUFFER).map(|i| (i % 251) as u8).collect();
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                continue;
+            };
+            let block = Arc::clone(&block);
+            tokio::spawn(async move {
+                let mut left = bytes;
+                while left > 0 {
+                    let n = left.min(block.len() as u64) as usize;
+                    if conn.write_all(&block[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n as u64;
+                }
+                // As in `source`: FIN, then wait for the client's close.
+                let _ = conn.shutdown().await;
+                let mut scratch = [0u8; 4096];
+                let drain = async { while matches!(conn.read(&mut scratch).await, Ok(n) if n > 0) {} };
+                let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+            });
+        }
+    })
+}
+
 pub fn source(listen: SocketAddr, bytes: u64) -> Result<(), String> {
     let listener =
         TcpListener::bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
@@ -53,11 +95,32 @@ impl Sample {
     }
 }
 
-fn one_connection(target: SocketAddr, service: Option<&str>, expect: u64) -> io::Result<Sample> {
+/// What a download sends before it reads: nothing (a plain source), a TCPMUX
+/// name, or raw first bytes (an SSH banner or a ClientHello, for detection).
+#[derive(Clone, Debug)]
+pub enum Opening {
+    Nothing,
+    Service(String),
+    Probe(Vec<u8>),
+}
+
+impl Opening {
+    fn service(&self) -> Option<&str> {
+        match self {
+            Opening::Service(name) => Some(name),
+            _ => None,
+        }
+    }
+}
+
+fn one_connection(target: SocketAddr, opening: &Opening, expect: u64) -> io::Result<Sample> {
     let started = Instant::now();
     let mut stream = TcpStream::connect(target)?;
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    if let Some(name) = service {
+    if let Opening::Probe(probe) = opening {
+        stream.write_all(probe)?;
+    }
+    if let Some(name) = opening.service() {
         let name = tcpmux::ServiceName::parse(name).map_err(|e| io::Error::other(e.to_string()))?;
         tcpmux::negotiate(&mut stream, &name, &tcpmux::Options::default())
             .map_err(|e| io::Error::other(e.to_string()))?;
@@ -117,7 +180,7 @@ pub struct Run {
 
 fn run_once(
     target: SocketAddr,
-    service: Option<&str>,
+    opening: &Opening,
     connections: usize,
     expect: u64,
 ) -> Result<Run, String> {
@@ -125,10 +188,10 @@ fn run_once(
     let workers: Vec<_> = (0..connections)
         .map(|_| {
             let barrier = Arc::clone(&barrier);
-            let service = service.map(str::to_owned);
+            let opening = opening.clone();
             std::thread::spawn(move || {
                 barrier.wait();
-                one_connection(target, service.as_deref(), expect)
+                one_connection(target, &opening, expect)
             })
         })
         .collect();
@@ -145,7 +208,7 @@ fn run_once(
 
 pub fn bulk(
     target: SocketAddr,
-    service: Option<&str>,
+    opening: &Opening,
     connections: usize,
     expect: u64,
     repeat: usize,
@@ -155,7 +218,7 @@ pub fn bulk(
     let bar = progress::steps(repeat as u64, "runs");
     let mut runs = (0..repeat)
         .map(|_| {
-            let run = run_once(target, service, connections.max(1), expect);
+            let run = run_once(target, opening, connections.max(1), expect);
             bar.inc(1);
             run
         })
@@ -167,7 +230,7 @@ pub fn bulk(
     if json {
         println!(
             "{{\"label\":\"{label}\",\"target\":\"{target}\",\"service\":{},\"connections\":{connections},\"bytes_per_connection\":{expect},\"runs\":{repeat},\"median_aggregate_mb_s\":{:.1},\"per_connection_min_mb_s\":{:.1},\"per_connection_max_mb_s\":{:.1},\"fairness\":{:.3},\"median_seconds\":{:.4}}}",
-            service.map_or("null".to_owned(), |s| format!("\"{s}\"")),
+            opening.service().map_or("null".to_owned(), |s| format!("\"{s}\"")),
             median.aggregate,
             median.per_connection_min,
             median.per_connection_max,

@@ -50,6 +50,10 @@ enum Command {
         listen: SocketAddr,
         #[arg(long, default_value_t = 1 << 30)]
         bytes: u64,
+        /// One task per connection on one thread, instead of a thread each
+        /// (cheaper per connection, for connection-rate runs).
+        #[arg(long)]
+        tasks: bool,
     },
     /// Concurrency sweep, as the seed's Table 9.1 and beyond: for each level,
     /// that many simultaneous downloads on one async client thread. Prints a
@@ -83,6 +87,10 @@ enum Command {
         /// for a plain port (inetd's own daytime): nothing is sent, the answer read.
         #[arg(long)]
         service: Option<String>,
+        /// Send these first bytes instead of a name (for detecting listeners
+        /// and sslh): `ssh` (an SSH banner) or `tls:NAME` (a ClientHello for NAME).
+        #[arg(long, conflicts_with = "service", value_parser = probe_bytes)]
+        probe: Option<Probe>,
         #[arg(long, default_value_t = 8)]
         connections: usize,
         /// Seconds to run.
@@ -182,6 +190,9 @@ enum Command {
         /// Negotiate this TCPMUX service first (leave out for plain TCP targets).
         #[arg(long)]
         service: Option<String>,
+        /// Send these first bytes instead (`ssh` or `tls:NAME`), as in `short`.
+        #[arg(long, conflicts_with = "service", value_parser = probe_bytes)]
+        probe: Option<Probe>,
         #[arg(long, default_value_t = 1)]
         connections: usize,
         /// Bytes each connection must receive; a mismatch fails the run.
@@ -198,7 +209,16 @@ enum Command {
 fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
-        Command::Source { listen, bytes } => bulk::source(listen, bytes),
+        Command::Source {
+            listen,
+            bytes,
+            tasks: false,
+        } => bulk::source(listen, bytes),
+        Command::Source {
+            listen,
+            bytes,
+            tasks: true,
+        } => bulk::source_tasks(listen, bytes),
         Command::Sweep {
             connect,
             service,
@@ -219,12 +239,14 @@ fn main() -> ExitCode {
         Command::Short {
             connect,
             service,
+            probe,
             connections,
             duration,
             report,
         } => requests::short(
             connect,
             service.as_deref(),
+            probe.map(|p| p.0),
             connections.max(1),
             duration,
             &report.label,
@@ -277,13 +299,18 @@ fn main() -> ExitCode {
         Command::Bulk {
             connect,
             service,
+            probe,
             connections,
             expect,
             repeat,
             report,
         } => bulk::bulk(
             connect,
-            service.as_deref(),
+            &match (service, probe) {
+                (Some(name), _) => bulk::Opening::Service(name),
+                (None, Some(probe)) => bulk::Opening::Probe(probe.0),
+                (None, None) => bulk::Opening::Nothing,
+            },
             connections,
             expect,
             repeat.max(1),
@@ -299,6 +326,22 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// The first bytes of `--probe`: `ssh` (an SSH identification string) or
+/// `tls:NAME` (a TLS ClientHello asking for NAME).
+fn probe_bytes(spec: &str) -> Result<Probe, String> {
+    match spec.split_once(':') {
+        None if spec == "ssh" => Ok(Probe(b"SSH-2.0-tcpmux-bench\r\n".to_vec())),
+        Some(("tls", name)) if !name.is_empty() => Ok(Probe(
+            tcpmux_proto::sniff::client_hello::build(Some(name), &["h2"], 0, 16384),
+        )),
+        _ => Err(format!("{spec:?}: expected ssh or tls:NAME")),
+    }
+}
+
+/// The bytes of a `--probe` (one value, not a list of numbers).
+#[derive(Clone)]
+struct Probe(Vec<u8>);
 
 /// Read buffer of the threaded clients, and block size of `source`.
 const BUFFER: usize = 256 * 1024;

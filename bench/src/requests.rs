@@ -50,7 +50,12 @@ where
 
 /// One short exchange. With a request (a TCPMUX name line), success is a `+`
 /// answer; without one (a plain port such as inetd's daytime), any answer.
-fn short_once(target: SocketAddr, request: Option<&[u8]>, buf: &mut Vec<u8>) -> io::Result<bool> {
+fn short_once(
+    target: SocketAddr,
+    request: Option<&[u8]>,
+    tcpmux: bool,
+    buf: &mut Vec<u8>,
+) -> io::Result<bool> {
     let mut stream = TcpStream::connect(target)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     if let Some(request) = request {
@@ -58,23 +63,30 @@ fn short_once(target: SocketAddr, request: Option<&[u8]>, buf: &mut Vec<u8>) -> 
     }
     buf.clear();
     stream.read_to_end(buf)?;
-    Ok(match request {
-        Some(_) => buf.first() == Some(&b'+'),
-        None => !buf.is_empty(),
+    Ok(match tcpmux {
+        true => buf.first() == Some(&b'+'),
+        false => !buf.is_empty(),
     })
 }
 
+/// `probe`: raw first bytes to send instead of a TCPMUX name (an SSH banner or
+/// a ClientHello, for a detecting listener); success is then any answer.
 pub fn short(
     target: SocketAddr,
     service: Option<&str>,
+    probe: Option<Vec<u8>>,
     connections: usize,
     duration: f64,
     label: &str,
     json: bool,
 ) -> Result<(), String> {
-    let request: Option<Arc<[u8]>> = service.map(|s| format!("{s}\r\n").into_bytes().into());
+    let tcpmux = service.is_some();
+    let request: Option<Arc<[u8]>> = match probe {
+        Some(bytes) => Some(bytes.into()),
+        None => service.map(|s| format!("{s}\r\n").into_bytes().into()),
+    };
     let summary = run_clients(connections, duration, "connections", move |buf| {
-        short_once(target, request.as_deref(), buf)
+        short_once(target, request.as_deref(), tcpmux, buf)
     })?;
     if json {
         println!(

@@ -361,3 +361,23 @@ fn backends_receive_the_socket_in_blocking_mode() {
     drop(socket);
     assert_eq!(client.join().unwrap(), b"+\r\nblocking\n");
 }
+
+#[test]
+fn a_detecting_listener_hands_off_a_tls_client_with_its_client_hello_unread() {
+    let dir = common::scratch_dir();
+    let control = dir.join("handoff.sock");
+    let daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", detect = true }}]\n\
+         handoff_socket = \"{}\"\n[service.app]\nhandoff = {{ uid = [{}] }}\nsni = [\"app.example\"]\n",
+        control.display(),
+        common::my_uid()
+    ));
+    let _backend = Backend::start(&control, &["app"], false).expect("register");
+    let hello = tcpmux_proto::sniff::client_hello::build(Some("app.example"), &[], 0, 16384);
+    let mut stream = daemon.connect();
+    let answer = common::send_and_receive(&mut stream, hello.clone());
+    // No `+`: the backend's greeting, then the ClientHello it read itself.
+    assert!(answer.starts_with(b"hello from pid "), "{answer:?}");
+    assert!(answer.ends_with(&hello));
+    let _ = std::fs::remove_dir_all(&dir);
+}

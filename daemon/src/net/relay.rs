@@ -75,19 +75,64 @@ async fn one_way(
     moved: &AtomicU64,
 ) -> io::Result<()> {
     match mode {
-        RelayMode::Splice => match Pipe::new() {
-            Ok(pipe) => splice_one_way(from, to, &pipe, activity, moved).await?,
-            Err(e) => {
-                tracing::debug!(error = %e, "no pipe for splice; copying instead");
-                copy_one_way(from, to, activity, moved).await?
+        RelayMode::Splice => {
+            if copy_until_bulk(from, to, activity, moved).await? {
+                match Pipe::new() {
+                    Ok(pipe) => splice_one_way(from, to, &pipe, activity, moved).await?,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no pipe for splice; copying instead");
+                        copy_one_way(from, to, activity, moved).await?
+                    }
+                }
             }
-        },
+        }
         RelayMode::Copy => copy_one_way(from, to, activity, moved).await?,
     }
     // EOF from `from`: pass it on, while the other direction may still run.
     match to.shutdown_write() {
         Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
         _ => Ok(()),
+    }
+}
+
+/// What a splice relay moves through a small user-space buffer before it sets
+/// up its pipe: short exchanges (a banner, a request, a small answer) never pay
+/// for a pipe and its descriptors; a read that fills it marks a bulk direction,
+/// which then switches to splice.
+const FIRST_COPY: usize = 16 * 1024;
+
+/// Copies until EOF (returns `false`) or until one read fills the buffer
+/// (returns `true`: the direction is bulk, splice the rest).
+async fn copy_until_bulk(
+    from: &Stream,
+    to: &Stream,
+    activity: &Activity,
+    moved: &AtomicU64,
+) -> io::Result<bool> {
+    let mut buf = vec![0u8; FIRST_COPY];
+    loop {
+        let n = from
+            .async_io(Interest::READABLE, || {
+                rustix::io::read(from.as_fd(), &mut buf[..]).map_err(io::Error::from)
+            })
+            .await?;
+        if n == 0 {
+            return Ok(false);
+        }
+        activity.touch();
+        let mut sent = 0;
+        while sent < n {
+            let m = to
+                .async_io(Interest::WRITABLE, || {
+                    send(to.as_fd(), &buf[sent..n], SendFlags::NOSIGNAL).map_err(io::Error::from)
+                })
+                .await?;
+            sent += m;
+            moved.fetch_add(m as u64, Ordering::Relaxed);
+        }
+        if n == FIRST_COPY {
+            return Ok(true);
+        }
     }
 }
 
