@@ -44,7 +44,8 @@ pub fn source_tasks(listen: SocketAddr, bytes: u64) -> Result<(), String> {
                 // As in `source`: FIN, then wait for the client's close.
                 let _ = conn.shutdown().await;
                 let mut scratch = [0u8; 4096];
-                let drain = async { while matches!(conn.read(&mut scratch).await, Ok(n) if n > 0) {} };
+                let drain =
+                    async { while matches!(conn.read(&mut scratch).await, Ok(n) if n > 0) {} };
                 let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
             });
         }

@@ -363,12 +363,19 @@ fn workers_mode_runs_one_event_loop_per_thread_on_one_port() {
         .count();
     assert_eq!(workers, 3, "{names:?}");
     assert!(names.iter().any(|n| n == "tcpmuxd-log"), "{names:?}");
-    let listening = daemon
-        .logs()
-        .iter()
-        .filter(|l| l.contains(" listening "))
-        .count();
-    assert_eq!(listening, 3, "each worker binds its own socket");
+    // The harness waits for the first worker's line; the others follow.
+    let listening = || {
+        daemon
+            .logs()
+            .iter()
+            .filter(|l| l.contains(" listening "))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while listening() < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(listening(), 3, "each worker binds its own socket");
     let addr = daemon.addr;
     let clients: Vec<_> = (0..60u64)
         .map(|i| {
