@@ -194,34 +194,117 @@ fn sighup_reloads_services_without_touching_running_sessions() {
     assert!(warned.is_empty(), "{warned:?}");
 }
 
-#[test]
-fn sighup_warns_that_the_files_listen_change_waits_for_a_restart() {
-    // The file's own `listen`, reloaded unchanged: nothing to warn about.
-    let mut daemon = Daemon::with_config("listen = [\"127.0.0.1:0\"]\n");
-    daemon.signal("HUP");
-    daemon
-        .wait_for_log(|l| l.contains("configuration reloaded"))
-        .expect("reloaded");
-    assert!(!daemon.logs().iter().any(|l| l.contains("only on restart")));
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
-    let dir = common::scratch_dir();
-    let socket = dir.join("later.sock");
-    std::fs::write(
-        daemon.config_path(),
-        format!(
-            "listen = [\"127.0.0.1:0\", \"unix:{}\"]\n",
-            socket.display()
-        ),
-    )
-    .unwrap();
+/// Waits (up to PATIENCE) until connects to `addr` are refused.
+fn wait_refused(addr: &str) {
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while TcpStream::connect(addr).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "{addr} still accepts");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Rewrites the config file, reloads, and waits for the `n`th reload's line
+/// ("configuration reloaded" or "reload failed").
+fn reload(daemon: &mut Daemon, config: &str, n: usize) -> String {
+    std::fs::write(daemon.config_path(), config).unwrap();
     daemon.signal("HUP");
-    let line = daemon
-        .wait_for_log(|l| l.contains("only on restart"))
-        .expect("a warning that listen did not change");
-    assert!(line.contains("`listen`"), "{line}");
-    assert!(!socket.exists(), "a reload bound a new listener");
-    // Still serving on the address it started with.
-    assert!(daemon.exchange(b"daytime\r\n").starts_with(b"+\r\n"));
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    loop {
+        let lines: Vec<String> = daemon
+            .logs()
+            .into_iter()
+            .filter(|l| l.contains("configuration reloaded") || l.contains("reload failed"))
+            .collect();
+        if lines.len() >= n {
+            return lines[n - 1].clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no reload line");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sighup_applies_listen_changes_and_keeps_running_sessions() {
+    let (a, b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let mut daemon = Daemon::with_config(&format!("listen = [\"{a}\"]\n"));
+    let mut running = TcpStream::connect(&a).unwrap();
+    running.write_all(b"echo\r\n").unwrap();
+    assert_eq!(read_line(&mut running), b"+\r\n");
+
+    // Add b and remove a: b serves, a refuses new connects, its session goes on.
+    let line = reload(&mut daemon, &format!("listen = [\"{b}\"]\n"), 1);
+    assert!(line.contains("configuration reloaded"), "{line}");
+    let mut fresh = TcpStream::connect(&b).unwrap();
+    fresh.write_all(b"daytime\r\n").unwrap();
+    assert_eq!(read_line(&mut fresh), b"+\r\n");
+    wait_refused(&a);
+    running.write_all(b"still here").unwrap();
+    running.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(text(read_all(&mut running)), "still here");
+
+    // Changed options apply to new connections: b now expects a PROXY header.
+    let trusted =
+        format!("listen = [{{ address = \"{b}\", accept_proxy_from = [\"127.0.0.1/32\"] }}]\n");
+    reload(&mut daemon, &trusted, 2);
+    let mut stream = TcpStream::connect(&b).unwrap();
+    stream.write_all(b"echo\r\n").unwrap();
+    assert!(text(read_line(&mut stream)).starts_with("-invalid PROXY protocol header"));
+
+    // Atomic: an address that cannot be bound changes nothing, services included.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap();
+    let c = format!("127.0.0.1:{}", free_port());
+    let bad = format!(
+        "listen = [\"{b}\", \"{c}\", \"{taken_addr}\"]\n[service.extra]\nbuiltin = \"echo\"\n"
+    );
+    let line = reload(&mut daemon, &bad, 3);
+    assert!(
+        line.contains("reload failed") && line.contains(&format!("cannot listen on {taken_addr}")),
+        "{line}"
+    );
+    assert!(
+        TcpStream::connect(&c).is_err(),
+        "a failed reload left {c} bound"
+    );
+    let mut stream = TcpStream::connect(&b).unwrap();
+    stream
+        .write_all(b"PROXY TCP4 192.0.2.1 192.0.2.2 1 2\r\nextra\r\n")
+        .unwrap();
+    assert!(text(read_line(&mut stream)).starts_with("-unknown service extra"));
+
+    // The metrics endpoint and the control socket come and go with the file.
+    let m = format!("127.0.0.1:{}", free_port());
+    let dir = common::scratch_dir();
+    let control = dir.join("handoff.sock");
+    let with = format!(
+        "listen = [\"{b}\"]\nmetrics_listen = \"{m}\"\nhandoff_socket = \"{}\"\n",
+        control.display()
+    );
+    reload(&mut daemon, &with, 4);
+    assert!(TcpStream::connect(&m).is_ok(), "metrics endpoint not bound");
+    assert!(control.exists());
+    reload(&mut daemon, &format!("listen = [\"{b}\"]\n"), 5);
+    wait_refused(&m);
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while control.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        !control.exists(),
+        "the control socket file outlived its removal"
+    );
+    assert!(!daemon.logs().iter().any(|l| l.contains("only on restart")));
     let _ = std::fs::remove_dir_all(dir);
 }
 

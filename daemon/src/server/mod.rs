@@ -1,14 +1,17 @@
 //! The server: binds what the configuration asks for, then accepts connections and
 //! hands each to a session until told to stop; reloads the configuration when
-//! told to. Signals are not its business: `main.rs` turns them into the shutdown
-//! future and the reload channel, and tests pass their own.
+//! told to, listeners included (`listeners.rs`). Signals are not its business:
+//! `main.rs` turns them into the shutdown future and the reload channel, and
+//! tests pass their own.
+
+mod listeners;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -16,10 +19,11 @@ use crate::config::Config;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
 use crate::net::listener::{accept_backoff, BindError, Listener, Prebound};
 use crate::ops::privileges::{drop_privileges, PrivilegeError};
-use crate::ops::{logging, metrics_endpoint, systemd};
+use crate::ops::{logging, systemd};
 use crate::session;
 pub use crate::state::Counters;
 use crate::state::Shared;
+use listeners::{Live, SharedOptions};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -35,13 +39,15 @@ pub enum RunError {
 /// A daemon whose sockets are bound and that serves nobody yet.
 pub struct Server {
     shared: Arc<Shared>,
-    listeners: Vec<(Listener, Arc<ListenOptions>)>,
-    control: Option<Listener>,
-    metrics: Option<Listener>,
-    /// What a reload reads, and what it compares the new file with.
+    /// Each with the address as configured (port 0 stays 0) and its options.
+    listeners: Vec<(ListenAddr, Listener, ListenOptions)>,
+    control: Option<(PathBuf, Listener)>,
+    metrics: Option<(SocketAddr, Listener)>,
+    /// What a reload reads.
     config_path: Option<PathBuf>,
-    listen: Option<Vec<ListenSpec>>,
-    handoff_socket: Option<PathBuf>,
+    /// Whether a reload applies the file's `listen`: not when the command
+    /// line, systemd or `--workers` chose the sockets.
+    follow_file: bool,
 }
 
 impl Server {
@@ -69,17 +75,21 @@ impl Server {
         config_path: Option<PathBuf>,
         counters: Counters,
     ) -> Result<Server, RunError> {
+        let follow_file = inherited.is_empty() && !config.listen_from_command_line;
         let listeners = if inherited.is_empty() {
             config
                 .listen
                 .iter()
-                .map(|spec| Ok((Listener::bind(&spec.addr)?, Arc::new(spec.options.clone()))))
+                .map(|spec| {
+                    let listener = Listener::bind(&spec.addr)?;
+                    Ok((spec.addr.clone(), listener, spec.options.clone()))
+                })
                 .collect::<Result<Vec<_>, BindError>>()?
         } else {
             adopt(inherited, &config.listen)?
         };
         let control = match &config.handoff_socket {
-            Some(path) => Some(bind_control_socket(path)?),
+            Some(path) => Some((path.clone(), bind_control_socket(path)?)),
             None => None,
         };
         // Everything privileged (binding port 1, creating sockets in /run) is done.
@@ -88,33 +98,31 @@ impl Server {
         }
         // Only now may the process have a second thread.
         logging::start_writer();
-        let metrics = match &config.metrics_listen {
-            Some(addr) => Some(Listener::bind(&ListenAddr::Tcp(*addr))?),
+        let metrics = match config.metrics_listen {
+            Some(addr) => Some((addr, Listener::bind(&ListenAddr::Tcp(addr))?)),
             None => None,
         };
-        // A reload compares its file's `listen` with nothing when the command
-        // line chose the addresses.
-        let listen = (!config.listen_from_command_line).then(|| config.listen.clone());
-        let handoff_socket = config.handoff_socket.clone();
         Ok(Server {
             shared: Arc::new(Shared::new(config, counters)),
             listeners,
             control,
             metrics,
             config_path,
-            listen,
-            handoff_socket,
+            follow_file,
         })
     }
 
     /// The TCPMUX addresses actually bound (real ports where 0 was asked for).
     pub fn local_addrs(&self) -> Vec<ListenAddr> {
-        self.listeners.iter().map(|(l, _)| l.local_addr()).collect()
+        self.listeners
+            .iter()
+            .map(|(_, l, _)| l.local_addr())
+            .collect()
     }
 
     /// The metrics endpoint's address, if there is one.
     pub fn metrics_addr(&self) -> Option<ListenAddr> {
-        self.metrics.as_ref().map(Listener::local_addr)
+        self.metrics.as_ref().map(|(_, l)| l.local_addr())
     }
 
     /// Serves until `shutdown` completes, reloading the configuration file on
@@ -125,40 +133,15 @@ impl Server {
         crate::services::prepare();
         let shared = self.shared;
         let sessions = Sessions::default();
-        let mut accepting = JoinSet::new();
-        if let Some(listener) = self.metrics {
-            tracing::info!(address = %listener.local_addr(), "metrics endpoint");
-            let source = Arc::clone(&shared);
-            accepting.spawn(metrics_endpoint::serve(
-                listener,
-                Arc::new(move || source.render_metrics()),
-            ));
+        let mut live = Live::new(self.follow_file);
+        if let Some((addr, listener)) = self.metrics {
+            live.serve_metrics(addr, listener, &shared);
         }
-        if let Some(control) = self.control {
-            tracing::info!(address = %control.local_addr(), "handoff control socket");
-            let source = Arc::clone(&shared);
-            accepting.spawn(crate::hub::control_loop(
-                control,
-                Arc::clone(&shared.hub),
-                move || {
-                    let settings = source.settings();
-                    (Arc::clone(&settings.registry), settings.control_limits)
-                },
-            ));
+        if let Some((path, listener)) = self.control {
+            live.serve_control(path, listener, &shared);
         }
-        for (listener, options) in self.listeners {
-            tracing::info!(
-                address = %listener.local_addr(),
-                services = shared.settings().registry.len(),
-                accept_proxy_from = ?options.accept_proxy_from.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                "listening"
-            );
-            accepting.spawn(accept_loop(
-                listener,
-                options,
-                Arc::clone(&shared),
-                sessions.clone(),
-            ));
+        for (configured, listener, options) in self.listeners {
+            live.serve_tcpmux(configured, listener, options, &shared, &sessions);
         }
 
         systemd::notify("READY=1");
@@ -168,8 +151,7 @@ impl Server {
                 () = &mut shutdown => break,
                 Some(()) = reload.recv() => {
                     systemd::notify_reloading();
-                    let (path, listen) = (self.config_path.as_deref(), self.listen.as_deref());
-                    reload_config(&shared, path, listen, self.handoff_socket.as_deref());
+                    reload_config(&shared, &mut live, &sessions, self.config_path.as_deref());
                     systemd::notify("READY=1");
                 }
             }
@@ -179,7 +161,7 @@ impl Server {
         let grace = shared.settings().shutdown_grace;
         tracing::info!(active = shared.gate.active.get(), grace = ?grace, "shutting down");
         // Dropping the accept loops drops the listeners, which removes Unix socket files.
-        accepting.shutdown().await;
+        live.shutdown().await;
         sessions.finish(grace).await;
     }
 }
@@ -222,15 +204,16 @@ impl Sessions {
 
 async fn accept_loop(
     listener: Listener,
-    options: Arc<ListenOptions>,
+    options: SharedOptions,
     shared: Arc<Shared>,
     sessions: Sessions,
 ) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                let session =
-                    session::handle(Arc::clone(&shared), stream, peer, Arc::clone(&options));
+                // The options in force now: a reload may have changed them.
+                let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
+                let session = session::handle(Arc::clone(&shared), stream, peer, options);
                 sessions.spawn(session);
             }
             Err(e) => {
@@ -244,32 +227,35 @@ async fn accept_loop(
     }
 }
 
-/// Load the file again; new connections get the new services, running sessions
-/// keep theirs. A bad file keeps the old configuration.
-fn reload_config(
-    shared: &Shared,
-    path: Option<&Path>,
-    listen: Option<&[ListenSpec]>,
-    handoff: Option<&Path>,
-) {
+/// Load the file again: new connections get the new services, running
+/// sessions keep theirs; added listen addresses are bound and removed ones
+/// closed (as are a changed metrics endpoint and control socket). Nothing
+/// changes unless all of it succeeds: a bad file or an address that cannot
+/// be bound keeps the running configuration, with one error line.
+fn reload_config(shared: &Arc<Shared>, live: &mut Live, sessions: &Sessions, path: Option<&Path>) {
     let Some(path) = path else {
         tracing::warn!("reload ignored: started without --config, nothing to reload");
         return;
     };
-    match Config::load(path) {
-        Ok(config) => {
-            if listen.is_some_and(|listen| config.listen != listen) {
-                tracing::warn!("`listen` changes only on restart; keeping the current addresses");
-            }
-            if config.handoff_socket.as_deref() != handoff {
-                tracing::warn!("`handoff_socket` changes only on restart; keeping the current one");
-            }
-            let services = config.registry.len();
-            shared.replace_settings(config);
-            tracing::info!(path = %path.display(), services, "configuration reloaded");
+    let config = match Config::load(path) {
+        Ok(config) => config,
+        Err(e) => {
+            tracing::error!("reload failed, keeping the running configuration: {e}");
+            return;
         }
-        Err(e) => tracing::error!("reload failed, keeping the running configuration: {e}"),
-    }
+    };
+    let staged = match live.stage(&config) {
+        Ok(staged) => staged,
+        Err(e) => {
+            tracing::error!("reload failed, keeping the running configuration: {e}");
+            return;
+        }
+    };
+    live.commit(staged, &config, shared, sessions);
+    let services = config.registry.len();
+    let listen = live.follows_file().then_some(config.listen.len());
+    shared.replace_settings(config);
+    tracing::info!(path = %path.display(), services, listen, "configuration reloaded");
 }
 
 /// Listeners from systemd; each keeps the options of the configured address it
@@ -277,7 +263,7 @@ fn reload_config(
 fn adopt(
     inherited: Vec<Prebound>,
     configured: &[ListenSpec],
-) -> Result<Vec<(Listener, Arc<ListenOptions>)>, RunError> {
+) -> Result<Vec<(ListenAddr, Listener, ListenOptions)>, RunError> {
     inherited
         .into_iter()
         .map(|prebound| {
@@ -291,7 +277,7 @@ fn adopt(
                     .map(|spec| spec.options.clone())
                     .unwrap_or_default()
             });
-            Ok((listener, Arc::new(options)))
+            Ok((addr, listener, options))
         })
         .collect()
 }

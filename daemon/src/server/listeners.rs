@@ -1,0 +1,218 @@
+//! The daemon's live listening sockets (TCPMUX listeners, the metrics endpoint,
+//! the handoff control socket) and applying a configuration to them on reload:
+//! everything new is bound first, and only if all of it binds does anything
+//! change; removed sockets are closed, so new connects to them are refused,
+//! while the sessions they accepted go on.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use tokio::task::{AbortHandle, JoinSet};
+
+use super::{accept_loop, bind_control_socket, Sessions};
+use crate::config::Config;
+use crate::model::{ListenAddr, ListenOptions, ListenSpec};
+use crate::net::listener::{BindError, Listener};
+use crate::ops::metrics_endpoint;
+use crate::state::Shared;
+
+/// A listener's options, which a reload may change for new connections.
+pub(super) type SharedOptions = Arc<RwLock<Arc<ListenOptions>>>;
+
+struct Tcpmux {
+    /// As configured (port 0 stays 0), to compare with a new file.
+    configured: ListenAddr,
+    options: SharedOptions,
+    task: AbortHandle,
+}
+
+/// Every socket the daemon serves now.
+pub(super) struct Live {
+    accepting: JoinSet<()>,
+    tcpmux: Vec<Tcpmux>,
+    metrics: Option<(SocketAddr, AbortHandle)>,
+    control: Option<(PathBuf, AbortHandle)>,
+    /// Whether a reloaded file's `listen` applies: not when the command line
+    /// (`--listen`), systemd or `--workers` chose the sockets.
+    follow_file: bool,
+}
+
+/// Sockets bound for a new configuration and not serving yet; dropping them
+/// closes them (and removes their Unix socket files).
+pub(super) struct Staged {
+    tcpmux: Vec<(ListenSpec, Listener)>,
+    /// `Some(None)`: the endpoint is to close.
+    metrics: Option<Option<Listener>>,
+    control: Option<Option<Listener>>,
+}
+
+impl Live {
+    pub(super) fn new(follow_file: bool) -> Live {
+        Live {
+            accepting: JoinSet::new(),
+            tcpmux: Vec::new(),
+            metrics: None,
+            control: None,
+            follow_file,
+        }
+    }
+
+    pub(super) fn follows_file(&self) -> bool {
+        self.follow_file
+    }
+
+    /// Starts serving a TCPMUX listener configured as `configured`.
+    pub(super) fn serve_tcpmux(
+        &mut self,
+        configured: ListenAddr,
+        listener: Listener,
+        options: ListenOptions,
+        shared: &Arc<Shared>,
+        sessions: &Sessions,
+    ) {
+        tracing::info!(
+            address = %listener.local_addr(),
+            services = shared.settings().registry.len(),
+            accept_proxy_from = ?options.accept_proxy_from.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            detect = options.detect.is_some(),
+            "listening"
+        );
+        let options: SharedOptions = Arc::new(RwLock::new(Arc::new(options)));
+        let task = self.accepting.spawn(accept_loop(
+            listener,
+            Arc::clone(&options),
+            Arc::clone(shared),
+            sessions.clone(),
+        ));
+        self.tcpmux.push(Tcpmux {
+            configured,
+            options,
+            task,
+        });
+    }
+
+    pub(super) fn serve_metrics(
+        &mut self,
+        configured: SocketAddr,
+        listener: Listener,
+        shared: &Arc<Shared>,
+    ) {
+        tracing::info!(address = %listener.local_addr(), "metrics endpoint");
+        let source = Arc::clone(shared);
+        let render = Arc::new(move || source.render_metrics());
+        let task = self
+            .accepting
+            .spawn(metrics_endpoint::serve(listener, render));
+        self.metrics = Some((configured, task));
+    }
+
+    pub(super) fn serve_control(
+        &mut self,
+        path: PathBuf,
+        listener: Listener,
+        shared: &Arc<Shared>,
+    ) {
+        tracing::info!(address = %listener.local_addr(), "handoff control socket");
+        let source = Arc::clone(shared);
+        let current = move || {
+            let settings = source.settings();
+            (Arc::clone(&settings.registry), settings.control_limits)
+        };
+        let hub = Arc::clone(&shared.hub);
+        let task = self
+            .accepting
+            .spawn(crate::hub::control_loop(listener, hub, current));
+        self.control = Some((path, task));
+    }
+
+    /// Binds what `config` adds to the sockets in service, changing nothing.
+    pub(super) fn stage(&self, config: &Config) -> Result<Staged, BindError> {
+        let mut tcpmux = Vec::new();
+        if self.follow_file {
+            for spec in &config.listen {
+                if !self.tcpmux.iter().any(|live| live.configured == spec.addr) {
+                    tcpmux.push((spec.clone(), Listener::bind(&spec.addr)?));
+                }
+            }
+        }
+        let current = self.metrics.as_ref().map(|(addr, _)| *addr);
+        let metrics = match (current == config.metrics_listen, config.metrics_listen) {
+            (true, _) => None,
+            (false, Some(addr)) => Some(Some(Listener::bind(&ListenAddr::Tcp(addr))?)),
+            (false, None) => Some(None),
+        };
+        let current = self.control.as_ref().map(|(path, _)| path.as_path());
+        let control = match (
+            current == config.handoff_socket.as_deref(),
+            &config.handoff_socket,
+        ) {
+            (true, _) => None,
+            (false, Some(path)) => Some(Some(bind_control_socket(path)?)),
+            (false, None) => Some(None),
+        };
+        Ok(Staged {
+            tcpmux,
+            metrics,
+            control,
+        })
+    }
+
+    /// Puts `staged` in service and closes what `config` no longer has.
+    pub(super) fn commit(
+        &mut self,
+        staged: Staged,
+        config: &Config,
+        shared: &Arc<Shared>,
+        sessions: &Sessions,
+    ) {
+        if self.follow_file {
+            self.tcpmux.retain(|live| {
+                let Some(spec) = config.listen.iter().find(|s| s.addr == live.configured) else {
+                    tracing::info!(address = %live.configured, "listener closed");
+                    live.task.abort();
+                    return false;
+                };
+                *live.options.write().unwrap_or_else(|p| p.into_inner()) =
+                    Arc::new(spec.options.clone());
+                true
+            });
+            for (spec, listener) in staged.tcpmux {
+                self.serve_tcpmux(spec.addr, listener, spec.options, shared, sessions);
+            }
+        }
+        if let Some(metrics) = staged.metrics {
+            close(
+                self.metrics
+                    .take()
+                    .map(|(addr, task)| (addr.to_string(), task)),
+                "metrics endpoint",
+            );
+            if let (Some(listener), Some(addr)) = (metrics, config.metrics_listen) {
+                self.serve_metrics(addr, listener, shared);
+            }
+        }
+        if let Some(control) = staged.control {
+            let old = self
+                .control
+                .take()
+                .map(|(path, task)| (path.display().to_string(), task));
+            close(old, "handoff control socket");
+            if let (Some(listener), Some(path)) = (control, &config.handoff_socket) {
+                self.serve_control(path.clone(), listener, shared);
+            }
+        }
+    }
+
+    /// Closes every socket: accepting stops at once.
+    pub(super) async fn shutdown(mut self) {
+        self.accepting.shutdown().await;
+    }
+}
+
+fn close(old: Option<(String, AbortHandle)>, what: &str) {
+    if let Some((address, task)) = old {
+        tracing::info!(%address, "{what} closed");
+        task.abort();
+    }
+}
