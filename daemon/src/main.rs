@@ -140,8 +140,9 @@ fn signal_triggers() -> std::io::Result<(impl std::future::Future<Output = ()>, 
     let mut hangup = signal(SignalKind::hangup())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
-    // One pending reload is enough: it reads the file as it is when it runs.
-    let (reload, reloads) = mpsc::channel(1);
+    // Each SIGHUP is one reload, as an operator counting them expects; a burst
+    // beyond what is queued adds nothing (the last reload reads the latest file).
+    let (reload, reloads) = mpsc::channel(16);
     tokio::spawn(async move {
         while hangup.recv().await.is_some() {
             let _ = reload.try_send(());
