@@ -38,6 +38,12 @@ struct Args {
     /// Check FILE and exit: 0 if it is valid, 1 with the error if not.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["config", "listen"])]
     check_config: Option<PathBuf>,
+    /// Take over from the tcpmuxd running with the same configuration's
+    /// `upgrade_socket`: receive its listening sockets, serve on them, then let
+    /// it drain and exit. Runs in the foreground as the new daemon; exits 1
+    /// with the reason if it cannot take over.
+    #[arg(long, requires = "config")]
+    upgrade: bool,
 }
 
 /// How long the exit waits for queued log lines to reach stderr.
@@ -93,6 +99,18 @@ fn daemon_main() -> ExitCode {
     // SAFETY: no other thread exists yet, and nothing else in the process has
     // claimed the descriptors systemd passed.
     let inherited = unsafe { systemd::take_listen_fds() };
+    if args.upgrade {
+        if args.workers > 1 {
+            return fail("--upgrade takes over one event loop: run with --workers 1");
+        }
+        let Some(socket) = config.upgrade_socket.clone() else {
+            return fail("--upgrade needs `upgrade_socket = \"/path\"` in the configuration, as the running daemon has it");
+        };
+        return match tcpmuxd::server::take_over(&socket) {
+            Ok(taken) => event_loop(config, args.config.clone(), Start::Upgrade(taken)),
+            Err(e) => fail(e),
+        };
+    }
     if args.workers > 1 {
         return run_workers(
             config,
@@ -101,16 +119,23 @@ fn daemon_main() -> ExitCode {
             usize::from(args.workers),
         );
     }
-    event_loop(config, args.config.clone(), inherited, Counters::default())
+    event_loop(
+        config,
+        args.config.clone(),
+        Start::Fresh(inherited, Counters::default()),
+    )
 }
 
 /// One event loop on the calling thread.
-fn event_loop(
-    config: Config,
-    path: Option<PathBuf>,
-    inherited: Vec<Prebound>,
-    counters: Counters,
-) -> ExitCode {
+/// Where an event loop's sockets come from.
+enum Start {
+    /// Bound here, or inherited from systemd or `--workers`' prebinding.
+    Fresh(Vec<Prebound>, Counters),
+    /// Handed over by the daemon this one replaces.
+    Upgrade((std::os::unix::net::UnixStream, tcpmuxd::server::Handed)),
+}
+
+fn event_loop(config: Config, path: Option<PathBuf>, start: Start) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -123,7 +148,15 @@ fn event_loop(
             Ok(triggers) => triggers,
             Err(e) => return fail(format!("cannot install signal handlers: {e}")),
         };
-        match Server::bind_sharing(config, inherited, path, counters) {
+        let bound = match start {
+            Start::Fresh(inherited, counters) => {
+                Server::bind_sharing(config, inherited, path, counters)
+            }
+            Start::Upgrade((predecessor, handed)) => {
+                Server::bind_upgrading(config, handed, predecessor, path)
+            }
+        };
+        match bound {
             Ok(server) => {
                 server.run(shutdown, reload).await;
                 ExitCode::SUCCESS
@@ -210,7 +243,7 @@ fn run_workers(
             let (path, counters) = (path.clone(), counters.clone());
             std::thread::Builder::new()
                 .name(format!("tcpmuxd-worker-{index}"))
-                .spawn(move || event_loop(config, path, set, counters))
+                .spawn(move || event_loop(config, path, Start::Fresh(set, counters)))
         })
         .collect();
     let mut status = ExitCode::SUCCESS;

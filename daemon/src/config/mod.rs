@@ -50,6 +50,8 @@ pub struct Config {
     pub registry: Registry,
     /// Where handoff backends register (`handoff_socket`).
     pub handoff_socket: Option<PathBuf>,
+    /// Where a new binary asks this one for its sockets (`upgrade_socket`).
+    pub upgrade_socket: Option<PathBuf>,
     /// On SIGTERM/SIGINT, how long running sessions may take to finish.
     pub shutdown_grace: Duration,
     pub limits: Limits,
@@ -70,6 +72,7 @@ impl Default for Config {
             close_drain_timeout: DEFAULT_CLOSE_DRAIN_TIMEOUT,
             registry: Registry::builtins(),
             handoff_socket: None,
+            upgrade_socket: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             limits: Limits {
                 max_connections: Some(DEFAULT_MAX_CONNECTIONS),
@@ -132,6 +135,7 @@ impl Config {
                 .map_or(DEFAULT_CLOSE_DRAIN_TIMEOUT, |t| t.get_ref().0),
             registry,
             handoff_socket: raw.handoff_socket.clone().map(Into::into),
+            upgrade_socket: raw.upgrade_socket.clone().map(Into::into),
             shutdown_grace: raw
                 .shutdown_grace
                 .as_ref()

@@ -50,6 +50,7 @@ pub(crate) struct RawConfig {
     pub(crate) listen: Option<Spanned<Vec<Spanned<toml::Value>>>>,
     pub(crate) import_etc_services: Option<RawImport>,
     pub(crate) handoff_socket: Option<String>,
+    pub(crate) upgrade_socket: Option<String>,
     pub(crate) handoff_max_connections: Option<Spanned<usize>>,
     pub(crate) handoff_max_connections_per_uid: Option<Spanned<usize>>,
     pub(crate) handoff_register_timeout: Option<Spanned<ConfigDuration>>,

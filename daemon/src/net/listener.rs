@@ -128,6 +128,15 @@ impl Listener {
     }
 }
 
+/// Set once this process has handed its sockets to a successor: the Unix
+/// socket files are the successor's now and must survive our listeners.
+static HANDED_OVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Keeps the Unix socket files of every listener dropped from now on.
+pub fn keep_socket_files() {
+    HANDED_OVER.store(true, std::sync::atomic::Ordering::Release);
+}
+
 impl Drop for Listener {
     fn drop(&mut self) {
         if let Listener::Unix {
@@ -136,7 +145,18 @@ impl Drop for Listener {
             ..
         } = self
         {
-            let _ = std::fs::remove_file(path);
+            if !HANDED_OVER.load(std::sync::atomic::Ordering::Acquire) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+impl std::os::fd::AsFd for Listener {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Listener::Tcp(l) => l.as_fd(),
+            Listener::Unix { listener, .. } => listener.as_fd(),
         }
     }
 }

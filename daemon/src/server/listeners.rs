@@ -5,9 +5,12 @@
 //! while the sessions they accepted go on.
 
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
 use super::{accept_loop, bind_control_socket, Sessions};
@@ -25,14 +28,17 @@ struct Tcpmux {
     configured: ListenAddr,
     options: SharedOptions,
     task: AbortHandle,
+    /// A second descriptor of the socket, to hand to a successor.
+    fd: Option<OwnedFd>,
 }
 
 /// Every socket the daemon serves now.
 pub(super) struct Live {
     accepting: JoinSet<()>,
     tcpmux: Vec<Tcpmux>,
-    metrics: Option<(SocketAddr, AbortHandle)>,
-    control: Option<(PathBuf, AbortHandle)>,
+    metrics: Option<(SocketAddr, AbortHandle, Option<OwnedFd>)>,
+    control: Option<(PathBuf, AbortHandle, Option<OwnedFd>)>,
+    upgrade: Option<(PathBuf, Option<OwnedFd>)>,
     /// Whether a reloaded file's `listen` applies: not when the command line
     /// (`--listen`), systemd or `--workers` chose the sockets.
     follow_file: bool,
@@ -54,6 +60,7 @@ impl Live {
             tcpmux: Vec::new(),
             metrics: None,
             control: None,
+            upgrade: None,
             follow_file,
         }
     }
@@ -79,6 +86,7 @@ impl Live {
             "listening"
         );
         let options: SharedOptions = Arc::new(RwLock::new(Arc::new(options)));
+        let fd = listener.as_fd().try_clone_to_owned().ok();
         let task = self.accepting.spawn(accept_loop(
             listener,
             Arc::clone(&options),
@@ -89,6 +97,7 @@ impl Live {
             configured,
             options,
             task,
+            fd,
         });
     }
 
@@ -101,10 +110,11 @@ impl Live {
         tracing::info!(address = %listener.local_addr(), "metrics endpoint");
         let source = Arc::clone(shared);
         let render = Arc::new(move || source.render_metrics());
+        let fd = listener.as_fd().try_clone_to_owned().ok();
         let task = self
             .accepting
             .spawn(metrics_endpoint::serve(listener, render));
-        self.metrics = Some((configured, task));
+        self.metrics = Some((configured, task, fd));
     }
 
     pub(super) fn serve_control(
@@ -120,10 +130,46 @@ impl Live {
             (Arc::clone(&settings.registry), settings.control_limits)
         };
         let hub = Arc::clone(&shared.hub);
+        let fd = listener.as_fd().try_clone_to_owned().ok();
         let task = self
             .accepting
             .spawn(crate::hub::control_loop(listener, hub, current));
-        self.control = Some((path, task));
+        self.control = Some((path, task, fd));
+    }
+
+    /// Serves successors on the upgrade socket, passing them to `requests`.
+    pub(super) fn serve_upgrades(
+        &mut self,
+        path: PathBuf,
+        listener: Listener,
+        requests: mpsc::Sender<UnixStream>,
+    ) {
+        tracing::info!(address = %listener.local_addr(), "upgrade socket");
+        let fd = listener.as_fd().try_clone_to_owned().ok();
+        self.accepting
+            .spawn(super::upgrade::accept_upgrades(listener, requests));
+        self.upgrade = Some((path, fd));
+    }
+
+    /// Every socket in service, for a successor: its kind, what it was
+    /// configured as, and a descriptor of it.
+    pub(super) fn sockets(&self) -> Vec<(&'static str, String, BorrowedFd<'_>)> {
+        let mut sockets = Vec::new();
+        for live in &self.tcpmux {
+            if let Some(fd) = &live.fd {
+                sockets.push(("LISTEN", live.configured.to_string(), fd.as_fd()));
+            }
+        }
+        if let Some((addr, _, Some(fd))) = &self.metrics {
+            sockets.push(("METRICS", addr.to_string(), fd.as_fd()));
+        }
+        if let Some((path, _, Some(fd))) = &self.control {
+            sockets.push(("CONTROL", path.display().to_string(), fd.as_fd()));
+        }
+        if let Some((path, Some(fd))) = &self.upgrade {
+            sockets.push(("UPGRADE", path.display().to_string(), fd.as_fd()));
+        }
+        sockets
     }
 
     /// Binds what `config` adds to the sockets in service, changing nothing.
@@ -136,13 +182,13 @@ impl Live {
                 }
             }
         }
-        let current = self.metrics.as_ref().map(|(addr, _)| *addr);
+        let current = self.metrics.as_ref().map(|(addr, _, _)| *addr);
         let metrics = match (current == config.metrics_listen, config.metrics_listen) {
             (true, _) => None,
             (false, Some(addr)) => Some(Some(Listener::bind(&ListenAddr::Tcp(addr))?)),
             (false, None) => Some(None),
         };
-        let current = self.control.as_ref().map(|(path, _)| path.as_path());
+        let current = self.control.as_ref().map(|(path, _, _)| path.as_path());
         let control = match (
             current == config.handoff_socket.as_deref(),
             &config.handoff_socket,
@@ -185,7 +231,7 @@ impl Live {
             close(
                 self.metrics
                     .take()
-                    .map(|(addr, task)| (addr.to_string(), task)),
+                    .map(|(addr, task, _)| (addr.to_string(), task)),
                 "metrics endpoint",
             );
             if let (Some(listener), Some(addr)) = (metrics, config.metrics_listen) {
@@ -196,7 +242,7 @@ impl Live {
             let old = self
                 .control
                 .take()
-                .map(|(path, task)| (path.display().to_string(), task));
+                .map(|(path, task, _)| (path.display().to_string(), task));
             close(old, "handoff control socket");
             if let (Some(listener), Some(path)) = (control, &config.handoff_socket) {
                 self.serve_control(path.clone(), listener, shared);

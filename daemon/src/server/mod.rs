@@ -5,6 +5,7 @@
 //! tests pass their own.
 
 mod listeners;
+pub mod upgrade;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,13 +25,15 @@ use crate::session;
 pub use crate::state::Counters;
 use crate::state::Shared;
 use listeners::{Live, SharedOptions};
+use std::os::fd::OwnedFd;
+pub use upgrade::{take_over, Handed, UpgradeError};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
     Bind(#[from] BindError),
-    #[error("cannot use a listening socket passed by systemd: {0}")]
+    #[error("cannot use a listening socket passed by systemd or a predecessor: {0}")]
     Inherited(std::io::Error),
     #[error(transparent)]
     Privileges(#[from] PrivilegeError),
@@ -48,6 +51,9 @@ pub struct Server {
     /// Whether a reload applies the file's `listen`: not when the command
     /// line, systemd or `--workers` chose the sockets.
     follow_file: bool,
+    upgrade: Option<(PathBuf, Listener)>,
+    /// The predecessor waiting for this one's READY, when started by `--upgrade`.
+    predecessor: Option<std::os::unix::net::UnixStream>,
 }
 
 impl Server {
@@ -75,21 +81,73 @@ impl Server {
         config_path: Option<PathBuf>,
         counters: Counters,
     ) -> Result<Server, RunError> {
+        let handed = Handed::default();
+        Server::bind_all(config, inherited, handed, None, config_path, counters)
+    }
+
+    /// [`Server::bind`] for a successor (`--upgrade`): the sockets `handed` over
+    /// by the running daemon are reused where the configuration names the same
+    /// addresses, the rest are bound; `predecessor` is told READY once this
+    /// server serves ([`upgrade::take_over`] gives both).
+    pub fn bind_upgrading(
+        config: Config,
+        handed: Handed,
+        predecessor: std::os::unix::net::UnixStream,
+        config_path: Option<PathBuf>,
+    ) -> Result<Server, RunError> {
+        let counters = Counters::default();
+        Server::bind_all(
+            config,
+            Vec::new(),
+            handed,
+            Some(predecessor),
+            config_path,
+            counters,
+        )
+    }
+
+    fn bind_all(
+        config: Config,
+        inherited: Vec<Prebound>,
+        mut handed: Handed,
+        predecessor: Option<std::os::unix::net::UnixStream>,
+        config_path: Option<PathBuf>,
+        counters: Counters,
+    ) -> Result<Server, RunError> {
         let follow_file = inherited.is_empty() && !config.listen_from_command_line;
         let listeners = if inherited.is_empty() {
             config
                 .listen
                 .iter()
                 .map(|spec| {
-                    let listener = Listener::bind(&spec.addr)?;
+                    let listener = match take(&mut handed.tcpmux, &spec.addr) {
+                        Some(fd) => adopt_one(fd)?,
+                        None => Listener::bind(&spec.addr)?,
+                    };
                     Ok((spec.addr.clone(), listener, spec.options.clone()))
                 })
-                .collect::<Result<Vec<_>, BindError>>()?
+                .collect::<Result<Vec<_>, RunError>>()?
         } else {
             adopt(inherited, &config.listen)?
         };
         let control = match &config.handoff_socket {
-            Some(path) => Some((path.clone(), bind_control_socket(path)?)),
+            Some(path) => {
+                let listener = match handed.control.take().filter(|(p, _)| p == path) {
+                    Some((_, fd)) => adopt_one(fd)?,
+                    None => bind_control_socket(path)?,
+                };
+                Some((path.clone(), listener))
+            }
+            None => None,
+        };
+        let upgrade = match &config.upgrade_socket {
+            Some(path) => {
+                let listener = match handed.upgrade.take().filter(|(p, _)| p == path) {
+                    Some((_, fd)) => adopt_one(fd)?,
+                    None => bind_upgrade_socket(path)?,
+                };
+                Some((path.clone(), listener))
+            }
             None => None,
         };
         // Everything privileged (binding port 1, creating sockets in /run) is done.
@@ -99,9 +157,17 @@ impl Server {
         // Only now may the process have a second thread.
         logging::start_writer();
         let metrics = match config.metrics_listen {
-            Some(addr) => Some((addr, Listener::bind(&ListenAddr::Tcp(addr))?)),
+            Some(addr) => {
+                let listener = match handed.metrics.take().filter(|(a, _)| *a == addr) {
+                    Some((_, fd)) => adopt_one(fd)?,
+                    None => Listener::bind(&ListenAddr::Tcp(addr))?,
+                };
+                Some((addr, listener))
+            }
             None => None,
         };
+        // What the predecessor served and this configuration does not is
+        // closed with `handed`.
         Ok(Server {
             shared: Arc::new(Shared::new(config, counters)),
             listeners,
@@ -109,6 +175,8 @@ impl Server {
             metrics,
             config_path,
             follow_file,
+            upgrade,
+            predecessor,
         })
     }
 
@@ -143,6 +211,15 @@ impl Server {
         for (configured, listener, options) in self.listeners {
             live.serve_tcpmux(configured, listener, options, &shared, &sessions);
         }
+        let (upgrade_requests, mut upgrades) = mpsc::channel(1);
+        if let Some((path, listener)) = self.upgrade {
+            live.serve_upgrades(path, listener, upgrade_requests);
+        }
+        if let Some(predecessor) = self.predecessor {
+            // Serving on every socket now: the old daemon may stop accepting.
+            upgrade::ready(predecessor);
+            tracing::info!("upgrade: took over from the running daemon");
+        }
 
         systemd::notify("READY=1");
         tokio::pin!(shutdown);
@@ -153,6 +230,17 @@ impl Server {
                     systemd::notify_reloading();
                     reload_config(&shared, &mut live, &sessions, self.config_path.as_deref());
                     systemd::notify("READY=1");
+                }
+                Some(successor) = upgrades.recv() => {
+                    match upgrade::hand_over(successor, live.sockets()).await {
+                        Ok(true) => {
+                            tracing::info!("upgrade: the new daemon serves; stopping this one");
+                            crate::net::listener::keep_socket_files();
+                            break;
+                        }
+                        Ok(false) => tracing::warn!("upgrade: the new daemon did not take over; still serving"),
+                        Err(e) => tracing::warn!(error = %e, "upgrade failed; still serving"),
+                    }
                 }
             }
         }
@@ -256,6 +344,32 @@ fn reload_config(shared: &Arc<Shared>, live: &mut Live, sessions: &Sessions, pat
     let listen = live.follows_file().then_some(config.listen.len());
     shared.replace_settings(config);
     tracing::info!(path = %path.display(), services, listen, "configuration reloaded");
+}
+
+/// The descriptor of the socket configured as `addr`, if one was handed over.
+fn take(handed: &mut Vec<(ListenAddr, OwnedFd)>, addr: &ListenAddr) -> Option<OwnedFd> {
+    let at = handed.iter().position(|(a, _)| a == addr)?;
+    Some(handed.swap_remove(at).1)
+}
+
+/// A listening socket handed over by a predecessor; its Unix socket file is
+/// ours now.
+fn adopt_one(fd: OwnedFd) -> Result<Listener, RunError> {
+    Listener::from_inherited(fd, true).map_err(RunError::Inherited)
+}
+
+/// The upgrade socket is for the daemon's own user: mode 0600.
+fn bind_upgrade_socket(path: &Path) -> Result<Listener, BindError> {
+    use std::os::unix::fs::PermissionsExt;
+    let addr = ListenAddr::Unix(path.to_owned());
+    let listener = Listener::bind(&addr)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
+        BindError {
+            addr,
+            reason: format!("cannot restrict the upgrade socket to its owner: {e}"),
+        }
+    })?;
+    Ok(listener)
 }
 
 /// Listeners from systemd; each keeps the options of the configured address it

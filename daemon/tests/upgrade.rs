@@ -1,0 +1,169 @@
+//! Binary upgrades: `tcpmuxd --upgrade` takes the running daemon's sockets,
+//! serves on them, and the old one drains and exits; no client is refused in
+//! between, and a session running on the old daemon finishes there.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Shutdown, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{read_all, read_line, Daemon};
+
+/// A successor started with `--upgrade`, its log collected.
+struct Successor {
+    child: Child,
+    logs: Arc<Mutex<Vec<String>>>,
+}
+
+impl Successor {
+    fn start(config: &std::path::Path) -> Successor {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+            .arg("--config")
+            .arg(config)
+            .arg("--upgrade")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the successor");
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&logs);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Successor { child, logs }
+    }
+
+    fn wait_for_log(&self, words: &str) {
+        let deadline = Instant::now() + common::PATIENCE;
+        while !self.logs.lock().unwrap().iter().any(|l| l.contains(words)) {
+            assert!(
+                Instant::now() < deadline,
+                "no {words:?} in {:?}",
+                self.logs.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Successor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn upgrades_refuse_no_client_and_let_running_sessions_finish() {
+    let dir = common::scratch_dir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut old = Daemon::binary(&format!(
+        "listen = [\"{addr}\"]\nupgrade_socket = \"{}\"\nshutdown_grace = \"20s\"\n",
+        dir.join("upgrade.sock").display()
+    ));
+    let config = old.config_path();
+
+    // Clients connect all along; each must be served by one daemon or the other.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (served, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let load = {
+        let (stop, served, failed, addr) =
+            (stop.clone(), served.clone(), failed.clone(), addr.clone());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let ok = TcpStream::connect(&addr).is_ok_and(|mut s| {
+                    s.set_read_timeout(Some(common::PATIENCE)).unwrap();
+                    s.write_all(b"daytime\r\n").is_ok() && read_all(&mut s).starts_with(b"+\r\n")
+                });
+                let counter = if ok { &served } else { &failed };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    // A session on the old daemon, open across the upgrade.
+    let mut running = old.connect();
+    running.write_all(b"echo\r\n").unwrap();
+    assert_eq!(read_line(&mut running), b"+\r\n");
+
+    let first = Successor::start(&config);
+    first.wait_for_log("took over from the running daemon");
+    old.wait_for_log(|l| l.contains("the new daemon serves"))
+        .expect("the old daemon hands over");
+    // The old daemon still serves its session, then exits by itself.
+    running.write_all(b"finished on the old one").unwrap();
+    running.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_all(&mut running), b"finished on the old one");
+    let status = old.wait_exit().expect("the old daemon exits");
+    assert!(status.success(), "{status:?}");
+
+    // And again: the successor handed its upgrade socket on too.
+    let second = Successor::start(&config);
+    second.wait_for_log("took over from the running daemon");
+    first.wait_for_log("the new daemon serves");
+    let mut first = first;
+    let deadline = Instant::now() + common::PATIENCE;
+    while first.child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the first successor did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    let (served, failed) = (
+        served.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+    );
+    assert!(
+        served > 0 && failed == 0,
+        "{served} served, {failed} failed"
+    );
+    assert!(TcpStream::connect(&addr).is_ok(), "the last daemon serves");
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_upgrade_with_nobody_to_take_over_from_says_so() {
+    let dir = common::scratch_dir();
+    let config = dir.join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = [\"127.0.0.1:0\"]\nupgrade_socket = \"{}\"\n",
+            dir.join("none.sock").display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--upgrade")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no running tcpmuxd at") && stderr.contains("none.sock"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
