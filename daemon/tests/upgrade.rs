@@ -167,3 +167,51 @@ fn an_upgrade_with_nobody_to_take_over_from_says_so() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn handoff_backends_keep_their_registrations_across_an_upgrade() {
+    let dir = common::scratch_dir();
+    let control = dir.join("handoff.sock");
+    let mut old = Daemon::binary(&format!(
+        "upgrade_socket = \"{}\"\nhandoff_socket = \"{}\"\n[service.app]\nhandoff = {{ uid = [{}] }}\n",
+        dir.join("upgrade.sock").display(),
+        control.display(),
+        common::my_uid()
+    ));
+    // Registered once, with the old daemon.
+    let mut backend = Command::new(common::example_binary("handoff_backend"))
+        .arg(&control)
+        .arg("app")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut registered = String::new();
+    BufReader::new(backend.stdout.take().unwrap())
+        .read_line(&mut registered)
+        .unwrap();
+    assert_eq!(registered.trim(), "registered app");
+
+    // The harness passed --listen to the old daemon; the successor reads the
+    // file, whose default listen differs: give it the same address.
+    let config = old.config_path();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("listen = [\"{}\"]\n{text}", old.addr)).unwrap();
+    let successor = Successor::start(&config);
+    successor.wait_for_log("took over from the running daemon");
+    assert!(old.wait_exit().is_some_and(|s| s.success()));
+
+    // Served by the same backend process, through the new daemon.
+    let mut stream = TcpStream::connect(old.addr).unwrap();
+    stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    stream.write_all(b"app\r\n").unwrap();
+    assert_eq!(read_line(&mut stream), b"+\r\n");
+    let greeting = String::from_utf8(read_line(&mut stream)).unwrap();
+    assert!(
+        greeting.starts_with(&format!("hello from pid {}:", backend.id())),
+        "{greeting}"
+    );
+    drop(successor);
+    let _ = backend.kill();
+    let _ = backend.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::task::JoinSet;
 
-use super::Hub;
+use super::{Hub, Registration};
 use crate::model::{ControlLimits, Peer, ServiceKind};
 use crate::net::listener::Listener;
 use crate::net::stream::Stream;
@@ -27,10 +27,20 @@ pub async fn control_loop(
     listener: Listener,
     hub: Arc<Hub>,
     current: impl Fn() -> (Arc<Registry>, ControlLimits),
+    adopted: Vec<Enlisted>,
 ) {
     let reserve_cap = descriptor_share();
     let mut backends = JoinSet::new();
     let mut per_uid: HashMap<u32, usize> = HashMap::new();
+    for enlisted in adopted {
+        let uid = enlisted.registration.uid;
+        *per_uid.entry(uid).or_default() += 1;
+        let hub = Arc::clone(&hub);
+        backends.spawn(async move {
+            watch(enlisted, &hub).await;
+            uid
+        });
+    }
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -125,14 +135,53 @@ async fn backend_session(
     if stream.write_all(b"OK\n").await.is_err() {
         return;
     }
+    serve_registration(stream, names, (uid, gid, pid), &hub).await;
+}
+
+/// A registered backend's connection, kept until the backend closes it.
+async fn serve_registration(
+    stream: UnixStream,
+    names: Vec<ServiceName>,
+    creds: (u32, u32, i32),
+    hub: &Hub,
+) {
+    watch(enlist(stream, names, creds, hub), hub).await;
+}
+
+/// A registration in the hub, watched for its backend's EOF.
+pub struct Enlisted {
+    id: u64,
+    registration: Arc<Registration>,
+}
+
+/// Puts a registration in the hub at once.
+fn enlist(
+    stream: UnixStream,
+    names: Vec<ServiceName>,
+    (uid, gid, pid): (u32, u32, i32),
+    hub: &Hub,
+) -> Enlisted {
     // A small send buffer makes "writable" mean "has read what it was given",
     // so a backend that stops reading is skipped after one client, not hundreds
     // (services/handoff.rs offers a client only to a writable backend).
     let _ = socket2::SockRef::from(&stream).set_send_buffer_size(1);
-    let control = Arc::new(stream);
-    let id = hub.add(&names, &control);
-    let list: Vec<&str> = names.iter().map(ServiceName::as_str).collect();
+    let registration = Arc::new(Registration {
+        names,
+        uid,
+        gid,
+        pid,
+        control: Arc::new(stream),
+    });
+    let id = hub.add(&registration);
+    let list: Vec<&str> = registration.names.iter().map(ServiceName::as_str).collect();
     tracing::info!(uid, gid, pid, names = %list.join(","), "handoff backend registered");
+    Enlisted { id, registration }
+}
+
+/// Waits for the backend to close its connection, then ends the registration.
+async fn watch(enlisted: Enlisted, hub: &Hub) {
+    let Enlisted { id, registration } = enlisted;
+    let control = &registration.control;
     // Backends send nothing after REGISTER: readable means EOF (or a protocol
     // error); either way the registration ends.
     loop {
@@ -144,7 +193,47 @@ async fn backend_session(
         }
     }
     hub.remove(id);
+    let (uid, gid, pid) = (registration.uid, registration.gid, registration.pid);
+    let list: Vec<&str> = registration.names.iter().map(ServiceName::as_str).collect();
     tracing::info!(uid, gid, pid, names = %list.join(","), "handoff backend gone");
+}
+
+/// A backend registration handed over by a predecessor daemon.
+pub struct Adopted {
+    pub names: Vec<String>,
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: i32,
+    pub control: std::os::fd::OwnedFd,
+}
+
+/// Takes over, at once (before the successor says READY), the registrations
+/// handed over that `registry` still allows; the others are closed, so their
+/// backends see EOF and may register again.
+pub fn adopt_all(adopted: Vec<Adopted>, registry: &Registry, hub: &Hub) -> Vec<Enlisted> {
+    adopted
+        .into_iter()
+        .filter_map(|backend| {
+            let creds = (backend.uid, backend.gid, backend.pid);
+            let (stream, names) = adopt(backend, registry)?;
+            Some(enlist(stream, names, creds, hub))
+        })
+        .collect()
+}
+
+fn adopt(adopted: Adopted, registry: &Registry) -> Option<(UnixStream, Vec<ServiceName>)> {
+    let line = format!("REGISTER {}", adopted.names.join(" "));
+    let names = match authorize(line.as_bytes(), adopted.uid, adopted.gid, registry) {
+        Ok(names) => names,
+        Err(reason) => {
+            let pid = adopted.pid;
+            tracing::warn!(pid, %reason, "handoff registration from the old daemon dropped");
+            return None;
+        }
+    };
+    let std = std::os::unix::net::UnixStream::from(adopted.control);
+    std.set_nonblocking(true).ok()?;
+    Some((UnixStream::from_std(std).ok()?, names))
 }
 
 async fn read_registration(stream: &mut UnixStream) -> io::Result<Vec<u8>> {

@@ -13,11 +13,21 @@ use std::sync::{Arc, Mutex};
 use tcpmux_proto::ServiceName;
 use tokio::net::UnixStream;
 
-pub use control::control_loop;
+pub use control::{adopt_all, control_loop, Adopted};
 
 struct Registered {
     id: u64,
-    control: Arc<UnixStream>,
+    registration: Arc<Registration>,
+}
+
+/// One backend's registration: what it serves, who it is, and its control
+/// connection (a successor daemon takes it over on an upgrade).
+pub struct Registration {
+    pub names: Vec<ServiceName>,
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: i32,
+    pub control: Arc<UnixStream>,
 }
 
 /// The live registrations, shared by the control loop and the sessions.
@@ -46,8 +56,18 @@ impl Hub {
             .cycle()
             .skip(start)
             .take(list.len())
-            .map(|r| Arc::clone(&r.control))
+            .map(|r| Arc::clone(&r.registration.control))
             .collect()
+    }
+
+    /// Every registration, once each.
+    pub fn registrations(&self) -> Vec<Arc<Registration>> {
+        let mut seen = std::collections::BTreeMap::new();
+        for registered in self.lock().values().flatten() {
+            seen.entry(registered.id)
+                .or_insert_with(|| Arc::clone(&registered.registration));
+        }
+        seen.into_values().collect()
     }
 
     /// Registered backends per name, for the metrics.
@@ -61,13 +81,13 @@ impl Hub {
         counts
     }
 
-    pub(super) fn add(&self, names: &[ServiceName], control: &Arc<UnixStream>) -> u64 {
+    pub(super) fn add(&self, registration: &Arc<Registration>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
         let mut backends = self.lock();
-        for name in names {
+        for name in &registration.names {
             backends.entry(name.clone()).or_default().push(Registered {
                 id,
-                control: Arc::clone(control),
+                registration: Arc::clone(registration),
             });
         }
         id

@@ -15,6 +15,7 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use super::{accept_loop, bind_control_socket, Sessions};
 use crate::config::Config;
+use crate::hub::Adopted;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
 use crate::net::listener::{BindError, Listener};
 use crate::ops::metrics_endpoint;
@@ -28,8 +29,10 @@ struct Tcpmux {
     configured: ListenAddr,
     options: SharedOptions,
     task: AbortHandle,
-    /// A second descriptor of the socket, to hand to a successor.
+    /// A second descriptor of the socket, to hand to a successor, and the
+    /// address it is bound to (which the successor matches its file against).
     fd: Option<OwnedFd>,
+    bound: ListenAddr,
 }
 
 /// Every socket the daemon serves now.
@@ -87,6 +90,7 @@ impl Live {
         );
         let options: SharedOptions = Arc::new(RwLock::new(Arc::new(options)));
         let fd = listener.as_fd().try_clone_to_owned().ok();
+        let bound = listener.local_addr();
         let task = self.accepting.spawn(accept_loop(
             listener,
             Arc::clone(&options),
@@ -98,6 +102,7 @@ impl Live {
             options,
             task,
             fd,
+            bound,
         });
     }
 
@@ -117,11 +122,14 @@ impl Live {
         self.metrics = Some((configured, task, fd));
     }
 
+    /// Serves the handoff control socket; `adopted` are registrations handed
+    /// over by a predecessor.
     pub(super) fn serve_control(
         &mut self,
         path: PathBuf,
         listener: Listener,
         shared: &Arc<Shared>,
+        adopted: Vec<Adopted>,
     ) {
         tracing::info!(address = %listener.local_addr(), "handoff control socket");
         let source = Arc::clone(shared);
@@ -130,10 +138,12 @@ impl Live {
             (Arc::clone(&settings.registry), settings.control_limits)
         };
         let hub = Arc::clone(&shared.hub);
+        // In the hub before this daemon says it serves.
+        let adopted = crate::hub::adopt_all(adopted, &shared.settings().registry, &hub);
         let fd = listener.as_fd().try_clone_to_owned().ok();
         let task = self
             .accepting
-            .spawn(crate::hub::control_loop(listener, hub, current));
+            .spawn(crate::hub::control_loop(listener, hub, current, adopted));
         self.control = Some((path, task, fd));
     }
 
@@ -157,7 +167,7 @@ impl Live {
         let mut sockets = Vec::new();
         for live in &self.tcpmux {
             if let Some(fd) = &live.fd {
-                sockets.push(("LISTEN", live.configured.to_string(), fd.as_fd()));
+                sockets.push(("LISTEN", live.bound.to_string(), fd.as_fd()));
             }
         }
         if let Some((addr, _, Some(fd))) = &self.metrics {
@@ -245,7 +255,7 @@ impl Live {
                 .map(|(path, task, _)| (path.display().to_string(), task));
             close(old, "handoff control socket");
             if let (Some(listener), Some(path)) = (control, &config.handoff_socket) {
-                self.serve_control(path.clone(), listener, shared);
+                self.serve_control(path.clone(), listener, shared, Vec::new());
             }
         }
     }

@@ -25,7 +25,7 @@ use crate::session;
 pub use crate::state::Counters;
 use crate::state::Shared;
 use listeners::{Live, SharedOptions};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 pub use upgrade::{take_over, Handed, UpgradeError};
 
 /// Why the daemon could not start.
@@ -54,6 +54,8 @@ pub struct Server {
     upgrade: Option<(PathBuf, Listener)>,
     /// The predecessor waiting for this one's READY, when started by `--upgrade`.
     predecessor: Option<std::os::unix::net::UnixStream>,
+    /// Handoff registrations the predecessor handed over.
+    adopted: Vec<crate::hub::Adopted>,
 }
 
 impl Server {
@@ -177,6 +179,7 @@ impl Server {
             follow_file,
             upgrade,
             predecessor,
+            adopted: std::mem::take(&mut handed.backends),
         })
     }
 
@@ -206,7 +209,7 @@ impl Server {
             live.serve_metrics(addr, listener, &shared);
         }
         if let Some((path, listener)) = self.control {
-            live.serve_control(path, listener, &shared);
+            live.serve_control(path, listener, &shared, self.adopted);
         }
         for (configured, listener, options) in self.listeners {
             live.serve_tcpmux(configured, listener, options, &shared, &sessions);
@@ -232,7 +235,18 @@ impl Server {
                     systemd::notify("READY=1");
                 }
                 Some(successor) = upgrades.recv() => {
-                    match upgrade::hand_over(successor, live.sockets()).await {
+                    let registrations = shared.hub.registrations();
+                    let mut sockets = live.sockets();
+                    for r in &registrations {
+                        let names: Vec<&str> = r.names.iter().map(|n| n.as_str()).collect();
+                        let value = format!("{} {} {} {}", r.uid, r.gid, r.pid, names.join(","));
+                        if value.len() > upgrade::MAX_VALUE {
+                            tracing::warn!(pid = r.pid, "upgrade: a registration too long to hand over stays here");
+                            continue;
+                        }
+                        sockets.push(("BACKEND", value, r.control.as_fd()));
+                    }
+                    match upgrade::hand_over(successor, sockets).await {
                         Ok(true) => {
                             tracing::info!("upgrade: the new daemon serves; stopping this one");
                             crate::net::listener::keep_socket_files();

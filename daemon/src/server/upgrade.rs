@@ -26,12 +26,15 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
+use crate::hub::Adopted;
 use crate::model::ListenAddr;
 use crate::net::listener::Listener;
 use crate::net::stream::Stream;
 
 /// Size of every frame, so frames never merge or split ambiguously.
 const FRAME: usize = 512;
+/// The longest value a frame holds after its kind.
+pub(super) const MAX_VALUE: usize = FRAME - 16;
 /// How long a successor may take to ask, and to say it serves.
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -46,13 +49,17 @@ pub enum UpgradeError {
     Protocol,
 }
 
-/// The sockets a running daemon handed over, by what they were configured as.
-#[derive(Debug, Default)]
+/// The sockets a running daemon handed over: TCPMUX listeners by the address
+/// they are bound to (a configuration naming that address takes them), the
+/// others by their configured address or path.
+#[derive(Default)]
 pub struct Handed {
     pub(super) tcpmux: Vec<(ListenAddr, OwnedFd)>,
     pub(super) metrics: Option<(SocketAddr, OwnedFd)>,
     pub(super) control: Option<(PathBuf, OwnedFd)>,
     pub(super) upgrade: Option<(PathBuf, OwnedFd)>,
+    /// Handoff backends' registrations, with their control connections.
+    pub(super) backends: Vec<Adopted>,
 }
 
 /// A successor's side: asks the daemon at `path` for its sockets. The returned
@@ -84,9 +91,30 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
             }
             ("CONTROL", Some(fd)) => handed.control = Some((value.into(), fd)),
             ("UPGRADE", Some(fd)) => handed.upgrade = Some((value.into(), fd)),
+            ("BACKEND", Some(fd)) => handed.backends.push(backend(value, fd)?),
             _ => return Err(UpgradeError::Protocol),
         }
     }
+}
+
+/// A `BACKEND uid gid pid name,name…` frame's registration.
+fn backend(value: &str, control: OwnedFd) -> Result<Adopted, UpgradeError> {
+    let mut fields = value.split(' ');
+    let mut number = || {
+        fields
+            .next()
+            .and_then(|f| f.parse::<i64>().ok())
+            .ok_or(UpgradeError::Protocol)
+    };
+    let (uid, gid, pid) = (number()?, number()?, number()?);
+    let names = fields.next().ok_or(UpgradeError::Protocol)?;
+    Ok(Adopted {
+        names: names.split(',').map(str::to_owned).collect(),
+        uid: u32::try_from(uid).map_err(|_| UpgradeError::Protocol)?,
+        gid: u32::try_from(gid).map_err(|_| UpgradeError::Protocol)?,
+        pid: i32::try_from(pid).map_err(|_| UpgradeError::Protocol)?,
+        control,
+    })
 }
 
 /// Tells the old daemon that the successor serves.
