@@ -217,6 +217,7 @@ fn run_workers(
                         fd,
                         options: None,
                         owns_path: false,
+                        name: prebound.name.clone(),
                     }),
                     Err(e) => return fail(format!("cannot share a socket passed by systemd: {e}")),
                 }

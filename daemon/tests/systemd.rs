@@ -76,10 +76,14 @@ fn tells_systemd_when_ready_reloading_and_stopping() {
     let path = dir.join("notify.sock");
     let notify = UnixDatagram::bind(&path).unwrap();
     notify.set_read_timeout(Some(common::PATIENCE)).unwrap();
-    let next = || {
+    // The next notice, past the descriptors offered to systemd's store.
+    let next = || loop {
         let mut buf = [0u8; 256];
         let n = notify.recv(&mut buf).expect("a notice");
-        String::from_utf8_lossy(&buf[..n]).into_owned()
+        let notice = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if !notice.starts_with("FDSTORE=1") {
+            return notice;
+        }
     };
     let mut daemon = Daemon::start_full(
         Some("[service.x]\nbuiltin = \"echo\"\n"),
@@ -98,5 +102,97 @@ fn tells_systemd_when_ready_reloading_and_stopping() {
     assert_eq!(next(), "STOPPING=1");
     assert!(daemon.wait_exit().is_some());
     std::thread::sleep(Duration::from_millis(10));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A notice and the descriptor that came with it, if any.
+fn notice_with_fd(socket: &UnixDatagram) -> (String, Option<OwnedFd>) {
+    use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut buf = [0u8; 256];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+    let got = recvmsg(
+        socket,
+        &mut [std::io::IoSliceMut::new(&mut buf)],
+        &mut ancillary,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .expect("a notice");
+    let fd = ancillary.drain().find_map(|m| match m {
+        RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+        _ => None,
+    });
+    (String::from_utf8_lossy(&buf[..got.bytes]).into_owned(), fd)
+}
+
+#[test]
+fn stores_its_sockets_with_systemd_and_feeds_the_watchdog() {
+    let dir = common::scratch_dir();
+    let path = dir.join("notify.sock");
+    let notify = UnixDatagram::bind(&path).unwrap();
+    notify.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    let daemon = Daemon::start_full(
+        None,
+        &[],
+        &[
+            ("NOTIFY_SOCKET", path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "200000"),
+        ],
+    );
+    let (store, fd) = notice_with_fd(&notify);
+    let name = daemon.addr.to_string().replace(':', "_");
+    assert_eq!(store, format!("FDSTORE=1\nFDNAME={name}"));
+    let stored = rustix::net::getsockname(fd.expect("the listening socket")).unwrap();
+    assert!(
+        format!("{stored:?}").contains(&daemon.addr.port().to_string()),
+        "{stored:?}"
+    );
+    assert_eq!(notice_with_fd(&notify).0, "READY=1");
+    // Half of WATCHDOG_USEC: a keep-alive every 100 ms.
+    assert_eq!(notice_with_fd(&notify).0, "WATCHDOG=1");
+    assert_eq!(notice_with_fd(&notify).0, "WATCHDOG=1");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sockets_passed_by_name_get_their_listeners_options() {
+    let (private, public) = (
+        TcpListener::bind("127.0.0.1:0").unwrap(),
+        TcpListener::bind("127.0.0.1:0").unwrap(),
+    );
+    let (private_addr, public_addr) = (private.local_addr().unwrap(), public.local_addr().unwrap());
+    let dir = common::scratch_dir();
+    let config = dir.join("named.toml");
+    std::fs::write(
+        &config,
+        "listen = [{ address = \"127.0.0.1:1\", name = \"private\", detect = true, ssh = \"echo\" }]\n",
+    )
+    .unwrap();
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("exec 3<&0 4>&1 </dev/null >/dev/null; LISTEN_PID=$$ LISTEN_FDS=2 LISTEN_FDNAMES=private:public exec \"$0\" --config \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_tcpmuxd"))
+        .arg(&config)
+        .stdin(Stdio::from(OwnedFd::from(private)))
+        .stdout(Stdio::from(OwnedFd::from(public)))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    log.read_line(&mut line).unwrap();
+    std::thread::spawn(move || for _ in log.lines() {});
+    let exchange = |addr, request: &[u8]| {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+        stream.write_all(request).unwrap();
+        stream.shutdown(Shutdown::Write).unwrap();
+        read_all(&mut stream)
+    };
+    // The socket named "private" detects SSH; the other reads a TCPMUX name.
+    assert_eq!(exchange(private_addr, b"SSH-2.0-x\r\n"), b"SSH-2.0-x\r\n");
+    assert!(exchange(public_addr, b"SSH-2.0-x\r\n").starts_with(b"-unknown service ssh-2.0-x"));
+    let _ = child.kill();
+    let _ = child.wait();
     let _ = std::fs::remove_dir_all(dir);
 }

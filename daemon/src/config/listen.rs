@@ -55,6 +55,7 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
     let table = match item.get_ref() {
         toml::Value::String(address) => RawListenTable {
             address: address.clone(),
+            name: None,
             accept_proxy_from: Vec::new(),
             detect: false,
             ssh: None,
@@ -107,12 +108,21 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
         ));
     }
     let detect = detect(src, item, &table)?;
+    if let Some(name) = &table.name {
+        if name.is_empty() || name.contains(':') {
+            return Err(src.at(
+                item.span(),
+                format!("listen: name {name:?} must be non-empty, without ':'"),
+            ));
+        }
+    }
     Ok(ListenSpec {
         addr,
         options: ListenOptions {
             accept_proxy_from,
             detect,
         },
+        name: table.name.clone(),
     })
 }
 

@@ -14,6 +14,7 @@ use super::durations::ConfigDuration;
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawListenTable {
     pub(crate) address: String,
+    pub(crate) name: Option<String>,
     #[serde(default)]
     pub(crate) accept_proxy_from: Vec<String>,
     #[serde(default)]

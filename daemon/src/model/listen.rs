@@ -69,6 +69,9 @@ impl ListenOptions {
 pub struct ListenSpec {
     pub addr: ListenAddr,
     pub options: ListenOptions,
+    /// The listener's name (`name = "public"`): under systemd, the socket
+    /// passed with that name in LISTEN_FDNAMES gets this listener's options.
+    pub name: Option<String>,
 }
 
 impl From<ListenAddr> for ListenSpec {
@@ -76,6 +79,7 @@ impl From<ListenAddr> for ListenSpec {
         ListenSpec {
             addr,
             options: ListenOptions::default(),
+            name: None,
         }
     }
 }

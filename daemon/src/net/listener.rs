@@ -179,6 +179,9 @@ pub struct Prebound {
     pub options: Option<ListenOptions>,
     /// Remove the socket file on shutdown (ours, not systemd's).
     pub owns_path: bool,
+    /// systemd's name for it (LISTEN_FDNAMES), matched against a listener's
+    /// `name` (or its address, as tcpmuxd names the sockets it stores).
+    pub name: Option<String>,
 }
 
 /// Binds the listen addresses once per worker for the multi-core mode: every
@@ -205,6 +208,7 @@ pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>
                         fd: socket.into(),
                         options: Some(spec.options.clone()),
                         owns_path: false,
+                        name: None,
                     });
                 }
             }
@@ -218,6 +222,7 @@ pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>
                     fd: listener.into(),
                     options: Some(spec.options.clone()),
                     owns_path: true,
+                    name: None,
                 });
             }
         }

@@ -24,6 +24,8 @@ pub unsafe fn take_listen_fds() -> Vec<crate::net::listener::Prebound> {
     let count = std::env::var("LISTEN_FDS")
         .ok()
         .and_then(|n| n.parse::<i32>().ok());
+    let names = std::env::var("LISTEN_FDNAMES").unwrap_or_default();
+    let mut names = names.split(':').map(str::to_owned);
     // The caller guarantees a single thread, so changing the environment is sound.
     std::env::remove_var("LISTEN_PID");
     std::env::remove_var("LISTEN_FDS");
@@ -42,6 +44,7 @@ pub unsafe fn take_listen_fds() -> Vec<crate::net::listener::Prebound> {
                 fd: owned,
                 options: None,
                 owns_path: false,
+                name: names.next().filter(|n| !n.is_empty() && n != "unknown"),
             }
         })
         .collect()
@@ -64,6 +67,55 @@ pub fn notify(state: &str) {
         }
         None => socket.send_to(state.as_bytes(), &path),
     };
+}
+
+/// How often to tell systemd the daemon is alive: half of `WATCHDOG_USEC`,
+/// when systemd set one for this process.
+pub fn watchdog_interval() -> Option<std::time::Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    let for_us = std::env::var("WATCHDOG_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+        .map_or(true, |p| p == std::process::id());
+    (for_us && usec > 0).then(|| std::time::Duration::from_micros(usec / 2))
+}
+
+/// Asks systemd to keep a listening socket (`FDSTORE=1`) under `name`, so that
+/// a restart hands it back (LISTEN_FDS with LISTEN_FDNAMES) instead of closing
+/// it. Needs `FileDescriptorStoreMax=` in the unit; ignored without it.
+pub fn store_fd(fd: std::os::fd::BorrowedFd<'_>, name: &str) {
+    use rustix::net::{
+        sendmsg_addr, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix,
+    };
+    use std::io::IoSlice;
+    use std::mem::MaybeUninit;
+    let Ok(path) = std::env::var("NOTIFY_SOCKET") else {
+        return;
+    };
+    let address = match path.strip_prefix('@') {
+        Some(abstract_name) => SocketAddrUnix::new_abstract_name(abstract_name.as_bytes()),
+        None => SocketAddrUnix::new(path.as_str()),
+    };
+    let (Ok(address), Ok(socket)) = (address, UnixDatagram::unbound()) else {
+        return;
+    };
+    // An FDNAME may not contain ':' (it separates LISTEN_FDNAMES).
+    let name: String = name
+        .chars()
+        .map(|c| if c == ':' { '_' } else { c })
+        .collect();
+    let state = format!("FDSTORE=1\nFDNAME={name}");
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    control.push(SendAncillaryMessage::ScmRights(&fds));
+    let _ = sendmsg_addr(
+        &socket,
+        &address,
+        &[IoSlice::new(state.as_bytes())],
+        &mut control,
+        SendFlags::empty(),
+    );
 }
 
 /// `RELOADING=1` with the monotonic timestamp systemd's Type=notify-reload wants.

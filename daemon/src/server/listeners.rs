@@ -33,6 +33,8 @@ struct Tcpmux {
     /// address it is bound to (which the successor matches its file against).
     fd: Option<OwnedFd>,
     bound: ListenAddr,
+    /// Its `name`, for systemd's descriptor store.
+    name: Option<String>,
 }
 
 /// Every socket the daemon serves now.
@@ -75,7 +77,7 @@ impl Live {
     /// Starts serving a TCPMUX listener configured as `configured`.
     pub(super) fn serve_tcpmux(
         &mut self,
-        configured: ListenAddr,
+        (configured, name): (ListenAddr, Option<String>),
         listener: Listener,
         options: ListenOptions,
         shared: &Arc<Shared>,
@@ -103,7 +105,19 @@ impl Live {
             task,
             fd,
             bound,
+            name,
         });
+    }
+
+    /// Hands every TCPMUX listener to systemd's descriptor store (under its
+    /// `name`, else its address), so a restart gets them back.
+    pub(super) fn store_in_systemd(&self) {
+        for live in &self.tcpmux {
+            if let Some(fd) = &live.fd {
+                let name = live.name.clone().unwrap_or_else(|| live.bound.to_string());
+                crate::ops::systemd::store_fd(fd.as_fd(), &name);
+            }
+        }
     }
 
     pub(super) fn serve_metrics(
@@ -234,7 +248,13 @@ impl Live {
                 true
             });
             for (spec, listener) in staged.tcpmux {
-                self.serve_tcpmux(spec.addr, listener, spec.options, shared, sessions);
+                self.serve_tcpmux(
+                    (spec.addr, spec.name),
+                    listener,
+                    spec.options,
+                    shared,
+                    sessions,
+                );
             }
         }
         if let Some(metrics) = staged.metrics {

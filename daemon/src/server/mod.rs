@@ -39,11 +39,15 @@ pub enum RunError {
     Privileges(#[from] PrivilegeError),
 }
 
+/// A bound TCPMUX listener: its configured address and name, the socket, and
+/// its options.
+type Bound = ((ListenAddr, Option<String>), Listener, ListenOptions);
+
 /// A daemon whose sockets are bound and that serves nobody yet.
 pub struct Server {
     shared: Arc<Shared>,
     /// Each with the address as configured (port 0 stays 0) and its options.
-    listeners: Vec<(ListenAddr, Listener, ListenOptions)>,
+    listeners: Vec<Bound>,
     control: Option<(PathBuf, Listener)>,
     metrics: Option<(SocketAddr, Listener)>,
     /// What a reload reads.
@@ -126,7 +130,8 @@ impl Server {
                         Some(fd) => adopt_one(fd)?,
                         None => Listener::bind(&spec.addr)?,
                     };
-                    Ok((spec.addr.clone(), listener, spec.options.clone()))
+                    let key = (spec.addr.clone(), spec.name.clone());
+                    Ok((key, listener, spec.options.clone()))
                 })
                 .collect::<Result<Vec<_>, RunError>>()?
         } else {
@@ -224,11 +229,17 @@ impl Server {
             tracing::info!("upgrade: took over from the running daemon");
         }
 
+        live.store_in_systemd();
         systemd::notify("READY=1");
+        let mut watchdog = systemd::watchdog_interval().map(tokio::time::interval);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
+                // The loop turning is what systemd's watchdog is to see.
+                Some(_) = async { Some(watchdog.as_mut()?.tick().await) }, if watchdog.is_some() => {
+                    systemd::notify("WATCHDOG=1");
+                }
                 Some(()) = reload.recv() => {
                     systemd::notify_reloading();
                     reload_config(&shared, &mut live, &sessions, self.config_path.as_deref());
@@ -388,24 +399,30 @@ fn bind_upgrade_socket(path: &Path) -> Result<Listener, BindError> {
 
 /// Listeners from systemd; each keeps the options of the configured address it
 /// matches, if any.
-fn adopt(
-    inherited: Vec<Prebound>,
-    configured: &[ListenSpec],
-) -> Result<Vec<(ListenAddr, Listener, ListenOptions)>, RunError> {
+fn adopt(inherited: Vec<Prebound>, configured: &[ListenSpec]) -> Result<Vec<Bound>, RunError> {
     inherited
         .into_iter()
         .map(|prebound| {
             let listener = Listener::from_inherited(prebound.fd, prebound.owns_path)
                 .map_err(RunError::Inherited)?;
             let addr = listener.local_addr();
+            // systemd's name for it (a listener's `name`, or the address
+            // tcpmuxd stored it under), else its address.
+            let named = |spec: &&ListenSpec| {
+                prebound.name.as_deref().is_some_and(|name| {
+                    spec.name.as_deref() == Some(name)
+                        || spec.addr.to_string().replace(':', "_") == name
+                })
+            };
             let options = prebound.options.unwrap_or_else(|| {
                 configured
                     .iter()
-                    .find(|spec| spec.addr == addr)
+                    .find(named)
+                    .or_else(|| configured.iter().find(|spec| spec.addr == addr))
                     .map(|spec| spec.options.clone())
                     .unwrap_or_default()
             });
-            Ok((addr, listener, options))
+            Ok(((addr, prebound.name), listener, options))
         })
         .collect()
 }
