@@ -215,3 +215,194 @@ fn handoff_backends_keep_their_registrations_across_an_upgrade() {
     let _ = backend.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Counts of a load run: exchanges that went right and ones that did not.
+#[derive(Default)]
+struct Tally {
+    ok: AtomicUsize,
+    failed: AtomicUsize,
+    first_failure: Mutex<Option<String>>,
+}
+
+impl Tally {
+    fn record(&self, result: Result<(), String>) {
+        match result {
+            Ok(()) => drop(self.ok.fetch_add(1, Ordering::Relaxed)),
+            Err(e) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.first_failure.lock().unwrap().get_or_insert(e);
+            }
+        }
+    }
+}
+
+fn echo_once(addr: &str, seed: u64) -> Result<(), String> {
+    let payload = common::random_bytes(seed, 2000);
+    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    let mut request = b"echo\r\n".to_vec();
+    request.extend_from_slice(&payload);
+    let reply = common::send_and_receive(&mut stream, request);
+    (reply.len() == payload.len() + 3 && reply[3..] == payload[..])
+        .then_some(())
+        .ok_or_else(|| format!("echo: {} bytes back for {}", reply.len(), payload.len()))
+}
+
+fn relay_once(addr: &str, seed: u64) -> Result<(), String> {
+    let payload = common::random_bytes(seed, 1 << 20);
+    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    let mut request = b"relay\r\n".to_vec();
+    request.extend_from_slice(&payload);
+    let reply = common::send_and_receive(&mut stream, request);
+    (reply.len() == payload.len() + 3 && reply[3..] == payload[..])
+        .then_some(())
+        .ok_or_else(|| format!("relay: {} bytes back for {}", reply.len(), payload.len()))
+}
+
+fn sometext_once(addr: &str) -> Result<(), String> {
+    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    stream
+        .write_all(b"sometext\r\n")
+        .map_err(|e| e.to_string())?;
+    let reply = read_all(&mut stream);
+    (reply.len() == 3 + 1_000_007)
+        .then_some(())
+        .ok_or_else(|| format!("sometext: {} bytes", reply.len()))
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
+}
+
+fn hup(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn five_upgrades_and_five_reloads_under_load_lose_nothing() {
+    let dir = common::scratch_dir();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (main, extra) = (
+        format!("127.0.0.1:{}", free()),
+        format!("127.0.0.1:{}", free()),
+    );
+    let backend = common::echo_backend();
+    let config = |with_extra: bool| {
+        let listen = if with_extra {
+            format!("\"{main}\", \"{extra}\"")
+        } else {
+            format!("\"{main}\"")
+        };
+        format!(
+            "listen = [{listen}]\nupgrade_socket = \"{}\"\nshutdown_grace = \"20s\"\n\
+             [service.relay]\nproxy = \"{backend}\"\n",
+            dir.join("upgrade.sock").display()
+        )
+    };
+    let mut first = Daemon::binary(&config(false));
+    let path = first.config_path();
+    let baseline = open_fds(first.pid());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let mut load = Vec::new();
+    // Short echo exchanges at a steady rate, and long relayed and sometext
+    // transfers all along; each checked byte for byte.
+    for kind in 0..4u64 {
+        let (stop, tally, main) = (stop.clone(), tally.clone(), main.clone());
+        load.push(std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(90);
+            let mut seed = kind << 32;
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                seed += 1;
+                tally.record(match kind {
+                    0 | 1 => echo_once(&main, seed),
+                    2 => relay_once(&main, seed),
+                    _ => sometext_once(&main),
+                });
+                if kind < 2 {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }));
+    }
+
+    let mut old_pid = first.pid();
+    let mut previous: Option<Successor> = None;
+    for round in 1..=5 {
+        // A reload that adds the extra address (odd rounds) or removes it.
+        std::fs::write(&path, config(round % 2 == 1)).unwrap();
+        hup(old_pid);
+        let deadline = Instant::now() + common::PATIENCE;
+        let expect_open = round % 2 == 1;
+        while TcpStream::connect(&extra).is_ok() != expect_open {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the reload did not apply"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // An upgrade: the successor takes over, the old daemon drains and exits.
+        let next = Successor::start(&path);
+        next.wait_for_log("took over from the running daemon");
+        let exited = match previous.take() {
+            None => first.wait_exit().is_some_and(|s| s.success()),
+            Some(mut old) => {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    if let Some(status) = old.child.try_wait().unwrap() {
+                        break status.success();
+                    }
+                    if Instant::now() > deadline {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        };
+        assert!(exited, "round {round}: the old daemon did not exit 0");
+        old_pid = next.child.id();
+        previous = Some(next);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for thread in load {
+        thread.join().unwrap();
+    }
+    let (ok, failed) = (
+        tally.ok.load(Ordering::Relaxed),
+        tally.failed.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "upgrade load: {ok} exchanges checked, {failed} failed, across 5 upgrades and 5 reloads"
+    );
+    assert!(
+        failed == 0 && ok > 100,
+        "{ok} ok, {failed} failed, first: {:?}",
+        tally.first_failure.lock().unwrap()
+    );
+    // The last daemon, idle again, holds what the first one held at start,
+    // plus the extra address's listener and the duplicate it keeps of it for a
+    // successor: nothing leaked across the upgrades and sessions.
+    let last = previous.expect("a successor");
+    let expected = baseline + 2;
+    let deadline = Instant::now() + common::PATIENCE;
+    while open_fds(last.child.id()) > expected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let fds = open_fds(last.child.id());
+    assert_eq!(fds, expected, "baseline {baseline}");
+    drop(last);
+    let _ = std::fs::remove_dir_all(&dir);
+}
