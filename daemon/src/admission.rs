@@ -72,6 +72,8 @@ pub struct ServiceCounts {
     pub connections: Counter,
     /// Programs running, against an exec service's `max_instances`.
     pub instances: Counter,
+    /// A proxy service's balancing state.
+    pub pool: crate::balance::Pool,
 }
 
 /// The counts of every service in a registry, by name.

@@ -23,6 +23,7 @@ pub mod ops;
 pub mod server;
 
 mod admission;
+mod balance;
 mod hub;
 mod outcome;
 mod registry;

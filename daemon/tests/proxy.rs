@@ -430,3 +430,100 @@ fn an_oversized_or_malformed_proxy_header_is_refused_at_once() {
     stream.write_all(b"1\r\ndaytime\r\n").unwrap();
     assert_eq!(common::read_line(&mut stream), b"+\r\n");
 }
+
+/// A backend that answers every connection with `tag`, then waits for the
+/// client's close (so a held connection stays held).
+fn tagged_backend(tag: &'static str) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let _ = conn.write_all(tag.as_bytes());
+                let _ = conn.shutdown(Shutdown::Write);
+                let _ = std::io::copy(&mut conn, &mut std::io::sink());
+            });
+        }
+    });
+    addr
+}
+
+fn tag_of(daemon: &Daemon) -> String {
+    String::from_utf8(daemon.exchange(b"pool\r\n")).unwrap()
+}
+
+#[test]
+fn round_robin_splits_by_weight_and_least_connections_avoids_busy_backends() {
+    let (a, b, c) = (
+        tagged_backend("A"),
+        tagged_backend("B"),
+        tagged_backend("C"),
+    );
+    let daemon = Daemon::with_config(&format!(
+        "[service.pool]\nbalance = \"round-robin\"\nproxy = [\"{a}\", \"{b}\", \"{c}\"]\n"
+    ));
+    let mut counts = std::collections::BTreeMap::new();
+    for _ in 0..3000 {
+        *counts.entry(tag_of(&daemon)).or_insert(0) += 1;
+    }
+    // Within 1% of a third each (here exact: turns are deterministic).
+    for tag in ["+\r\nA", "+\r\nB", "+\r\nC"] {
+        let n = counts[tag];
+        assert!((990..=1010).contains(&n), "{counts:?}");
+    }
+
+    let daemon = Daemon::with_config(&format!(
+        "[service.pool]\nbalance = \"round-robin\"\n\
+         proxy = [{{ address = \"{a}\", weight = 1 }}, {{ address = \"{b}\", weight = 2 }}, {{ address = \"{c}\", weight = 3 }}]\n"
+    ));
+    let mut counts = std::collections::BTreeMap::new();
+    for _ in 0..600 {
+        *counts.entry(tag_of(&daemon)).or_insert(0) += 1;
+    }
+    assert_eq!(
+        (counts["+\r\nA"], counts["+\r\nB"], counts["+\r\nC"]),
+        (100, 200, 300),
+        "{counts:?}"
+    );
+
+    let daemon = Daemon::with_config(&format!(
+        "[service.pool]\nbalance = \"least-connections\"\nproxy = [\"{a}\", \"{b}\"]\n"
+    ));
+    // One client holds its session with whichever backend it got...
+    let mut held = daemon.connect();
+    held.write_all(b"pool\r\n").unwrap();
+    assert_eq!(read_line(&mut held), b"+\r\n");
+    let mut tag = [0u8];
+    std::io::Read::read_exact(&mut held, &mut tag).unwrap();
+    let busy = format!("+\r\n{}", tag[0] as char);
+    // ...and every short one goes to the other.
+    for _ in 0..20 {
+        assert_ne!(tag_of(&daemon), busy);
+    }
+    drop(held);
+}
+
+#[test]
+fn bad_balance_settings_are_config_errors() {
+    for (config, words) in [
+        (
+            "[service.p]\nproxy = \"127.0.0.1:9\"\nbalance = \"fastest\"\n",
+            "expected \"first\" or \"round-robin\"",
+        ),
+        (
+            "[service.p]\nproxy = [{ address = \"127.0.0.1:9\", weight = 0 }]\n",
+            "weight must be a whole number from 1 to 1000",
+        ),
+        (
+            "[service.p]\nproxy = [{ address = \"127.0.0.1:9\", wait = 1 }]\n",
+            "unknown key `wait`",
+        ),
+        (
+            "[service.p]\nbuiltin = \"echo\"\nbalance = \"first\"\n",
+            "only applies to `proxy` services",
+        ),
+    ] {
+        common::assert_config_rejected(config, words);
+    }
+}

@@ -40,6 +40,8 @@ pub(crate) fn import(
             .map_err(|e| src.whole(format!("import_etc_services: host {host:?}: {e}")))?;
         let proxy = Proxy {
             backends: vec![backend],
+            weights: vec![1],
+            balance: Default::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             idle_timeout: None,
             send_proxy: None,

@@ -5,7 +5,7 @@ use toml::Spanned;
 use super::checks::{choice, positive_duration};
 use super::error::{ConfigError, Source};
 use super::raw::RawService;
-use crate::model::{Backend, Proxy, ProxyVersion, RelayMode, DEFAULT_CONNECT_TIMEOUT};
+use crate::model::{Backend, Balance, Proxy, ProxyVersion, RelayMode, DEFAULT_CONNECT_TIMEOUT};
 
 /// `proxy = "host:port"` or a list of them, with the proxy-only keys.
 pub(crate) fn proxy(
@@ -13,7 +13,19 @@ pub(crate) fn proxy(
     table: &RawService,
     proxy: &Spanned<toml::Value>,
 ) -> Result<Proxy, ConfigError> {
-    let backends = backends(src, proxy)?;
+    let (backends, weights) = backends(src, proxy)?;
+    let balance = choice(
+        src,
+        "balance",
+        table.balance.as_ref(),
+        &[
+            ("first", Balance::First),
+            ("round-robin", Balance::RoundRobin),
+            ("least-connections", Balance::LeastConnections),
+            ("random-two", Balance::RandomTwo),
+        ],
+    )?
+    .unwrap_or_default();
     let connect_timeout =
         positive_duration(src, "connect_timeout", table.connect_timeout.as_ref())?
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
@@ -37,6 +49,8 @@ pub(crate) fn proxy(
     .unwrap_or_default();
     Ok(Proxy {
         backends,
+        weights,
+        balance,
         connect_timeout,
         idle_timeout,
         send_proxy,
@@ -44,30 +58,63 @@ pub(crate) fn proxy(
     })
 }
 
-fn backends(src: Source<'_>, proxy: &Spanned<toml::Value>) -> Result<Vec<Backend>, ConfigError> {
-    let not_strings = || {
+/// `"host:port"`, or a list of those and `{ address = "host:port", weight = N }`.
+fn backends(
+    src: Source<'_>,
+    proxy: &Spanned<toml::Value>,
+) -> Result<(Vec<Backend>, Vec<u32>), ConfigError> {
+    let wrong = || {
         src.at(
             proxy.span(),
-            "`proxy` must be a string or an array of strings",
+            "`proxy` must be \"host:port\" or a list of those and { address = \"host:port\", weight = N }",
         )
     };
-    let texts: Vec<&str> = match proxy.get_ref() {
-        toml::Value::String(one) => vec![one.as_str()],
-        toml::Value::Array(many) => many
-            .iter()
-            .map(|v| v.as_str())
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(not_strings)?,
-        _ => return Err(not_strings()),
+    let entries: Vec<&toml::Value> = match proxy.get_ref() {
+        toml::Value::Array(many) => many.iter().collect(),
+        one => vec![one],
     };
-    if texts.is_empty() {
+    if entries.is_empty() {
         return Err(src.at(proxy.span(), "`proxy` lists no backend"));
     }
-    texts
-        .iter()
-        .map(|t| {
-            t.parse::<Backend>()
-                .map_err(|e| src.at(proxy.span(), e.to_string()))
-        })
-        .collect()
+    let mut backends = Vec::new();
+    let mut weights = Vec::new();
+    for entry in entries {
+        let (address, weight) = match entry {
+            toml::Value::String(address) => (address.as_str(), 1),
+            toml::Value::Table(table) => {
+                if let Some(key) = table.keys().find(|k| *k != "address" && *k != "weight") {
+                    return Err(src.at(
+                        proxy.span(),
+                        format!("proxy: unknown key `{key}` (address, weight)"),
+                    ));
+                }
+                let address = table
+                    .get("address")
+                    .and_then(toml::Value::as_str)
+                    .ok_or_else(wrong)?;
+                let weight = match table.get("weight") {
+                    None => 1,
+                    Some(w) => w
+                        .as_integer()
+                        .and_then(|w| u32::try_from(w).ok())
+                        .filter(|w| (1..=1000).contains(w))
+                        .ok_or_else(|| {
+                            src.at(
+                                proxy.span(),
+                                "proxy: weight must be a whole number from 1 to 1000",
+                            )
+                        })?,
+                };
+                (address, weight)
+            }
+            _ => return Err(wrong()),
+        };
+        backends.push(
+            address
+                .parse::<Backend>()
+                .map_err(|e| src.at(proxy.span(), e.to_string()))?,
+        );
+        weights.push(weight);
+    }
+    Ok((backends, weights))
 }

@@ -20,7 +20,9 @@ pub use cidr::{Cidr, CidrError};
 pub use exec::{Exec, ExecReply, OnShutdown};
 pub use listen::{ListenAddr, ListenAddrError, ListenOptions, ListenSpec};
 pub use peer::{ClientInfo, Peer};
-pub use proxy::{Backend, BackendError, Proxy, ProxyVersion, RelayMode, DEFAULT_CONNECT_TIMEOUT};
+pub use proxy::{
+    Backend, BackendError, Balance, Proxy, ProxyVersion, RelayMode, DEFAULT_CONNECT_TIMEOUT,
+};
 pub use routes::{Detect, HostPattern, HostPatternError, Routed, DEFAULT_DETECT_TIMEOUT};
 
 /// One registered service: a name, what it does, and who may use it.

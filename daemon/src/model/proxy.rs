@@ -11,14 +11,32 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A proxy service's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Proxy {
-    /// Tried in order; the first that accepts serves the client.
+    /// The pool; `balance` says in which order a client tries them.
     pub backends: Vec<Backend>,
+    /// Each backend's weight (same order), 1 unless configured.
+    pub weights: Vec<u32>,
+    pub balance: Balance,
     pub connect_timeout: Duration,
     /// Close the relay after this long with no byte either way; `None`: never.
     pub idle_timeout: Option<Duration>,
     /// Send the backend a PROXY protocol header naming the real client.
     pub send_proxy: Option<ProxyVersion>,
     pub relay: RelayMode,
+}
+
+/// How a proxy service spreads clients over its backends. A backend that
+/// refuses or times out is skipped for the next in the order chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Balance {
+    /// In configured order: the first that accepts (failover).
+    #[default]
+    First,
+    /// In turn, each backend as often as its weight.
+    RoundRobin,
+    /// The one with the fewest connections for its weight.
+    LeastConnections,
+    /// The better (fewer connections for its weight) of two picked at random.
+    RandomTwo,
 }
 
 /// Which PROXY protocol header to send.

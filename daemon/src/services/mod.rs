@@ -77,7 +77,10 @@ pub async fn serve(
             }
             Ok(Outcome::Served { backend: None })
         }
-        ServiceKind::Proxy(settings) => proxy::serve(settings, status, conn, client).await,
+        ServiceKind::Proxy(settings) => {
+            let pool = &context.counts.pool;
+            proxy::serve(settings, pool, status, conn, client).await
+        }
         ServiceKind::Handoff(_) => handoff::serve(service, status, context.hub, conn, client).await,
         ServiceKind::Exec(settings) => {
             let instances = &context.counts.instances;

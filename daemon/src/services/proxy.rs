@@ -1,6 +1,7 @@
 //! proxy: connect the client to a TCP or Unix-socket backend and relay bytes both
-//! ways. The `+` goes out only once a backend accepted; backends are tried in order
-//! (failover), each under the connect timeout.
+//! ways. The `+` goes out only once a backend accepted; backends are tried in the
+//! order `balance` gives (failover past any that refuses or times out), each
+//! under the connect timeout.
 
 use std::io;
 
@@ -9,6 +10,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 use super::{accept, refuse};
 use crate::admission::own_connections;
+use crate::balance::Pool;
 use crate::model::{Backend, ClientInfo, Proxy};
 use crate::net::proxy_protocol;
 use crate::net::relay::relay;
@@ -27,14 +29,16 @@ async fn connect(backend: &Backend) -> io::Result<Stream> {
     }
 }
 
-/// `status`: the `+` line's message, for a TCPMUX client.
+/// `status`: the `+` line's message, for a TCPMUX client; `pool` the
+/// service's balancing state.
 pub async fn serve(
     proxy: &Proxy,
+    pool: &Pool,
     status: Option<&str>,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
-    let (mut backend, name) = match connect_first(proxy).await {
+    let (mut backend, name) = match connect_first(proxy, &pool.order(proxy)).await {
         Ok(connected) => connected,
         Err(failure) => {
             // The client learns why in general terms; backend addresses stay in the log.
@@ -45,6 +49,8 @@ pub async fn serve(
             )));
         }
     };
+    // Held for the relay's life, for least-connections and random-two.
+    let _held = pool.hold(&name);
     // Known as ours before a byte reaches the backend, so that if the backend
     // is this daemon, the session there sees where its request came from.
     let _own = match (backend.local_addr(), backend.peer_addr()) {
@@ -76,10 +82,11 @@ struct ConnectFailure {
     detail: String,
 }
 
-async fn connect_first(proxy: &Proxy) -> Result<(Stream, String), ConnectFailure> {
+/// Connects to the backends in `order`, returning the first that accepts.
+async fn connect_first(proxy: &Proxy, order: &[usize]) -> Result<(Stream, String), ConnectFailure> {
     let mut detail = Vec::new();
     let mut reason = "no backend configured";
-    for backend in &proxy.backends {
+    for backend in order.iter().filter_map(|&i| proxy.backends.get(i)) {
         match tokio::time::timeout(proxy.connect_timeout, connect(backend)).await {
             Ok(Ok(stream)) => return Ok((stream, backend.to_string())),
             Ok(Err(e)) => {

@@ -1,0 +1,159 @@
+//! Which backend a proxy client tries first: the order `balance` gives the
+//! pool, from each backend's weight and the connections it holds now. The
+//! state (turns, active counts) belongs to the service's name and survives
+//! reloads, like its other counts.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::model::{Balance, Proxy};
+
+/// One service's pool state.
+#[derive(Debug, Default)]
+pub struct Pool {
+    turn: AtomicUsize,
+    random: AtomicU64,
+    active: Mutex<HashMap<String, Arc<AtomicUsize>>>,
+}
+
+/// One connection held by a backend; dropping it gives the count back.
+pub struct Held(Arc<AtomicUsize>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Pool {
+    /// Counts a connection against `backend` (its address as written).
+    pub fn hold(&self, backend: &str) -> Held {
+        let count = {
+            let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(active.entry(backend.to_owned()).or_default())
+        };
+        count.fetch_add(1, Ordering::AcqRel);
+        Held(count)
+    }
+
+    fn load(&self, proxy: &Proxy, index: usize) -> u64 {
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        let held = active
+            .get(&proxy.backends[index].to_string())
+            .map_or(0, |c| c.load(Ordering::Acquire));
+        // Connections per unit of weight, in thousandths.
+        held as u64 * 1000 / u64::from(proxy.weights[index].max(1))
+    }
+
+    /// The order in which a new client tries `proxy`'s backends.
+    pub fn order(&self, proxy: &Proxy) -> Vec<usize> {
+        let n = proxy.backends.len();
+        let rotated = |start: usize| (0..n).map(move |i| (start + i) % n);
+        match proxy.balance {
+            Balance::First => (0..n).collect(),
+            Balance::RoundRobin => {
+                let total: usize = proxy.weights.iter().map(|&w| w as usize).sum();
+                let mut turn = self.turn.fetch_add(1, Ordering::Relaxed) % total.max(1);
+                let first = proxy
+                    .weights
+                    .iter()
+                    .position(|&w| {
+                        let here = turn < w as usize;
+                        turn = turn.saturating_sub(w as usize);
+                        here
+                    })
+                    .unwrap_or(0);
+                rotated(first).collect()
+            }
+            Balance::LeastConnections => {
+                // Ties go round, not always to the first backend.
+                let start = self.turn.fetch_add(1, Ordering::Relaxed) % n.max(1);
+                let mut order: Vec<usize> = rotated(start).collect();
+                order.sort_by_key(|&i| self.load(proxy, i));
+                order
+            }
+            Balance::RandomTwo => {
+                let (a, b) = (self.random(n), self.random(n));
+                let best = if self.load(proxy, b) < self.load(proxy, a) {
+                    b
+                } else {
+                    a
+                };
+                std::iter::once(best)
+                    .chain((0..n).filter(|&i| i != best))
+                    .collect()
+            }
+        }
+    }
+
+    /// A pseudo-random index below `n` (xorshift; balancing needs no more).
+    fn random(&self, n: usize) -> usize {
+        let mut x = self.random.load(Ordering::Relaxed);
+        if x == 0 {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            x = nanos | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.random.store(x, Ordering::Relaxed);
+        (x % n.max(1) as u64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Backend, RelayMode};
+    use std::time::Duration;
+
+    fn proxy(balance: Balance, weights: &[u32]) -> Proxy {
+        Proxy {
+            backends: (0..weights.len())
+                .map(|i| {
+                    format!("127.0.0.1:{}", 1000 + i)
+                        .parse::<Backend>()
+                        .unwrap()
+                })
+                .collect(),
+            weights: weights.to_vec(),
+            balance,
+            connect_timeout: Duration::from_secs(1),
+            idle_timeout: None,
+            send_proxy: None,
+            relay: RelayMode::Splice,
+        }
+    }
+
+    #[test]
+    fn round_robin_honours_weights_exactly_over_a_cycle() {
+        let pool = Pool::default();
+        let proxy = proxy(Balance::RoundRobin, &[1, 2, 3]);
+        let mut firsts = [0; 3];
+        for _ in 0..600 {
+            firsts[pool.order(&proxy)[0]] += 1;
+        }
+        assert_eq!(firsts, [100, 200, 300]);
+    }
+
+    #[test]
+    fn least_connections_and_random_two_avoid_the_busy_backend() {
+        for balance in [Balance::LeastConnections, Balance::RandomTwo] {
+            let pool = Pool::default();
+            let proxy = proxy(balance, &[1, 1]);
+            let _busy: Vec<Held> = (0..5).map(|_| pool.hold("127.0.0.1:1000")).collect();
+            for _ in 0..50 {
+                let order = pool.order(&proxy);
+                // random-two may draw the busy one twice; then it is all it has.
+                if balance == Balance::LeastConnections {
+                    assert_eq!(order[0], 1);
+                }
+                assert_eq!(order.len(), 2);
+            }
+        }
+    }
+}
