@@ -6,9 +6,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::model::{Balance, Proxy};
+
+/// Connect failures in a row that take a backend out of the pool, and for how
+/// long (passive ejection; active checks, when configured, decide as well).
+const EJECT_AFTER: u32 = 3;
+const COOL_DOWN: Duration = Duration::from_secs(10);
 
 /// One service's pool state.
 #[derive(Debug, Default)]
@@ -16,6 +21,18 @@ pub struct Pool {
     turn: AtomicUsize,
     random: AtomicU64,
     active: Mutex<HashMap<String, Arc<AtomicUsize>>>,
+    health: Mutex<HashMap<String, Health>>,
+}
+
+/// What is known of one backend's health.
+#[derive(Debug, Default)]
+struct Health {
+    /// Client connects that failed in a row, and the ejection they caused.
+    failures: u32,
+    ejected_until: Option<Instant>,
+    /// Down by active checks, and the run of results against that state.
+    checked_down: bool,
+    streak: u32,
 }
 
 /// One connection held by a backend; dropping it gives the count back.
@@ -47,8 +64,63 @@ impl Pool {
         held as u64 * 1000 / u64::from(proxy.weights[index].max(1))
     }
 
-    /// The order in which a new client tries `proxy`'s backends.
+    /// The order in which a new client tries `proxy`'s backends, healthy ones
+    /// only: empty when none is (the client is refused at once).
     pub fn order(&self, proxy: &Proxy) -> Vec<usize> {
+        let mut order = self.balanced(proxy);
+        let now = Instant::now();
+        let health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        order.retain(|&i| usable(health.get(&proxy.backends[i].to_string()), now));
+        order
+    }
+
+    /// A client's connect to `backend` failed; enough in a row eject it.
+    pub fn connect_failed(&self, service: &str, backend: &str) {
+        let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let state = health.entry(backend.to_owned()).or_default();
+        state.failures += 1;
+        if state.failures == EJECT_AFTER {
+            state.ejected_until = Some(Instant::now() + COOL_DOWN);
+            tracing::warn!(service, backend, failures = EJECT_AFTER, cool_down = ?COOL_DOWN, "backend ejected");
+        }
+    }
+
+    /// A client connected to `backend`: its failure run is over.
+    pub fn connected(&self, backend: &str) {
+        let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(state) = health.get_mut(backend) {
+            state.failures = 0;
+            state.ejected_until = None;
+        }
+    }
+
+    /// An active check of `backend` passed or failed; `rise` passes bring a
+    /// down backend up, `fall` failures take an up one down.
+    pub fn checked(&self, service: &str, backend: &str, passed: bool, rise: u32, fall: u32) {
+        let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let state = health.entry(backend.to_owned()).or_default();
+        // A result that agrees with the state ends any run against it.
+        if passed != state.checked_down {
+            state.streak = 0;
+            return;
+        }
+        state.streak += 1;
+        let needed = if state.checked_down { rise } else { fall };
+        if state.streak >= needed {
+            state.checked_down = !state.checked_down;
+            state.streak = 0;
+            if state.checked_down {
+                tracing::warn!(service, backend, checks = fall, "backend down");
+            } else {
+                state.failures = 0;
+                state.ejected_until = None;
+                tracing::info!(service, backend, checks = rise, "backend up");
+            }
+        }
+    }
+
+    /// `balance`'s order over the whole pool.
+    fn balanced(&self, proxy: &Proxy) -> Vec<usize> {
         let n = proxy.backends.len();
         let rotated = |start: usize| (0..n).map(move |i| (start + i) % n);
         match proxy.balance {
@@ -105,6 +177,13 @@ impl Pool {
     }
 }
 
+/// Whether a backend may be tried now; one never heard of counts as up.
+fn usable(health: Option<&Health>, now: Instant) -> bool {
+    health.map_or(true, |h| {
+        !h.checked_down && h.ejected_until.map_or(true, |t| now >= t)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +201,7 @@ mod tests {
                 .collect(),
             weights: weights.to_vec(),
             balance,
+            health_check: None,
             connect_timeout: Duration::from_secs(1),
             idle_timeout: None,
             send_proxy: None,
@@ -155,5 +235,30 @@ mod tests {
                 assert_eq!(order.len(), 2);
             }
         }
+    }
+
+    #[test]
+    fn checks_take_a_backend_down_after_fall_and_up_after_rise() {
+        let pool = Pool::default();
+        let proxy = proxy(Balance::First, &[1, 1]);
+        let a = "127.0.0.1:1000";
+        pool.checked("s", a, false, 2, 2);
+        assert_eq!(pool.order(&proxy), [0, 1], "one failure is not enough");
+        pool.checked("s", a, true, 2, 2);
+        pool.checked("s", a, false, 2, 2);
+        assert_eq!(pool.order(&proxy), [0, 1], "a pass between resets the run");
+        pool.checked("s", a, false, 2, 2);
+        assert_eq!(pool.order(&proxy), [1], "down after two in a row");
+        pool.checked("s", a, true, 2, 2);
+        assert_eq!(pool.order(&proxy), [1]);
+        pool.checked("s", a, true, 2, 2);
+        assert_eq!(pool.order(&proxy), [0, 1], "up after two passes");
+        // Passive: three failed client connects eject it.
+        for _ in 0..3 {
+            pool.connect_failed("s", a);
+        }
+        assert_eq!(pool.order(&proxy), [1]);
+        pool.connected(a);
+        assert_eq!(pool.order(&proxy), [0, 1]);
     }
 }

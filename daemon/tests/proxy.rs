@@ -527,3 +527,72 @@ fn bad_balance_settings_are_config_errors() {
         common::assert_config_rejected(config, words);
     }
 }
+
+#[test]
+fn a_backend_that_keeps_refusing_is_ejected_and_then_refused_at_once() {
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut daemon = Daemon::with_config(&format!("[service.gone]\nproxy = \"{dead}\"\n"));
+    for _ in 0..3 {
+        let reply = String::from_utf8(daemon.exchange(b"gone\r\n")).unwrap();
+        assert_eq!(reply, "-service unavailable: connection refused\r\n");
+    }
+    daemon
+        .wait_for_log(|l| l.contains("backend ejected"))
+        .expect("ejected");
+    // No connect is tried while it is out: the client hears so at once.
+    let reply = String::from_utf8(daemon.exchange(b"gone\r\n")).unwrap();
+    assert_eq!(reply, "-service unavailable: no healthy backend\r\n");
+}
+
+#[test]
+fn health_checks_take_a_dead_backend_out_and_bring_it_back() {
+    let first = TcpListener::bind("127.0.0.1:0").unwrap();
+    let first_addr = first.local_addr().unwrap();
+    // The first backend accepts (the check's connect) but is never a target
+    // while it is down; the second answers "B".
+    std::thread::spawn(move || for _ in first.incoming() {});
+    let second = tagged_backend("B");
+    let mut daemon = Daemon::with_config(&format!(
+        "[service.pool]\nproxy = [\"{first_addr}\", \"{second}\"]\n\
+         health_check = {{ interval = \"50ms\", timeout = \"200ms\", rise = 2, fall = 2, expect = \"B\" }}\n"
+    ));
+    // It never answers: down after two checks, and clients go to B.
+    daemon
+        .wait_for_log(|l| l.contains("backend down") && l.contains(&first_addr.to_string()))
+        .expect("the silent backend goes down");
+    for _ in 0..5 {
+        assert_eq!(tag_of(&daemon), "+\r\nB");
+    }
+    // A backend that answers the check comes up.
+    let pong = TcpListener::bind("127.0.0.1:0").unwrap();
+    let pong_addr = pong.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in pong.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let _ = conn.write_all(b"PONG\n");
+        }
+    });
+    std::fs::write(
+        daemon.config_path(),
+        format!(
+            "[service.pool]\nproxy = [\"{pong_addr}\"]\n\
+             health_check = {{ interval = \"50ms\", timeout = \"200ms\", rise = 1, fall = 1, send = \"PING\\n\", expect = \"PONG\" }}\n"
+        ),
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    daemon
+        .wait_for_log(|l| l.contains("configuration reloaded"))
+        .expect("reloaded");
+    // Up from the start, and staying up: clients reach it.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!daemon
+        .logs()
+        .iter()
+        .any(|l| l.contains("backend down") && l.contains(&pong_addr.to_string())));
+    let reply = daemon.exchange(b"pool\r\n");
+    assert!(reply.starts_with(b"+\r\nPONG"), "{reply:?}");
+}

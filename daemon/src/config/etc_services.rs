@@ -42,6 +42,7 @@ pub(crate) fn import(
             backends: vec![backend],
             weights: vec![1],
             balance: Default::default(),
+            health_check: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             idle_timeout: None,
             send_proxy: None,

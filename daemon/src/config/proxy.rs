@@ -5,7 +5,11 @@ use toml::Spanned;
 use super::checks::{choice, positive_duration};
 use super::error::{ConfigError, Source};
 use super::raw::RawService;
-use crate::model::{Backend, Balance, Proxy, ProxyVersion, RelayMode, DEFAULT_CONNECT_TIMEOUT};
+use std::time::Duration;
+
+use crate::model::{
+    Backend, Balance, HealthCheck, Proxy, ProxyVersion, RelayMode, DEFAULT_CONNECT_TIMEOUT,
+};
 
 /// `proxy = "host:port"` or a list of them, with the proxy-only keys.
 pub(crate) fn proxy(
@@ -51,6 +55,7 @@ pub(crate) fn proxy(
         backends,
         weights,
         balance,
+        health_check: health_check(src, table)?,
         connect_timeout,
         idle_timeout,
         send_proxy,
@@ -117,4 +122,34 @@ fn backends(
         weights.push(weight);
     }
     Ok((backends, weights))
+}
+
+/// `health_check = { interval, timeout, rise, fall, send, expect }`.
+fn health_check(src: Source<'_>, table: &RawService) -> Result<Option<HealthCheck>, ConfigError> {
+    let Some(raw) = &table.health_check else {
+        return Ok(None);
+    };
+    let span = raw.span();
+    let raw = raw.get_ref();
+    let check = HealthCheck {
+        interval: raw.interval.map_or(Duration::from_secs(2), |d| d.0),
+        timeout: raw.timeout.map_or(Duration::from_secs(1), |d| d.0),
+        rise: raw.rise.unwrap_or(2),
+        fall: raw.fall.unwrap_or(3),
+        send: raw.send.clone(),
+        expect: raw.expect.clone(),
+    };
+    if check.interval.is_zero() || check.timeout.is_zero() {
+        return Err(src.at(
+            span,
+            "health_check: interval and timeout must be greater than zero",
+        ));
+    }
+    if check.rise == 0 || check.fall == 0 {
+        return Err(src.at(span, "health_check: rise and fall must be at least 1"));
+    }
+    if check.expect.as_deref() == Some("") {
+        return Err(src.at(span, "health_check: expect must not be empty"));
+    }
+    Ok(Some(check))
 }

@@ -28,6 +28,17 @@ pub(crate) struct RawListenTable {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+pub(crate) struct RawHealthCheck {
+    pub(crate) interval: Option<ConfigDuration>,
+    pub(crate) timeout: Option<ConfigDuration>,
+    pub(crate) rise: Option<u32>,
+    pub(crate) fall: Option<u32>,
+    pub(crate) send: Option<String>,
+    pub(crate) expect: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct RawHandoff {
     #[serde(default)]
     pub(crate) uid: Vec<u32>,
@@ -81,6 +92,7 @@ pub(crate) struct RawService {
     pub(crate) send_proxy: Option<Spanned<String>>,
     pub(crate) relay: Option<Spanned<String>>,
     pub(crate) balance: Option<Spanned<String>>,
+    pub(crate) health_check: Option<Spanned<RawHealthCheck>>,
     pub(crate) exec: Option<Spanned<Vec<String>>>,
     pub(crate) handoff: Option<Spanned<RawHandoff>>,
     pub(crate) reply: Option<Spanned<String>>,
@@ -120,6 +132,11 @@ impl RawService {
             ),
             ("relay", self.relay.as_ref().map(Spanned::span), "proxy"),
             ("balance", self.balance.as_ref().map(Spanned::span), "proxy"),
+            (
+                "health_check",
+                self.health_check.as_ref().map(Spanned::span),
+                "proxy",
+            ),
             ("reply", self.reply.as_ref().map(Spanned::span), "exec"),
             ("user", self.user.as_ref().map(Spanned::span), "exec"),
             ("group", self.group.as_ref().map(Spanned::span), "exec"),

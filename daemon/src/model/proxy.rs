@@ -16,12 +16,28 @@ pub struct Proxy {
     /// Each backend's weight (same order), 1 unless configured.
     pub weights: Vec<u32>,
     pub balance: Balance,
+    /// Active checks of every backend, if configured.
+    pub health_check: Option<HealthCheck>,
     pub connect_timeout: Duration,
     /// Close the relay after this long with no byte either way; `None`: never.
     pub idle_timeout: Option<Duration>,
     /// Send the backend a PROXY protocol header naming the real client.
     pub send_proxy: Option<ProxyVersion>,
     pub relay: RelayMode,
+}
+
+/// Active health checks (`health_check = { … }`): a TCP connect every
+/// `interval` within `timeout`, optionally sending `send` and waiting for
+/// `expect`; `fall` failures in a row take a backend down, `rise` successes
+/// bring it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub rise: u32,
+    pub fall: u32,
+    pub send: Option<String>,
+    pub expect: Option<String>,
 }
 
 /// How a proxy service spreads clients over its backends. A backend that

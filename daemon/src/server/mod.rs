@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -229,6 +230,7 @@ impl Server {
             tracing::info!("upgrade: took over from the running daemon");
         }
 
+        let mut checks = health_checks(&shared);
         live.store_in_systemd();
         systemd::notify("READY=1");
         let mut watchdog = systemd::watchdog_interval().map(tokio::time::interval);
@@ -243,6 +245,9 @@ impl Server {
                 Some(()) = reload.recv() => {
                     systemd::notify_reloading();
                     reload_config(&shared, &mut live, &sessions, self.config_path.as_deref());
+                    // The checks follow the configuration in force.
+                    checks.abort_all();
+                    checks = health_checks(&shared);
                     systemd::notify("READY=1");
                 }
                 Some(successor) = upgrades.recv() => {
@@ -277,6 +282,33 @@ impl Server {
         live.shutdown().await;
         sessions.finish(grace).await;
     }
+}
+
+/// One task per backend of each proxy service with `health_check`, for the
+/// settings in force; dropping the set stops them.
+fn health_checks(shared: &Shared) -> JoinSet<()> {
+    let settings = shared.settings();
+    let mut checks = JoinSet::new();
+    for service in settings.registry.services() {
+        let crate::model::ServiceKind::Proxy(proxy) = &service.kind else {
+            continue;
+        };
+        let Some(counts) = settings.usage.get(&service.name) else {
+            continue;
+        };
+        if proxy.health_check.is_none() {
+            continue;
+        }
+        for index in 0..proxy.backends.len() {
+            checks.spawn(crate::services::health::check_loop(
+                service.name.to_string(),
+                Arc::clone(proxy),
+                index,
+                Arc::clone(counts),
+            ));
+        }
+    }
+    checks
 }
 
 /// The running sessions: tracked so that shutdown can wait for them without

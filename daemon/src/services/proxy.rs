@@ -33,12 +33,12 @@ async fn connect(backend: &Backend) -> io::Result<Stream> {
 /// service's balancing state.
 pub async fn serve(
     proxy: &Proxy,
-    pool: &Pool,
+    (service, pool): (&str, &Pool),
     status: Option<&str>,
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
-    let (mut backend, name) = match connect_first(proxy, &pool.order(proxy)).await {
+    let (mut backend, name) = match connect_first(proxy, service, pool).await {
         Ok(connected) => connected,
         Err(failure) => {
             // The client learns why in general terms; backend addresses stay in the log.
@@ -82,13 +82,29 @@ struct ConnectFailure {
     detail: String,
 }
 
-/// Connects to the backends in `order`, returning the first that accepts.
-async fn connect_first(proxy: &Proxy, order: &[usize]) -> Result<(Stream, String), ConnectFailure> {
+/// Connects to the healthy backends in the pool's order, returning the first
+/// that accepts; with none healthy, fails at once.
+async fn connect_first(
+    proxy: &Proxy,
+    service: &str,
+    pool: &Pool,
+) -> Result<(Stream, String), ConnectFailure> {
+    let order = pool.order(proxy);
+    if order.is_empty() {
+        return Err(ConnectFailure {
+            reason: "no healthy backend",
+            detail: "every backend is down or ejected".into(),
+        });
+    }
     let mut detail = Vec::new();
     let mut reason = "no backend configured";
     for backend in order.iter().filter_map(|&i| proxy.backends.get(i)) {
         match tokio::time::timeout(proxy.connect_timeout, connect(backend)).await {
-            Ok(Ok(stream)) => return Ok((stream, backend.to_string())),
+            Ok(Ok(stream)) => {
+                let name = backend.to_string();
+                pool.connected(&name);
+                return Ok((stream, name));
+            }
             Ok(Err(e)) => {
                 reason = match e.kind() {
                     io::ErrorKind::ConnectionRefused => "connection refused",
@@ -96,6 +112,7 @@ async fn connect_first(proxy: &Proxy, order: &[usize]) -> Result<(Stream, String
                     _ => "backend connection failed",
                 };
                 detail.push(format!("{backend}: {e}"));
+                pool.connect_failed(service, &backend.to_string());
             }
             Err(_) => {
                 reason = "backend connection timed out";
@@ -103,6 +120,7 @@ async fn connect_first(proxy: &Proxy, order: &[usize]) -> Result<(Stream, String
                     "{backend}: connect timed out after {:?}",
                     proxy.connect_timeout
                 ));
+                pool.connect_failed(service, &backend.to_string());
             }
         }
     }
