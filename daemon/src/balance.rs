@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::model::{Balance, Proxy};
+use crate::ops::metrics::BackendLine;
 
 /// Connect failures in a row that take a backend out of the pool, and for how
 /// long (passive ejection; active checks, when configured, decide as well).
@@ -33,6 +34,12 @@ struct Health {
     /// Down by active checks, and the run of results against that state.
     checked_down: bool,
     streak: u32,
+    last_check: Option<bool>,
+    /// Counts for the metrics.
+    connections: u64,
+    connect_failures: u64,
+    bytes_in: u64,
+    bytes_out: u64,
 }
 
 /// One connection held by a backend; dropping it gives the count back.
@@ -79,6 +86,7 @@ impl Pool {
         let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
         let state = health.entry(backend.to_owned()).or_default();
         state.failures += 1;
+        state.connect_failures += 1;
         if state.failures == EJECT_AFTER {
             state.ejected_until = Some(Instant::now() + COOL_DOWN);
             tracing::warn!(service, backend, failures = EJECT_AFTER, cool_down = ?COOL_DOWN, "backend ejected");
@@ -88,10 +96,46 @@ impl Pool {
     /// A client connected to `backend`: its failure run is over.
     pub fn connected(&self, backend: &str) {
         let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(state) = health.get_mut(backend) {
-            state.failures = 0;
-            state.ejected_until = None;
-        }
+        let state = health.entry(backend.to_owned()).or_default();
+        state.failures = 0;
+        state.ejected_until = None;
+        state.connections += 1;
+    }
+
+    /// Bytes a finished relay moved through `backend`.
+    pub fn relayed(&self, backend: &str, bytes_in: u64, bytes_out: u64) {
+        let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let state = health.entry(backend.to_owned()).or_default();
+        state.bytes_in += bytes_in;
+        state.bytes_out += bytes_out;
+    }
+
+    /// Each backend's figures, for the metrics.
+    pub fn lines(&self, service: &str, proxy: &Proxy) -> Vec<BackendLine> {
+        let now = Instant::now();
+        let health = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        proxy
+            .backends
+            .iter()
+            .map(|backend| {
+                let name = backend.to_string();
+                let state = health.get(&name);
+                BackendLine {
+                    service: service.to_owned(),
+                    up: usable(state, now),
+                    active: active
+                        .get(&name)
+                        .map_or(0, |c| c.load(Ordering::Acquire) as u64),
+                    connections: state.map_or(0, |s| s.connections),
+                    failures: state.map_or(0, |s| s.connect_failures),
+                    bytes_in: state.map_or(0, |s| s.bytes_in),
+                    bytes_out: state.map_or(0, |s| s.bytes_out),
+                    last_check: state.and_then(|s| s.last_check),
+                    backend: name,
+                }
+            })
+            .collect()
     }
 
     /// An active check of `backend` passed or failed; `rise` passes bring a
@@ -99,6 +143,7 @@ impl Pool {
     pub fn checked(&self, service: &str, backend: &str, passed: bool, rise: u32, fall: u32) {
         let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
         let state = health.entry(backend.to_owned()).or_default();
+        state.last_check = Some(passed);
         // A result that agrees with the state ends any run against it.
         if passed != state.checked_down {
             state.streak = 0;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::admission::{Gate, Usage, UsageTable};
 use crate::config::Config;
 use crate::hub::Hub;
-use crate::model::{ControlLimits, Limits};
+use crate::model::{ControlLimits, Limits, ServiceKind};
 use crate::ops::metrics::Metrics;
 use crate::registry::Registry;
 
@@ -86,7 +86,16 @@ impl Shared {
 
     /// The counters in the Prometheus text format.
     pub fn render_metrics(&self) -> String {
+        let settings = self.settings();
+        let mut backends = Vec::new();
+        for service in settings.registry.services() {
+            if let (ServiceKind::Proxy(proxy), Some(counts)) =
+                (&service.kind, settings.usage.get(&service.name))
+            {
+                backends.extend(counts.pool.lines(service.name.as_str(), proxy));
+            }
+        }
         self.metrics
-            .render(self.gate.active.get(), &self.hub.counts())
+            .render(self.gate.active.get(), &self.hub.counts(), &backends)
     }
 }

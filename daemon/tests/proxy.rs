@@ -472,6 +472,14 @@ fn round_robin_splits_by_weight_and_least_connections_avoids_busy_backends() {
         let n = counts[tag];
         assert!((990..=1010).contains(&n), "{counts:?}");
     }
+    let stats = String::from_utf8(daemon.exchange(b"stats\r\n")).unwrap();
+    let line =
+        format!("tcpmuxd_backend_connections_total{{service=\"pool\",backend=\"{a}\"}} 1000\n");
+    assert!(stats.contains(&line), "{line} in {stats}");
+    let line = format!(
+        "tcpmuxd_backend_bytes_total{{service=\"pool\",backend=\"{a}\",direction=\"out\"}} 1000\n"
+    );
+    assert!(stats.contains(&line), "{line} in {stats}");
 
     let daemon = Daemon::with_config(&format!(
         "[service.pool]\nbalance = \"round-robin\"\n\
@@ -545,6 +553,16 @@ fn a_backend_that_keeps_refusing_is_ejected_and_then_refused_at_once() {
     // No connect is tried while it is out: the client hears so at once.
     let reply = String::from_utf8(daemon.exchange(b"gone\r\n")).unwrap();
     assert_eq!(reply, "-service unavailable: no healthy backend\r\n");
+    // And the metrics say why.
+    let stats = String::from_utf8(daemon.exchange(b"stats\r\n")).unwrap();
+    for line in [
+        format!("tcpmuxd_backend_up{{service=\"gone\",backend=\"{dead}\"}} 0\n"),
+        format!(
+            "tcpmuxd_backend_connect_failures_total{{service=\"gone\",backend=\"{dead}\"}} 3\n"
+        ),
+    ] {
+        assert!(stats.contains(&line), "{line} in {stats}");
+    }
 }
 
 #[test]

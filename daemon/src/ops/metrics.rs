@@ -42,7 +42,12 @@ impl Metrics {
     }
 
     /// The exposition text, with `active` connections and live handoff backends.
-    pub fn render(&self, active: usize, handoff: &[(String, usize)]) -> String {
+    pub fn render(
+        &self,
+        active: usize,
+        handoff: &[(String, usize)],
+        backends: &[BackendLine],
+    ) -> String {
         let mut out = String::new();
         family(
             &mut out,
@@ -98,7 +103,88 @@ impl Metrics {
                 escape(service)
             );
         }
+        render_backends(&mut out, backends);
         out
+    }
+}
+
+/// One proxy backend's figures, for the per-backend families.
+#[derive(Clone, Debug, Default)]
+pub struct BackendLine {
+    pub service: String,
+    pub backend: String,
+    pub up: bool,
+    pub active: u64,
+    pub connections: u64,
+    pub failures: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// The last active check's result, if checks run.
+    pub last_check: Option<bool>,
+}
+
+fn render_backends(out: &mut String, backends: &[BackendLine]) {
+    type Value = fn(&BackendLine) -> Option<u64>;
+    let families: [(&str, &str, &str, Value); 5] = [
+        (
+            "tcpmuxd_backend_up",
+            "gauge",
+            "1 while the backend may be tried (not down by checks nor ejected).",
+            |b| Some(u64::from(b.up)),
+        ),
+        (
+            "tcpmuxd_backend_active_connections",
+            "gauge",
+            "Client connections relayed to the backend now.",
+            |b| Some(b.active),
+        ),
+        (
+            "tcpmuxd_backend_connections_total",
+            "counter",
+            "Client connections the backend accepted.",
+            |b| Some(b.connections),
+        ),
+        (
+            "tcpmuxd_backend_connect_failures_total",
+            "counter",
+            "Connects to the backend that failed or timed out.",
+            |b| Some(b.failures),
+        ),
+        (
+            "tcpmuxd_backend_last_check",
+            "gauge",
+            "The last active health check: 1 passed, 0 failed.",
+            |b| b.last_check.map(u64::from),
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        family(out, name, kind, help);
+        for b in backends {
+            if let Some(v) = value(b) {
+                let _ = writeln!(
+                    out,
+                    "{name}{{service=\"{}\",backend=\"{}\"}} {v}",
+                    escape(&b.service),
+                    escape(&b.backend)
+                );
+            }
+        }
+    }
+    family(
+        out,
+        "tcpmuxd_backend_bytes_total",
+        "counter",
+        "Bytes relayed from clients to the backend (in) and back (out).",
+    );
+    for b in backends {
+        for (direction, v) in [("in", b.bytes_in), ("out", b.bytes_out)] {
+            let _ = writeln!(
+                out,
+                "tcpmuxd_backend_bytes_total{{service=\"{}\",backend=\"{}\",direction=\"{direction}\"}} {v}",
+                escape(&b.service),
+                escape(&b.backend)
+            );
+        }
     }
 }
 
@@ -121,7 +207,7 @@ mod tests {
         metrics.record("echo", "served", "tcpmux", 10, 20);
         metrics.record("echo", "served", "tcpmux", 1, 2);
         metrics.record("-", "refused", "tcpmux", 5, 30);
-        let text = metrics.render(3, &[("app".into(), 2)]);
+        let text = metrics.render(3, &[("app".into(), 2)], &[]);
         assert!(text.contains(
             "tcpmuxd_connections_total{service=\"echo\",outcome=\"served\",routed=\"tcpmux\"} 2\n"
         ));

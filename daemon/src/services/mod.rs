@@ -24,19 +24,18 @@ use std::io;
 use tcpmux_proto::encode_reply;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::admission::{Gate, ServiceCounts};
+use crate::admission::ServiceCounts;
 use crate::hub::Hub;
 use crate::model::{Builtin, ClientInfo, Service, ServiceKind};
 use crate::net::stream::{Metered, Stream};
-use crate::ops::metrics::Metrics;
 use crate::outcome::Outcome;
 
 /// What a service may use of the daemon besides its connection: the handoff
-/// hub, the counters (for `stats`) and its own name's counts.
+/// hub, the rendered counters (for `stats`) and its own name's counts.
 pub struct Context<'a> {
     pub hub: &'a Hub,
-    pub metrics: &'a Metrics,
-    pub gate: &'a Gate,
+    /// The counters in the Prometheus text format, for `stats`.
+    pub stats: &'a (dyn Fn() -> String + Sync),
     pub counts: &'a ServiceCounts,
 }
 
@@ -111,12 +110,7 @@ fn one_shot_answer(builtin: Builtin, context: &Context<'_>, out: &mut Vec<u8>) -
         Builtin::Daytime => daytime::answer(out),
         Builtin::Time => time::answer(out),
         Builtin::Isotime => isotime::answer(out),
-        Builtin::Stats => {
-            let text = context
-                .metrics
-                .render(context.gate.active.get(), &context.hub.counts());
-            out.extend_from_slice(text.as_bytes());
-        }
+        Builtin::Stats => out.extend_from_slice((context.stats)().as_bytes()),
         Builtin::Echo | Builtin::Discard | Builtin::Chargen | Builtin::Sometext => return false,
     }
     true

@@ -70,6 +70,7 @@ pub async fn serve(
     let (relayed, result) = relay(conn.get_ref(), &backend, proxy.relay, proxy.idle_timeout).await;
     conn.bytes_in += relayed.client_to_backend;
     conn.bytes_out += relayed.backend_to_client;
+    pool.relayed(&name, relayed.client_to_backend, relayed.backend_to_client);
     result.map(|()| Outcome::Served {
         backend: Some(name),
     })

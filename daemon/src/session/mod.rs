@@ -262,10 +262,10 @@ async fn serve_named(
         }
         return Outcome::Refused(reason.into());
     };
+    let stats = || shared.render_metrics();
     let context = services::Context {
         hub: &shared.hub,
-        metrics: &shared.metrics,
-        gate: &shared.gate,
+        stats: &stats,
         counts: &counts,
     };
     // Boxed: the largest service future (the relay, exec) would otherwise size
