@@ -614,3 +614,86 @@ fn health_checks_take_a_dead_backend_out_and_bring_it_back() {
     let reply = daemon.exchange(b"pool\r\n");
     assert!(reply.starts_with(b"+\r\nPONG"), "{reply:?}");
 }
+
+/// `tcpmux-bench source`: every connection gets one byte, then EOF; a process
+/// the test can kill.
+fn source_process() -> (std::process::Child, SocketAddr) {
+    let mut child = std::process::Command::new(common::sibling_binary("tcpmux-bench"))
+        .args(["source", "--listen", "127.0.0.1:0", "--bytes", "1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start a source");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    (child, addr)
+}
+
+fn failures_of(daemon: &Daemon, backend: SocketAddr) -> String {
+    let stats = String::from_utf8(daemon.exchange(b"stats\r\n")).unwrap();
+    let prefix = format!(
+        "tcpmuxd_backend_connect_failures_total{{service=\"pool\",backend=\"{backend}\"}} "
+    );
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[test]
+fn killing_one_of_three_backends_under_load_fails_no_client() {
+    let mut backends: Vec<_> = (0..3).map(|_| source_process()).collect();
+    let list: Vec<String> = backends.iter().map(|(_, a)| format!("\"{a}\"")).collect();
+    let mut daemon = Daemon::with_config(&format!(
+        "[service.pool]\nbalance = \"round-robin\"\nproxy = [{}]\n\
+         health_check = {{ interval = \"100ms\", timeout = \"300ms\", rise = 2, fall = 2 }}\n",
+        list.join(", ")
+    ));
+    let addr = daemon.addr;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0, 0);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && std::time::Instant::now() < deadline
+            {
+                let mut stream = TcpStream::connect(addr).unwrap();
+                stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+                stream.write_all(b"pool\r\n").unwrap();
+                if read_all(&mut stream).len() == 4 {
+                    ok += 1
+                } else {
+                    failed += 1
+                }
+            }
+            (ok, failed)
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (mut killed, killed_addr) = backends.remove(1);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    daemon
+        .wait_for_log(|l| l.contains("backend down") && l.contains(&killed_addr.to_string()))
+        .expect("the checks take it down");
+    // Down: no client tries it any more.
+    let before = failures_of(&daemon, killed_addr);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(failures_of(&daemon, killed_addr), before);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = load.join().unwrap();
+    assert!(ok > 50 && failed == 0, "{ok} ok, {failed} failed");
+    for (mut child, _) in backends {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
