@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::model::{Balance, Proxy};
+use crate::model::{Backend, Balance, Proxy};
 use crate::ops::metrics::BackendLine;
 
 /// Connect failures in a row that take a backend out of the pool, and for how
@@ -21,8 +21,8 @@ const COOL_DOWN: Duration = Duration::from_secs(10);
 pub struct Pool {
     turn: AtomicUsize,
     random: AtomicU64,
-    active: Mutex<HashMap<String, Arc<AtomicUsize>>>,
-    health: Mutex<HashMap<String, Health>>,
+    active: Mutex<HashMap<Backend, Arc<AtomicUsize>>>,
+    health: Mutex<HashMap<Backend, Health>>,
 }
 
 /// What is known of one backend's health.
@@ -53,10 +53,10 @@ impl Drop for Held {
 
 impl Pool {
     /// Counts a connection against `backend` (its address as written).
-    pub fn hold(&self, backend: &str) -> Held {
+    pub fn hold(&self, backend: &Backend) -> Held {
         let count = {
             let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-            Arc::clone(active.entry(backend.to_owned()).or_default())
+            Arc::clone(active.entry(backend.clone()).or_default())
         };
         count.fetch_add(1, Ordering::AcqRel);
         Held(count)
@@ -65,7 +65,7 @@ impl Pool {
     fn load(&self, proxy: &Proxy, index: usize) -> u64 {
         let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
         let held = active
-            .get(&proxy.backends[index].to_string())
+            .get(&proxy.backends[index])
             .map_or(0, |c| c.load(Ordering::Acquire));
         // Connections per unit of weight, in thousandths.
         held as u64 * 1000 / u64::from(proxy.weights[index].max(1))
@@ -77,35 +77,35 @@ impl Pool {
         let mut order = self.balanced(proxy);
         let now = Instant::now();
         let health = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        order.retain(|&i| usable(health.get(&proxy.backends[i].to_string()), now));
+        order.retain(|&i| usable(health.get(&proxy.backends[i]), now));
         order
     }
 
     /// A client's connect to `backend` failed; enough in a row eject it.
-    pub fn connect_failed(&self, service: &str, backend: &str) {
+    pub fn connect_failed(&self, service: &str, backend: &Backend) {
         let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        let state = health.entry(backend.to_owned()).or_default();
+        let state = health.entry(backend.clone()).or_default();
         state.failures += 1;
         state.connect_failures += 1;
         if state.failures == EJECT_AFTER {
             state.ejected_until = Some(Instant::now() + COOL_DOWN);
-            tracing::warn!(service, backend, failures = EJECT_AFTER, cool_down = ?COOL_DOWN, "backend ejected");
+            tracing::warn!(service, %backend, failures = EJECT_AFTER, cool_down = ?COOL_DOWN, "backend ejected");
         }
     }
 
     /// A client connected to `backend`: its failure run is over.
-    pub fn connected(&self, backend: &str) {
+    pub fn connected(&self, backend: &Backend) {
         let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        let state = health.entry(backend.to_owned()).or_default();
+        let state = health.entry(backend.clone()).or_default();
         state.failures = 0;
         state.ejected_until = None;
         state.connections += 1;
     }
 
     /// Bytes a finished relay moved through `backend`.
-    pub fn relayed(&self, backend: &str, bytes_in: u64, bytes_out: u64) {
+    pub fn relayed(&self, backend: &Backend, bytes_in: u64, bytes_out: u64) {
         let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        let state = health.entry(backend.to_owned()).or_default();
+        let state = health.entry(backend.clone()).or_default();
         state.bytes_in += bytes_in;
         state.bytes_out += bytes_out;
     }
@@ -119,20 +119,19 @@ impl Pool {
             .backends
             .iter()
             .map(|backend| {
-                let name = backend.to_string();
-                let state = health.get(&name);
+                let state = health.get(backend);
                 BackendLine {
                     service: service.to_owned(),
                     up: usable(state, now),
                     active: active
-                        .get(&name)
+                        .get(backend)
                         .map_or(0, |c| c.load(Ordering::Acquire) as u64),
                     connections: state.map_or(0, |s| s.connections),
                     failures: state.map_or(0, |s| s.connect_failures),
                     bytes_in: state.map_or(0, |s| s.bytes_in),
                     bytes_out: state.map_or(0, |s| s.bytes_out),
                     last_check: state.and_then(|s| s.last_check),
-                    backend: name,
+                    backend: backend.to_string(),
                 }
             })
             .collect()
@@ -140,9 +139,9 @@ impl Pool {
 
     /// An active check of `backend` passed or failed; `rise` passes bring a
     /// down backend up, `fall` failures take an up one down.
-    pub fn checked(&self, service: &str, backend: &str, passed: bool, rise: u32, fall: u32) {
+    pub fn checked(&self, service: &str, backend: &Backend, passed: bool, rise: u32, fall: u32) {
         let mut health = self.health.lock().unwrap_or_else(|p| p.into_inner());
-        let state = health.entry(backend.to_owned()).or_default();
+        let state = health.entry(backend.clone()).or_default();
         state.last_check = Some(passed);
         // A result that agrees with the state ends any run against it.
         if passed != state.checked_down {
@@ -155,11 +154,11 @@ impl Pool {
             state.checked_down = !state.checked_down;
             state.streak = 0;
             if state.checked_down {
-                tracing::warn!(service, backend, checks = fall, "backend down");
+                tracing::warn!(service, %backend, checks = fall, "backend down");
             } else {
                 state.failures = 0;
                 state.ejected_until = None;
-                tracing::info!(service, backend, checks = rise, "backend up");
+                tracing::info!(service, %backend, checks = rise, "backend up");
             }
         }
     }
@@ -270,7 +269,7 @@ mod tests {
         for balance in [Balance::LeastConnections, Balance::RandomTwo] {
             let pool = Pool::default();
             let proxy = proxy(balance, &[1, 1]);
-            let _busy: Vec<Held> = (0..5).map(|_| pool.hold("127.0.0.1:1000")).collect();
+            let _busy: Vec<Held> = (0..5).map(|_| pool.hold(&proxy.backends[0])).collect();
             for _ in 0..50 {
                 let order = pool.order(&proxy);
                 // random-two may draw the busy one twice; then it is all it has.
@@ -286,7 +285,7 @@ mod tests {
     fn checks_take_a_backend_down_after_fall_and_up_after_rise() {
         let pool = Pool::default();
         let proxy = proxy(Balance::First, &[1, 1]);
-        let a = "127.0.0.1:1000";
+        let a = &proxy.backends[0];
         pool.checked("s", a, false, 2, 2);
         assert_eq!(pool.order(&proxy), [0, 1], "one failure is not enough");
         pool.checked("s", a, true, 2, 2);

@@ -71,7 +71,7 @@ pub enum RelayMode {
 
 /// Where a proxy connects: `host:port` (name or IP, resolved per connection) or
 /// `unix:/path`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
     Tcp { host: String, port: u16 },
     Unix(PathBuf),

@@ -111,27 +111,10 @@ async fn copy_until_bulk(
 ) -> io::Result<bool> {
     let mut buf = vec![0u8; FIRST_COPY];
     loop {
-        let n = from
-            .async_io(Interest::READABLE, || {
-                rustix::io::read(from.as_fd(), &mut buf[..]).map_err(io::Error::from)
-            })
-            .await?;
-        if n == 0 {
-            return Ok(false);
-        }
-        activity.touch();
-        let mut sent = 0;
-        while sent < n {
-            let m = to
-                .async_io(Interest::WRITABLE, || {
-                    send(to.as_fd(), &buf[sent..n], SendFlags::NOSIGNAL).map_err(io::Error::from)
-                })
-                .await?;
-            sent += m;
-            moved.fetch_add(m as u64, Ordering::Relaxed);
-        }
-        if n == FIRST_COPY {
-            return Ok(true);
+        match copy_once(from, to, &mut buf, activity, moved).await? {
+            0 => return Ok(false),
+            FIRST_COPY => return Ok(true),
+            _ => {}
         }
     }
 }
@@ -207,26 +190,40 @@ async fn copy_one_way(
 ) -> io::Result<()> {
     let mut buf = vec![0u8; COPY_BUFFER];
     loop {
-        let n = from
-            .async_io(Interest::READABLE, || {
-                rustix::io::read(from.as_fd(), &mut buf[..]).map_err(io::Error::from)
-            })
-            .await?;
-        if n == 0 {
+        if copy_once(from, to, &mut buf, activity, moved).await? == 0 {
             return Ok(());
         }
-        activity.touch();
-        let mut sent = 0;
-        while sent < n {
-            let m = to
-                .async_io(Interest::WRITABLE, || {
-                    send(to.as_fd(), &buf[sent..n], SendFlags::NOSIGNAL).map_err(io::Error::from)
-                })
-                .await?;
-            sent += m;
-            moved.fetch_add(m as u64, Ordering::Relaxed);
-        }
     }
+}
+
+/// One read from `from` into `buf` and all of it sent to `to`; returns the
+/// bytes moved (0: EOF).
+async fn copy_once(
+    from: &Stream,
+    to: &Stream,
+    buf: &mut [u8],
+    activity: &Activity,
+    moved: &AtomicU64,
+) -> io::Result<usize> {
+    let n = from
+        .async_io(Interest::READABLE, || {
+            rustix::io::read(from.as_fd(), &mut *buf).map_err(io::Error::from)
+        })
+        .await?;
+    if n > 0 {
+        activity.touch();
+    }
+    let mut sent = 0;
+    while sent < n {
+        let m = to
+            .async_io(Interest::WRITABLE, || {
+                send(to.as_fd(), &buf[sent..n], SendFlags::NOSIGNAL).map_err(io::Error::from)
+            })
+            .await?;
+        sent += m;
+        moved.fetch_add(m as u64, Ordering::Relaxed);
+    }
+    Ok(n)
 }
 
 /// When a byte last moved and how many moved each way, shared by the two

@@ -13,7 +13,7 @@
 use std::io::{self, IoSlice, IoSliceMut, Write};
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -224,12 +224,6 @@ fn send_frame(stream: &StdUnixStream, text: &str, fd: Option<BorrowedFd<'_>>) ->
         SendFlags::NOSIGNAL,
     )?;
     // The descriptor went with the first bytes; the rest of the frame follows.
-    let mut rest = &frame[sent..];
     let mut writer = stream;
-    while !rest.is_empty() {
-        let n = writer.write(rest)?;
-        rest = &rest[n..];
-    }
-    let _ = stream.as_fd();
-    Ok(())
+    writer.write_all(&frame[sent..])
 }

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixStream};
 
 use crate::admission::ServiceCounts;
 use crate::model::{Backend, HealthCheck, Proxy};
@@ -22,7 +21,6 @@ pub async fn check_loop(
     let (Some(check), Some(backend)) = (&proxy.health_check, proxy.backends.get(index)) else {
         return;
     };
-    let name = backend.to_string();
     let mut ticks = tokio::time::interval(check.interval);
     loop {
         ticks.tick().await;
@@ -31,21 +29,15 @@ pub async fn check_loop(
             .is_ok_and(|r| r);
         counts
             .pool
-            .checked(&service, &name, passed, check.rise, check.fall);
+            .checked(&service, backend, passed, check.rise, check.fall);
     }
 }
 
 /// One check: connect, send, expect.
 async fn probe(backend: &Backend, check: &HealthCheck) -> bool {
-    match backend {
-        Backend::Tcp { host, port } => match TcpStream::connect((host.as_str(), *port)).await {
-            Ok(stream) => converse(stream, check).await,
-            Err(_) => false,
-        },
-        Backend::Unix(path) => match UnixStream::connect(path).await {
-            Ok(stream) => converse(stream, check).await,
-            Err(_) => false,
-        },
+    match super::proxy::connect(backend).await {
+        Ok(stream) => converse(stream, check).await,
+        Err(_) => false,
     }
 }
 

@@ -17,8 +17,8 @@ use crate::net::relay::relay;
 use crate::net::stream::{Metered, Stream};
 use crate::outcome::Outcome;
 
-/// Connects to one backend.
-async fn connect(backend: &Backend) -> io::Result<Stream> {
+/// Connects to one backend (TCP_NODELAY set), for clients and health checks.
+pub(super) async fn connect(backend: &Backend) -> io::Result<Stream> {
     match backend {
         Backend::Tcp { host, port } => {
             let stream = TcpStream::connect((host.as_str(), *port)).await?;
@@ -38,7 +38,7 @@ pub async fn serve(
     conn: &mut Metered<Stream>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
-    let (mut backend, name) = match connect_first(proxy, service, pool).await {
+    let (mut backend, used) = match connect_first(proxy, service, pool).await {
         Ok(connected) => connected,
         Err(failure) => {
             // The client learns why in general terms; backend addresses stay in the log.
@@ -50,7 +50,7 @@ pub async fn serve(
         }
     };
     // Held for the relay's life, for least-connections and random-two.
-    let _held = pool.hold(&name);
+    let _held = pool.hold(used);
     // Known as ours before a byte reaches the backend, so that if the backend
     // is this daemon, the session there sees where its request came from.
     let _own = match (backend.local_addr(), backend.peer_addr()) {
@@ -70,9 +70,9 @@ pub async fn serve(
     let (relayed, result) = relay(conn.get_ref(), &backend, proxy.relay, proxy.idle_timeout).await;
     conn.bytes_in += relayed.client_to_backend;
     conn.bytes_out += relayed.backend_to_client;
-    pool.relayed(&name, relayed.client_to_backend, relayed.backend_to_client);
+    pool.relayed(used, relayed.client_to_backend, relayed.backend_to_client);
     result.map(|()| Outcome::Served {
-        backend: Some(name),
+        backend: Some(used.to_string()),
     })
 }
 
@@ -85,11 +85,11 @@ struct ConnectFailure {
 
 /// Connects to the healthy backends in the pool's order, returning the first
 /// that accepts; with none healthy, fails at once.
-async fn connect_first(
-    proxy: &Proxy,
+async fn connect_first<'a>(
+    proxy: &'a Proxy,
     service: &str,
     pool: &Pool,
-) -> Result<(Stream, String), ConnectFailure> {
+) -> Result<(Stream, &'a Backend), ConnectFailure> {
     let order = pool.order(proxy);
     if order.is_empty() {
         return Err(ConnectFailure {
@@ -102,9 +102,8 @@ async fn connect_first(
     for backend in order.iter().filter_map(|&i| proxy.backends.get(i)) {
         match tokio::time::timeout(proxy.connect_timeout, connect(backend)).await {
             Ok(Ok(stream)) => {
-                let name = backend.to_string();
-                pool.connected(&name);
-                return Ok((stream, name));
+                pool.connected(backend);
+                return Ok((stream, backend));
             }
             Ok(Err(e)) => {
                 reason = match e.kind() {
@@ -113,7 +112,7 @@ async fn connect_first(
                     _ => "backend connection failed",
                 };
                 detail.push(format!("{backend}: {e}"));
-                pool.connect_failed(service, &backend.to_string());
+                pool.connect_failed(service, backend);
             }
             Err(_) => {
                 reason = "backend connection timed out";
@@ -121,7 +120,7 @@ async fn connect_first(
                     "{backend}: connect timed out after {:?}",
                     proxy.connect_timeout
                 ));
-                pool.connect_failed(service, &backend.to_string());
+                pool.connect_failed(service, backend);
             }
         }
     }
