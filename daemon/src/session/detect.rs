@@ -101,25 +101,19 @@ fn unrouted(routed: Routed, reason: String, reply: Reply) -> Detected {
 async fn route_tls(
     stream: &Stream,
     buf: &mut Vec<u8>,
-    mut seen: usize,
+    seen: usize,
     options: &Detect,
     registry: &Registry,
 ) -> io::Result<Detected> {
-    let hello = loop {
-        match client_hello::parse(&buf[..seen], MAX_HELLO) {
-            Ok(Some(hello)) => break hello,
-            Ok(None) if seen < HELLO_PEEK => {}
-            Ok(None) => {
-                let reason = "ClientHello split into too many records".into();
-                return Ok(unrouted(Routed::Sni, reason, Reply::Close));
-            }
-            Err(e) => return Ok(unrouted(Routed::Sni, e.to_string(), Reply::Close)),
+    let parse = |bytes: &[u8]| client_hello::parse(bytes, MAX_HELLO);
+    let hello = match peek_parsed(stream, buf, seen, HELLO_PEEK, parse).await? {
+        Parsed::Done(hello) => hello,
+        Parsed::Failed(e) => return Ok(unrouted(Routed::Sni, e.to_string(), Reply::Close)),
+        Parsed::Full => {
+            let reason = "ClientHello split into too many records".into();
+            return Ok(unrouted(Routed::Sni, reason, Reply::Close));
         }
-        let more = peek_more(stream, buf, seen, HELLO_PEEK).await?;
-        if more == 0 {
-            return Ok(Detected::Closed);
-        }
-        seen = more;
+        Parsed::Closed => return Ok(Detected::Closed),
     };
     let service = hello
         .server_name
@@ -145,21 +139,16 @@ async fn route_tls(
 async fn route_http(
     stream: &Stream,
     buf: &mut Vec<u8>,
-    mut seen: usize,
+    seen: usize,
     options: &Detect,
     registry: &Registry,
 ) -> io::Result<Detected> {
-    let head = loop {
-        match http::parse(&buf[..seen], MAX_HEAD) {
-            Ok(Some(head)) => break head,
-            Ok(None) => {}
-            Err(e) => return Ok(unrouted(Routed::Http, e.to_string(), Reply::Http)),
-        }
-        let more = peek_more(stream, buf, seen, MAX_HEAD).await?;
-        if more == 0 {
-            return Ok(Detected::Closed);
-        }
-        seen = more;
+    // The parser refuses a head as long as MAX_HEAD, so the peek never fills.
+    let parse = |bytes: &[u8]| http::parse(bytes, MAX_HEAD);
+    let head = match peek_parsed(stream, buf, seen, MAX_HEAD, parse).await? {
+        Parsed::Done(head) => head,
+        Parsed::Failed(e) => return Ok(unrouted(Routed::Http, e.to_string(), Reply::Http)),
+        Parsed::Full | Parsed::Closed => return Ok(Detected::Closed),
     };
     let service = head
         .host
@@ -180,6 +169,37 @@ async fn route_http(
             Reply::Http,
         ),
     })
+}
+
+/// What peeking until a parser decides produced.
+enum Parsed<T, E> {
+    Done(T),
+    Failed(E),
+    /// `cap` bytes seen and the parser still wants more.
+    Full,
+    Closed,
+}
+
+/// Peeks (up to `cap` bytes) until `parse` decides on what has arrived.
+async fn peek_parsed<T, E>(
+    stream: &Stream,
+    buf: &mut Vec<u8>,
+    mut seen: usize,
+    cap: usize,
+    parse: impl Fn(&[u8]) -> Result<Option<T>, E>,
+) -> io::Result<Parsed<T, E>> {
+    loop {
+        match parse(&buf[..seen]) {
+            Ok(Some(done)) => return Ok(Parsed::Done(done)),
+            Err(e) => return Ok(Parsed::Failed(e)),
+            Ok(None) if seen >= cap => return Ok(Parsed::Full),
+            Ok(None) => {}
+        }
+        seen = peek_more(stream, buf, seen, cap).await?;
+        if seen == 0 {
+            return Ok(Parsed::Closed);
+        }
+    }
 }
 
 /// Peeks up to `cap` bytes into `buf` once more than `seen` are waiting (or
