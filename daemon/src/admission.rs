@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use tcpmux_proto::ServiceName;
 
-use crate::model::{Limits, Peer};
+use crate::model::{Limits, Peer, ServiceKind};
 use crate::registry::Registry;
 
 /// Why a connection was not admitted.
@@ -73,7 +73,7 @@ pub struct ServiceCounts {
     /// Programs running, against an exec service's `max_instances`.
     pub instances: Counter,
     /// A proxy service's balancing state.
-    pub pool: crate::balance::Pool,
+    pub pool: Arc<crate::pool::Pool>,
 }
 
 /// The counts of every service in a registry, by name.
@@ -93,6 +93,9 @@ impl UsageTable {
             .services()
             .map(|service| {
                 let counts = table.entry(service.name.clone()).or_default();
+                if let ServiceKind::Proxy(proxy) = &service.kind {
+                    counts.pool.configure(proxy);
+                }
                 (service.name.clone(), Arc::clone(counts))
             })
             .collect()

@@ -8,8 +8,9 @@
 //! - `registry`: names to services, and the HELP text.
 //! - [`config`]: the TOML file, checked and turned into a [`Config`].
 //! - [`net`]: sockets: listeners, the stream type, PROXY headers, the relay.
-//! - `admission`: the run-time counts behind the connection limits.
 //! - [`ops`]: metrics, logging, systemd, the privilege drop.
+//! - `pool`: a proxy's backends: balancing, health checks, DNS discovery.
+//! - `admission`: the run-time counts behind the connection limits.
 //! - `hub`: handoff backends and their control socket.
 //! - `outcome`: how a session ended, for its log line.
 //! - `services`: what a name does, one file per kind.
@@ -23,9 +24,9 @@ pub mod ops;
 pub mod server;
 
 mod admission;
-mod balance;
 mod hub;
 mod outcome;
+mod pool;
 mod registry;
 mod services;
 mod session;

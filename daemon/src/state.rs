@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::admission::{Gate, Usage, UsageTable};
 use crate::config::Config;
 use crate::hub::Hub;
-use crate::model::{ControlLimits, Limits, ServiceKind};
+use crate::model::{ControlLimits, Dns, Limits, ServiceKind};
 use crate::ops::metrics::Metrics;
 use crate::registry::Registry;
 
@@ -23,6 +23,7 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     pub limits: Limits,
     pub control_limits: ControlLimits,
+    pub dns: Dns,
 }
 
 impl Settings {
@@ -36,6 +37,7 @@ impl Settings {
             shutdown_grace: config.shutdown_grace,
             limits: config.limits,
             control_limits: config.control_limits,
+            dns: config.dns,
         }
     }
 }

@@ -15,11 +15,11 @@ mod raw;
 mod services;
 mod users;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::model::{ControlLimits, Limits, ListenAddr, ListenSpec};
+use crate::model::{ControlLimits, Dns, Limits, ListenAddr, ListenSpec};
 use crate::registry::Registry;
 
 pub use durations::ConfigDuration;
@@ -61,6 +61,8 @@ pub struct Config {
     pub run_as: Option<(u32, u32)>,
     /// Where to serve Prometheus metrics over HTTP, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// How proxy backends found through DNS are followed.
+    pub dns: Dns,
 }
 
 impl Default for Config {
@@ -82,6 +84,7 @@ impl Default for Config {
             run_as: None,
             metrics_listen: None,
             listen_from_command_line: false,
+            dns: Dns::default(),
         }
     }
 }
@@ -144,6 +147,7 @@ impl Config {
             control_limits: limits::control_limits(src, &raw)?,
             run_as: users::resolve_user(src, raw.user.as_ref(), raw.group.as_ref())?,
             metrics_listen: metrics_listen(src, &raw)?,
+            dns: dns(src, &raw)?,
         })
     }
 }
@@ -152,6 +156,46 @@ impl Config {
 fn default_listen() -> Vec<ListenSpec> {
     let any = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT));
     vec![ListenSpec::from(ListenAddr::Tcp(any))]
+}
+
+/// `dns_min_ttl`, `dns_max_ttl` and `resolvers` (`ip` or `ip:port`).
+fn dns(src: Source<'_>, raw: &RawConfig) -> Result<Dns, ConfigError> {
+    let defaults = Dns::default();
+    let min_ttl = positive_duration(src, "dns_min_ttl", raw.dns_min_ttl.as_ref())?
+        .unwrap_or(defaults.min_ttl);
+    let max_ttl = positive_duration(src, "dns_max_ttl", raw.dns_max_ttl.as_ref())?
+        .unwrap_or(defaults.max_ttl);
+    if min_ttl > max_ttl {
+        let span = raw.dns_max_ttl.as_ref().or(raw.dns_min_ttl.as_ref());
+        let message = format!("dns_min_ttl ({min_ttl:?}) is longer than dns_max_ttl ({max_ttl:?})");
+        return Err(match span {
+            Some(span) => src.at(span.span(), message),
+            None => src.whole(message),
+        });
+    }
+    let mut resolvers = Vec::new();
+    if let Some(list) = &raw.resolvers {
+        for text in list.get_ref() {
+            let addr = text
+                .parse::<SocketAddr>()
+                .or_else(|_| text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
+                .map_err(|_| {
+                    src.at(
+                        list.span(),
+                        format!("resolvers: {text:?} is not an IP address or IP:port"),
+                    )
+                })?;
+            resolvers.push(addr);
+        }
+        if resolvers.is_empty() {
+            return Err(src.at(list.span(), "`resolvers` lists no name server"));
+        }
+    }
+    Ok(Dns {
+        min_ttl,
+        max_ttl,
+        resolvers,
+    })
 }
 
 fn metrics_listen(src: Source<'_>, raw: &RawConfig) -> Result<Option<SocketAddr>, ConfigError> {

@@ -71,7 +71,7 @@ fn backends(
     let wrong = || {
         src.at(
             proxy.span(),
-            "`proxy` must be \"host:port\" or a list of those and { address = \"host:port\", weight = N }",
+            "`proxy` must be \"host:port\", \"srv:NAME\" or a list of those and { address = \"host:port\", weight = N }",
         )
     };
     let entries: Vec<&toml::Value> = match proxy.get_ref() {
@@ -114,11 +114,16 @@ fn backends(
             }
             _ => return Err(wrong()),
         };
-        backends.push(
-            address
-                .parse::<Backend>()
-                .map_err(|e| src.at(proxy.span(), e.to_string()))?,
-        );
+        let backend = address
+            .parse::<Backend>()
+            .map_err(|e| src.at(proxy.span(), e.to_string()))?;
+        if matches!(backend, Backend::Srv(_)) && weight != 1 {
+            return Err(src.at(
+                proxy.span(),
+                format!("proxy: {backend} takes its weights from its SRV records; drop `weight`"),
+            ));
+        }
+        backends.push(backend);
         weights.push(weight);
     }
     Ok((backends, weights))

@@ -76,6 +76,9 @@ pub(crate) struct RawConfig {
     pub(crate) negotiation_timeout: Option<Spanned<ConfigDuration>>,
     pub(crate) close_drain_timeout: Option<Spanned<ConfigDuration>>,
     pub(crate) builtin_services: Option<bool>,
+    pub(crate) dns_min_ttl: Option<Spanned<ConfigDuration>>,
+    pub(crate) dns_max_ttl: Option<Spanned<ConfigDuration>>,
+    pub(crate) resolvers: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     pub(crate) service: BTreeMap<Spanned<String>, RawService>,
 }

@@ -21,8 +21,8 @@ pub use exec::{Exec, ExecReply, OnShutdown};
 pub use listen::{ListenAddr, ListenAddrError, ListenOptions, ListenSpec};
 pub use peer::{ClientInfo, Peer};
 pub use proxy::{
-    Backend, BackendError, Balance, HealthCheck, Proxy, ProxyVersion, RelayMode,
-    DEFAULT_CONNECT_TIMEOUT,
+    Backend, BackendError, Balance, Dns, Endpoint, HealthCheck, Member, Proxy, ProxyVersion,
+    RelayMode, DEFAULT_CONNECT_TIMEOUT,
 };
 pub use routes::{Detect, HostPattern, HostPatternError, Routed, DEFAULT_DETECT_TIMEOUT};
 

@@ -2,6 +2,7 @@
 //! and how the relay moves bytes.
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -24,6 +25,33 @@ pub struct Proxy {
     /// Send the backend a PROXY protocol header naming the real client.
     pub send_proxy: Option<ProxyVersion>,
     pub relay: RelayMode,
+}
+
+impl Proxy {
+    /// Whether some backend needs DNS (a name, or SRV records) to be found.
+    pub fn follows_dns(&self) -> bool {
+        self.backends.iter().any(|b| b.fixed().is_none())
+    }
+}
+
+/// How backends found through DNS are followed: top-level `dns_min_ttl`,
+/// `dns_max_ttl` (bounds on how long an answer stands before it is asked
+/// again) and `resolvers` (instead of /etc/resolv.conf's name servers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dns {
+    pub min_ttl: Duration,
+    pub max_ttl: Duration,
+    pub resolvers: Vec<SocketAddr>,
+}
+
+impl Default for Dns {
+    fn default() -> Self {
+        Dns {
+            min_ttl: Duration::from_secs(1),
+            max_ttl: Duration::from_secs(300),
+            resolvers: Vec::new(),
+        }
+    }
 }
 
 /// Active health checks (`health_check = { … }`): a TCP connect every
@@ -69,16 +97,63 @@ pub enum RelayMode {
     Copy,
 }
 
-/// Where a proxy connects: `host:port` (name or IP, resolved per connection) or
-/// `unix:/path`.
+/// A proxy's backend as configured: an address (an IP, or a name whose A/AAAA
+/// records are followed), a DNS SRV name whose records list the pool's members,
+/// or a Unix socket.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
-    Tcp { host: String, port: u16 },
+    Tcp {
+        host: String,
+        port: u16,
+    },
+    Unix(PathBuf),
+    /// `srv:_service._tcp.domain`: each SRV record (priority, weight, port,
+    /// target) becomes members.
+    Srv(String),
+}
+
+impl Backend {
+    /// The one place it connects to, when that needs no DNS.
+    pub fn fixed(&self) -> Option<Endpoint> {
+        match self {
+            Backend::Tcp { host, port } => host
+                .parse::<IpAddr>()
+                .ok()
+                .map(|ip| Endpoint::Tcp(SocketAddr::new(ip, *port))),
+            Backend::Unix(path) => Some(Endpoint::Unix(path.clone())),
+            Backend::Srv(_) => None,
+        }
+    }
+}
+
+/// One address a pool connects to: what DNS made of a backend, or the backend
+/// itself when it is an IP address or a Unix socket.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Endpoint {
+    Tcp(SocketAddr),
     Unix(PathBuf),
 }
 
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Tcp(addr) => write!(f, "{addr}"),
+            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// One member of a pool: an endpoint with its weight and SRV priority (lower
+/// first; 0 for backends that are not SRV records).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub endpoint: Endpoint,
+    pub weight: u32,
+    pub priority: u16,
+}
+
 #[derive(Debug, thiserror::Error)]
-#[error("invalid backend {0:?}: expected host:port, [IPv6]:port or unix:/path")]
+#[error("invalid backend {0:?}: expected host:port, [IPv6]:port, srv:_service._tcp.domain or unix:/path")]
 pub struct BackendError(String);
 
 impl FromStr for Backend {
@@ -93,12 +168,19 @@ impl FromStr for Backend {
                 Ok(Backend::Unix(PathBuf::from(path)))
             };
         }
+        if let Some(name) = text.strip_prefix("srv:") {
+            return if is_dns_name(name) {
+                Ok(Backend::Srv(name.to_owned()))
+            } else {
+                Err(error())
+            };
+        }
         let (host, port) = text.rsplit_once(':').ok_or_else(error)?;
         let port: u16 = port.parse().ok().filter(|&p| p != 0).ok_or_else(error)?;
         let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
             Some(v6) if v6.parse::<std::net::Ipv6Addr>().is_ok() => v6,
             Some(_) => return Err(error()),
-            None if host.is_empty() || host.contains(':') => return Err(error()),
+            None if !is_dns_name(host) => return Err(error()),
             None => host,
         };
         Ok(Backend::Tcp {
@@ -108,12 +190,22 @@ impl FromStr for Backend {
     }
 }
 
+/// Letters, digits, `-`, `_` and dots, as DNS names (and IPv4 addresses) are.
+fn is_dns_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Backend::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
             Backend::Tcp { host, port } => write!(f, "{host}:{port}"),
             Backend::Unix(path) => write!(f, "unix:{}", path.display()),
+            Backend::Srv(name) => write!(f, "srv:{name}"),
         }
     }
 }
@@ -134,6 +226,10 @@ mod tests {
         let v6: Backend = "[::1]:22".parse().unwrap();
         assert_eq!(v6.to_string(), "[::1]:22");
         assert_eq!(
+            "srv:_pg._tcp.db.internal".parse::<Backend>().unwrap(),
+            Backend::Srv("_pg._tcp.db.internal".into())
+        );
+        assert_eq!(
             "unix:/run/app.sock".parse::<Backend>().unwrap(),
             Backend::Unix("/run/app.sock".into())
         );
@@ -145,6 +241,9 @@ mod tests {
             "::1:22",
             "[nothex]:1",
             "unix:",
+            "srv:",
+            "srv:a b",
+            "host name:80",
         ] {
             assert!(bad.parse::<Backend>().is_err(), "{bad}");
         }

@@ -9,6 +9,8 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
+use crate::model::Endpoint;
+
 /// A connected stream socket: a client, or a proxy's backend.
 #[derive(Debug)]
 pub enum Stream {
@@ -17,6 +19,18 @@ pub enum Stream {
 }
 
 impl Stream {
+    /// Connects to a proxy's backend (TCP_NODELAY set), for clients and health checks.
+    pub async fn connect(endpoint: &Endpoint) -> io::Result<Stream> {
+        match endpoint {
+            Endpoint::Tcp(addr) => {
+                let stream = TcpStream::connect(addr).await?;
+                stream.set_nodelay(true)?;
+                Ok(Stream::Tcp(stream))
+            }
+            Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
+        }
+    }
+
     /// Runs a raw non-blocking operation once the socket is ready for `interest`,
     /// again after each `WouldBlock` (which clears tokio's readiness, so the next
     /// wait really waits); returns its first other result. tokio's `async_io`.

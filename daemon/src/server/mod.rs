@@ -22,6 +22,7 @@ use crate::model::{ListenAddr, ListenOptions, ListenSpec};
 use crate::net::listener::{accept_backoff, BindError, Listener, Prebound};
 use crate::ops::privileges::{drop_privileges, PrivilegeError};
 use crate::ops::{logging, systemd};
+use crate::pool::{discovery, health};
 use crate::session;
 pub use crate::state::Counters;
 use crate::state::Shared;
@@ -230,7 +231,7 @@ impl Server {
             tracing::info!("upgrade: took over from the running daemon");
         }
 
-        let mut checks = health_checks(&shared);
+        let mut pools = pool_tasks(&shared);
         live.store_in_systemd();
         systemd::notify("READY=1");
         let mut watchdog = systemd::watchdog_interval().map(tokio::time::interval);
@@ -245,9 +246,9 @@ impl Server {
                 Some(()) = reload.recv() => {
                     systemd::notify_reloading();
                     reload_config(&shared, &mut live, &sessions, self.config_path.as_deref());
-                    // The checks follow the configuration in force.
-                    checks.abort_all();
-                    checks = health_checks(&shared);
+                    // Checks and lookups follow the configuration in force.
+                    pools.abort_all();
+                    pools = pool_tasks(&shared);
                     systemd::notify("READY=1");
                 }
                 Some(successor) = upgrades.recv() => {
@@ -284,11 +285,13 @@ impl Server {
     }
 }
 
-/// One task per backend of each proxy service with `health_check`, for the
-/// settings in force; dropping the set stops them.
-fn health_checks(shared: &Shared) -> JoinSet<()> {
+/// The tasks that keep proxy pools current for the settings in force: one
+/// following DNS for each service with backends that need it, one checking
+/// health for each with `health_check`. Dropping the set stops them.
+fn pool_tasks(shared: &Shared) -> JoinSet<()> {
     let settings = shared.settings();
-    let mut checks = JoinSet::new();
+    let mut tasks = JoinSet::new();
+    let mut resolver = None;
     for service in settings.registry.services() {
         let crate::model::ServiceKind::Proxy(proxy) = &service.kind else {
             continue;
@@ -296,19 +299,27 @@ fn health_checks(shared: &Shared) -> JoinSet<()> {
         let Some(counts) = settings.usage.get(&service.name) else {
             continue;
         };
-        if proxy.health_check.is_none() {
-            continue;
-        }
-        for index in 0..proxy.backends.len() {
-            checks.spawn(crate::services::health::check_loop(
-                service.name.to_string(),
+        let name = service.name.to_string();
+        if proxy.follows_dns() {
+            let resolver =
+                resolver.get_or_insert_with(|| Arc::new(discovery::resolver(&settings.dns)));
+            tasks.spawn(discovery::follow(
+                name.clone(),
                 Arc::clone(proxy),
-                index,
-                Arc::clone(counts),
+                Arc::clone(&counts.pool),
+                Arc::clone(resolver),
+                settings.dns.clone(),
+            ));
+        }
+        if proxy.health_check.is_some() {
+            tasks.spawn(health::check_loop(
+                name,
+                Arc::clone(proxy),
+                Arc::clone(&counts.pool),
             ));
         }
     }
-    checks
+    tasks
 }
 
 /// The running sessions: tracked so that shutdown can wait for them without

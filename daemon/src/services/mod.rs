@@ -12,7 +12,6 @@ mod discard;
 mod echo;
 pub mod exec;
 mod handoff;
-pub mod health;
 pub mod help;
 mod isotime;
 mod proxy;
@@ -78,7 +77,7 @@ pub async fn serve(
             Ok(Outcome::Served { backend: None })
         }
         ServiceKind::Proxy(settings) => {
-            let pool = (service.name.as_str(), &context.counts.pool);
+            let pool = (service.name.as_str(), &*context.counts.pool);
             proxy::serve(settings, pool, status, conn, client).await
         }
         ServiceKind::Handoff(_) => handoff::serve(service, status, context.hub, conn, client).await,

@@ -6,28 +6,15 @@
 use std::io;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpStream, UnixStream};
 
 use super::{accept, refuse};
 use crate::admission::own_connections;
-use crate::balance::Pool;
-use crate::model::{Backend, ClientInfo, Proxy};
+use crate::model::{ClientInfo, Endpoint, Proxy};
 use crate::net::proxy_protocol;
 use crate::net::relay::relay;
 use crate::net::stream::{Metered, Stream};
 use crate::outcome::Outcome;
-
-/// Connects to one backend (TCP_NODELAY set), for clients and health checks.
-pub(super) async fn connect(backend: &Backend) -> io::Result<Stream> {
-    match backend {
-        Backend::Tcp { host, port } => {
-            let stream = TcpStream::connect((host.as_str(), *port)).await?;
-            stream.set_nodelay(true)?;
-            Ok(Stream::Tcp(stream))
-        }
-        Backend::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
-    }
-}
+use crate::pool::Pool;
 
 /// `status`: the `+` line's message, for a TCPMUX client; `pool` the
 /// service's balancing state.
@@ -50,7 +37,7 @@ pub async fn serve(
         }
     };
     // Held for the relay's life, for least-connections and random-two.
-    let _held = pool.hold(used);
+    let _held = pool.hold(&used);
     // Known as ours before a byte reaches the backend, so that if the backend
     // is this daemon, the session there sees where its request came from.
     let _own = match (backend.local_addr(), backend.peer_addr()) {
@@ -70,7 +57,7 @@ pub async fn serve(
     let (relayed, result) = relay(conn.get_ref(), &backend, proxy.relay, proxy.idle_timeout).await;
     conn.bytes_in += relayed.client_to_backend;
     conn.bytes_out += relayed.backend_to_client;
-    pool.relayed(used, relayed.client_to_backend, relayed.backend_to_client);
+    pool.relayed(&used, relayed.client_to_backend, relayed.backend_to_client);
     result.map(|()| Outcome::Served {
         backend: Some(used.to_string()),
     })
@@ -83,27 +70,39 @@ struct ConnectFailure {
     detail: String,
 }
 
-/// Connects to the healthy backends in the pool's order, returning the first
-/// that accepts; with none healthy, fails at once.
-async fn connect_first<'a>(
-    proxy: &'a Proxy,
+/// Connects to the usable members in the pool's order, returning the first
+/// that accepts; with none usable, fails at once.
+async fn connect_first(
+    proxy: &Proxy,
     service: &str,
     pool: &Pool,
-) -> Result<(Stream, &'a Backend), ConnectFailure> {
-    let order = pool.order(proxy);
-    if order.is_empty() {
+) -> Result<(Stream, Endpoint), ConnectFailure> {
+    let Some(members) = pool.members(proxy, proxy.connect_timeout).await else {
         return Err(ConnectFailure {
-            reason: "no healthy backend",
-            detail: "every backend is down or ejected".into(),
+            reason: "backends not resolved yet",
+            detail: "no DNS answer yet for its backends".into(),
+        });
+    };
+    let order = pool.order(proxy.balance, &members);
+    if order.is_empty() {
+        let (reason, detail) = if members.list.is_empty() {
+            ("no backend found", "DNS gave no address for its backends")
+        } else {
+            ("no healthy backend", "every backend is down or ejected")
+        };
+        return Err(ConnectFailure {
+            reason,
+            detail: detail.into(),
         });
     }
     let mut detail = Vec::new();
     let mut reason = "no backend configured";
-    for backend in order.iter().filter_map(|&i| proxy.backends.get(i)) {
-        match tokio::time::timeout(proxy.connect_timeout, connect(backend)).await {
+    for member in order.iter().filter_map(|&i| members.list.get(i)) {
+        let endpoint = &member.endpoint;
+        match tokio::time::timeout(proxy.connect_timeout, Stream::connect(endpoint)).await {
             Ok(Ok(stream)) => {
-                pool.connected(backend);
-                return Ok((stream, backend));
+                pool.connected(endpoint);
+                return Ok((stream, endpoint.clone()));
             }
             Ok(Err(e)) => {
                 reason = match e.kind() {
@@ -111,16 +110,16 @@ async fn connect_first<'a>(
                     io::ErrorKind::NotFound => "backend socket not found",
                     _ => "backend connection failed",
                 };
-                detail.push(format!("{backend}: {e}"));
-                pool.connect_failed(service, backend);
+                detail.push(format!("{endpoint}: {e}"));
+                pool.connect_failed(service, endpoint);
             }
             Err(_) => {
                 reason = "backend connection timed out";
                 detail.push(format!(
-                    "{backend}: connect timed out after {:?}",
+                    "{endpoint}: connect timed out after {:?}",
                     proxy.connect_timeout
                 ));
-                pool.connect_failed(service, backend);
+                pool.connect_failed(service, endpoint);
             }
         }
     }

@@ -1,0 +1,82 @@
+//! Active health checks of a proxy's members (`health_check = { … }`): every
+//! `interval`, a TCP connect to each within `timeout`, optionally sending
+//! `send` and reading until `expect` appears; the results move members up and
+//! down in the pool. One task per service, started by the server for the
+//! configuration in force; it checks whatever members DNS gives it.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
+
+use super::Pool;
+use crate::model::{Endpoint, HealthCheck, Proxy};
+use crate::net::stream::Stream;
+
+/// Checks `proxy`'s members until the task is dropped.
+pub async fn check_loop(service: String, proxy: Arc<Proxy>, pool: Arc<Pool>) {
+    let Some(check) = proxy.health_check.clone().map(Arc::new) else {
+        return;
+    };
+    let mut ticks = tokio::time::interval(check.interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(members) = pool.current(&proxy) else {
+            continue;
+        };
+        // All at once, so one slow member does not delay the others' verdicts;
+        // dropping the set (the task's end) cancels the probes.
+        let mut probes = JoinSet::new();
+        for member in &members.list {
+            let (endpoint, check) = (member.endpoint.clone(), Arc::clone(&check));
+            probes.spawn(async move {
+                let passed = tokio::time::timeout(check.timeout, probe(&endpoint, &check))
+                    .await
+                    .is_ok_and(|r| r);
+                (endpoint, passed)
+            });
+        }
+        while let Some(done) = probes.join_next().await {
+            if let Ok((endpoint, passed)) = done {
+                pool.checked(&service, &endpoint, passed, check.rise, check.fall);
+            }
+        }
+    }
+}
+
+/// One check: connect, send, expect.
+async fn probe(endpoint: &Endpoint, check: &HealthCheck) -> bool {
+    match Stream::connect(endpoint).await {
+        Ok(stream) => converse(stream, check).await,
+        Err(_) => false,
+    }
+}
+
+async fn converse<S: AsyncReadExt + AsyncWriteExt + Unpin>(
+    mut stream: S,
+    check: &HealthCheck,
+) -> bool {
+    if let Some(send) = &check.send {
+        if stream.write_all(send.as_bytes()).await.is_err() {
+            return false;
+        }
+    }
+    let Some(expect) = &check.expect else {
+        return true;
+    };
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    // Bounded: the check's timeout ends a backend that sends forever.
+    while seen.len() < 64 * 1024 {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+        if seen.windows(expect.len()).any(|w| w == expect.as_bytes()) {
+            return true;
+        }
+    }
+    false
+}

@@ -1,0 +1,498 @@
+//! A proxy service's pool: its members (the backends, as DNS last answered for
+//! those that need it), the order `balance` gives them for each new client,
+//! and what is known of each one's health. The state belongs to the service's
+//! name and survives reloads, like its other counts; `health.rs` and
+//! `discovery.rs` are the tasks that keep it current.
+
+pub mod discovery;
+pub mod health;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+use crate::model::{Backend, Balance, Endpoint, Member, Proxy};
+use crate::ops::metrics::BackendLine;
+
+/// Connect failures in a row that take a backend out of the pool, and for how
+/// long (passive ejection; active checks, when configured, decide as well).
+const EJECT_AFTER: u32 = 3;
+const COOL_DOWN: Duration = Duration::from_secs(10);
+
+/// One service's pool state.
+#[derive(Debug)]
+pub struct Pool {
+    turn: AtomicUsize,
+    random: AtomicU64,
+    members: watch::Sender<Arc<Members>>,
+    active: Mutex<HashMap<Endpoint, Arc<AtomicUsize>>>,
+    health: Mutex<HashMap<Endpoint, Health>>,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool {
+            turn: AtomicUsize::new(0),
+            random: AtomicU64::new(0),
+            members: watch::Sender::new(Arc::default()),
+            active: Mutex::default(),
+            health: Mutex::default(),
+        }
+    }
+}
+
+/// The pool's members, and the configuration they were found for.
+#[derive(Debug, Default)]
+pub struct Members {
+    /// The backends and weights as configured: members found for another
+    /// configuration (before a reload) are not this one's.
+    backends: Vec<Backend>,
+    weights: Vec<u32>,
+    /// In the configured order; an SRV name's records by priority.
+    pub list: Vec<Member>,
+    /// False until every backend that needs DNS has been looked up once.
+    ready: bool,
+}
+
+impl Members {
+    fn are_for(&self, proxy: &Proxy) -> bool {
+        self.backends == proxy.backends && self.weights == proxy.weights
+    }
+}
+
+/// What is known of one backend's health.
+#[derive(Debug, Default)]
+struct Health {
+    /// Client connects that failed in a row, and the ejection they caused.
+    failures: u32,
+    ejected_until: Option<Instant>,
+    /// Down by active checks, and the run of results against that state.
+    checked_down: bool,
+    streak: u32,
+    last_check: Option<bool>,
+    /// Counts for the metrics.
+    connections: u64,
+    connect_failures: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+/// One connection held by a backend; dropping it gives the count back.
+pub struct Held(Arc<AtomicUsize>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Pool {
+    /// Makes the pool `proxy`'s: unchanged if it already is (a reload that
+    /// kept the backends keeps what DNS found); otherwise its members are the
+    /// backends that need no DNS, ready at once unless some do.
+    pub fn configure(&self, proxy: &Proxy) {
+        if self.members.borrow().are_for(proxy) {
+            return;
+        }
+        let list = proxy
+            .backends
+            .iter()
+            .zip(&proxy.weights)
+            .filter_map(|(backend, &weight)| {
+                backend.fixed().map(|endpoint| Member {
+                    endpoint,
+                    weight,
+                    priority: 0,
+                })
+            })
+            .collect();
+        self.replace(Members {
+            backends: proxy.backends.clone(),
+            weights: proxy.weights.clone(),
+            list,
+            ready: !proxy.follows_dns(),
+        });
+    }
+
+    /// DNS found `list` for `proxy`; false when the pool is no longer
+    /// `proxy`'s (a reload replaced it) and the lookups should stop.
+    pub fn publish(&self, proxy: &Proxy, list: Vec<Member>) -> bool {
+        let current = Arc::clone(&self.members.borrow());
+        if !current.are_for(proxy) {
+            return false;
+        }
+        if !current.ready || current.list != list {
+            self.replace(Members {
+                backends: proxy.backends.clone(),
+                weights: proxy.weights.clone(),
+                list,
+                ready: true,
+            });
+        }
+        true
+    }
+
+    fn replace(&self, members: Members) {
+        // State of endpoints that left goes with them; counts still held by
+        // their sessions live on in the `Held` values.
+        {
+            let keep = |e: &Endpoint| members.list.iter().any(|m| &m.endpoint == e);
+            lock(&self.health).retain(|e, _| keep(e));
+            lock(&self.active).retain(|e, c| keep(e) || c.load(Ordering::Acquire) > 0);
+        }
+        self.members.send_replace(Arc::new(members));
+    }
+
+    /// The members now, if they are `proxy`'s and found.
+    pub fn current(&self, proxy: &Proxy) -> Option<Arc<Members>> {
+        let members = self.members.borrow();
+        (members.ready && members.are_for(proxy)).then(|| Arc::clone(&members))
+    }
+
+    /// The members for a new client of `proxy`, waiting up to `wait` for the
+    /// first DNS answers after a start or reload.
+    pub async fn members(&self, proxy: &Proxy, wait: Duration) -> Option<Arc<Members>> {
+        if let Some(members) = self.current(proxy) {
+            return Some(members);
+        }
+        let mut changes = self.members.subscribe();
+        let found = async {
+            let members = changes.wait_for(|m| m.ready && m.are_for(proxy)).await;
+            members.ok().map(|m| Arc::clone(&m))
+        };
+        tokio::time::timeout(wait, found).await.ok().flatten()
+    }
+
+    /// Counts a connection against `endpoint`.
+    pub fn hold(&self, endpoint: &Endpoint) -> Held {
+        let count = Arc::clone(lock(&self.active).entry(endpoint.clone()).or_default());
+        count.fetch_add(1, Ordering::AcqRel);
+        Held(count)
+    }
+
+    /// Connections per unit of weight, in thousandths.
+    fn load(&self, member: &Member) -> u64 {
+        let held = lock(&self.active)
+            .get(&member.endpoint)
+            .map_or(0, |c| c.load(Ordering::Acquire));
+        held as u64 * 1000 / u64::from(member.weight.max(1))
+    }
+
+    /// The order in which a new client tries `members` (indices into its
+    /// list), usable ones only: empty when none is (the client is refused at
+    /// once). Balanced over the best SRV priority that has a usable member;
+    /// the others follow, by priority, for failover.
+    pub fn order(&self, balance: Balance, members: &Members) -> Vec<usize> {
+        let list = &members.list;
+        let mut usable: Vec<usize> = {
+            let now = Instant::now();
+            let health = lock(&self.health);
+            (0..list.len())
+                .filter(|&i| usable(health.get(&list[i].endpoint), now))
+                .collect()
+        };
+        let Some(best) = usable.iter().map(|&i| list[i].priority).min() else {
+            return usable;
+        };
+        let rest: Vec<usize> = {
+            let mut rest: Vec<usize> = usable
+                .iter()
+                .copied()
+                .filter(|&i| list[i].priority != best)
+                .collect();
+            rest.sort_by_key(|&i| list[i].priority);
+            rest
+        };
+        usable.retain(|&i| list[i].priority == best);
+        let mut order = self.balanced(balance, list, &usable);
+        order.extend(rest);
+        order
+    }
+
+    /// A client's connect to `endpoint` failed; enough in a row eject it.
+    pub fn connect_failed(&self, service: &str, endpoint: &Endpoint) {
+        let mut health = lock(&self.health);
+        let state = health.entry(endpoint.clone()).or_default();
+        state.failures += 1;
+        state.connect_failures += 1;
+        if state.failures == EJECT_AFTER {
+            state.ejected_until = Some(Instant::now() + COOL_DOWN);
+            tracing::warn!(service, backend = %endpoint, failures = EJECT_AFTER, cool_down = ?COOL_DOWN, "backend ejected");
+        }
+    }
+
+    /// A client connected to `endpoint`: its failure run is over.
+    pub fn connected(&self, endpoint: &Endpoint) {
+        let mut health = lock(&self.health);
+        let state = health.entry(endpoint.clone()).or_default();
+        state.failures = 0;
+        state.ejected_until = None;
+        state.connections += 1;
+    }
+
+    /// Bytes a finished relay moved through `endpoint`.
+    pub fn relayed(&self, endpoint: &Endpoint, bytes_in: u64, bytes_out: u64) {
+        let mut health = lock(&self.health);
+        let state = health.entry(endpoint.clone()).or_default();
+        state.bytes_in += bytes_in;
+        state.bytes_out += bytes_out;
+    }
+
+    /// Each member's figures, for the metrics.
+    pub fn lines(&self, service: &str, proxy: &Proxy) -> Vec<BackendLine> {
+        let Some(members) = self.current(proxy) else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        let health = lock(&self.health);
+        let active = lock(&self.active);
+        members
+            .list
+            .iter()
+            .map(|member| {
+                let state = health.get(&member.endpoint);
+                BackendLine {
+                    service: service.to_owned(),
+                    up: usable(state, now),
+                    active: active
+                        .get(&member.endpoint)
+                        .map_or(0, |c| c.load(Ordering::Acquire) as u64),
+                    connections: state.map_or(0, |s| s.connections),
+                    failures: state.map_or(0, |s| s.connect_failures),
+                    bytes_in: state.map_or(0, |s| s.bytes_in),
+                    bytes_out: state.map_or(0, |s| s.bytes_out),
+                    last_check: state.and_then(|s| s.last_check),
+                    backend: member.endpoint.to_string(),
+                }
+            })
+            .collect()
+    }
+
+    /// An active check of `endpoint` passed or failed; `rise` passes bring a
+    /// down backend up, `fall` failures take an up one down.
+    pub fn checked(&self, service: &str, endpoint: &Endpoint, passed: bool, rise: u32, fall: u32) {
+        let mut health = lock(&self.health);
+        let state = health.entry(endpoint.clone()).or_default();
+        state.last_check = Some(passed);
+        // A result that agrees with the state ends any run against it.
+        if passed != state.checked_down {
+            state.streak = 0;
+            return;
+        }
+        state.streak += 1;
+        let needed = if state.checked_down { rise } else { fall };
+        if state.streak >= needed {
+            state.checked_down = !state.checked_down;
+            state.streak = 0;
+            if state.checked_down {
+                tracing::warn!(service, backend = %endpoint, checks = fall, "backend down");
+            } else {
+                state.failures = 0;
+                state.ejected_until = None;
+                tracing::info!(service, backend = %endpoint, checks = rise, "backend up");
+            }
+        }
+    }
+
+    /// `balance`'s order over `candidates` (indices into `list`).
+    fn balanced(&self, balance: Balance, list: &[Member], candidates: &[usize]) -> Vec<usize> {
+        let n = candidates.len();
+        let rotated = |start: usize| (0..n).map(move |i| candidates[(start + i) % n]);
+        match balance {
+            _ if n <= 1 => candidates.to_vec(),
+            Balance::First => candidates.to_vec(),
+            Balance::RoundRobin => {
+                let weight = |i: usize| list[i].weight.max(1) as usize;
+                let total: usize = candidates.iter().map(|&i| weight(i)).sum();
+                let mut turn = self.turn.fetch_add(1, Ordering::Relaxed) % total.max(1);
+                let first = candidates
+                    .iter()
+                    .position(|&i| {
+                        let here = turn < weight(i);
+                        turn = turn.saturating_sub(weight(i));
+                        here
+                    })
+                    .unwrap_or(0);
+                rotated(first).collect()
+            }
+            Balance::LeastConnections => {
+                // Ties go round, not always to the first backend.
+                let start = self.turn.fetch_add(1, Ordering::Relaxed) % n;
+                let mut order: Vec<usize> = rotated(start).collect();
+                order.sort_by_key(|&i| self.load(&list[i]));
+                order
+            }
+            Balance::RandomTwo => {
+                let (a, b) = (candidates[self.random(n)], candidates[self.random(n)]);
+                let best = if self.load(&list[b]) < self.load(&list[a]) {
+                    b
+                } else {
+                    a
+                };
+                std::iter::once(best)
+                    .chain(candidates.iter().copied().filter(|&i| i != best))
+                    .collect()
+            }
+        }
+    }
+
+    /// A pseudo-random index below `n` (xorshift; balancing needs no more).
+    fn random(&self, n: usize) -> usize {
+        let mut x = self.random.load(Ordering::Relaxed);
+        if x == 0 {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            x = nanos | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.random.store(x, Ordering::Relaxed);
+        (x % n.max(1) as u64) as usize
+    }
+}
+
+/// Whether a backend may be tried now; one never heard of counts as up.
+fn usable(health: Option<&Health>, now: Instant) -> bool {
+    health.map_or(true, |h| {
+        !h.checked_down && h.ejected_until.map_or(true, |t| now >= t)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::RelayMode;
+
+    fn proxy(balance: Balance, weights: &[u32]) -> Proxy {
+        Proxy {
+            backends: (0..weights.len())
+                .map(|i| {
+                    format!("127.0.0.1:{}", 1000 + i)
+                        .parse::<Backend>()
+                        .unwrap()
+                })
+                .collect(),
+            weights: weights.to_vec(),
+            balance,
+            health_check: None,
+            connect_timeout: Duration::from_secs(1),
+            idle_timeout: None,
+            send_proxy: None,
+            relay: RelayMode::Splice,
+        }
+    }
+
+    fn pool_for(proxy: &Proxy) -> (Pool, Arc<Members>) {
+        let pool = Pool::default();
+        pool.configure(proxy);
+        let members = pool.current(proxy).expect("IP backends are ready at once");
+        (pool, members)
+    }
+
+    #[test]
+    fn round_robin_honours_weights_exactly_over_a_cycle() {
+        let proxy = proxy(Balance::RoundRobin, &[1, 2, 3]);
+        let (pool, members) = pool_for(&proxy);
+        let mut firsts = [0; 3];
+        for _ in 0..600 {
+            firsts[pool.order(proxy.balance, &members)[0]] += 1;
+        }
+        assert_eq!(firsts, [100, 200, 300]);
+    }
+
+    #[test]
+    fn least_connections_and_random_two_avoid_the_busy_backend() {
+        for balance in [Balance::LeastConnections, Balance::RandomTwo] {
+            let proxy = proxy(balance, &[1, 1]);
+            let (pool, members) = pool_for(&proxy);
+            let busy = &members.list[0].endpoint;
+            let _busy: Vec<Held> = (0..5).map(|_| pool.hold(busy)).collect();
+            for _ in 0..50 {
+                let order = pool.order(balance, &members);
+                // random-two may draw the busy one twice; then it is all it has.
+                if balance == Balance::LeastConnections {
+                    assert_eq!(order[0], 1);
+                }
+                assert_eq!(order.len(), 2);
+            }
+        }
+    }
+
+    #[test]
+    fn checks_take_a_backend_down_after_fall_and_up_after_rise() {
+        let proxy = proxy(Balance::First, &[1, 1]);
+        let (pool, members) = pool_for(&proxy);
+        let order = || pool.order(Balance::First, &members);
+        let a = &members.list[0].endpoint;
+        pool.checked("s", a, false, 2, 2);
+        assert_eq!(order(), [0, 1], "one failure is not enough");
+        pool.checked("s", a, true, 2, 2);
+        pool.checked("s", a, false, 2, 2);
+        assert_eq!(order(), [0, 1], "a pass between resets the run");
+        pool.checked("s", a, false, 2, 2);
+        assert_eq!(order(), [1], "down after two in a row");
+        pool.checked("s", a, true, 2, 2);
+        assert_eq!(order(), [1]);
+        pool.checked("s", a, true, 2, 2);
+        assert_eq!(order(), [0, 1], "up after two passes");
+        // Passive: three failed client connects eject it.
+        for _ in 0..3 {
+            pool.connect_failed("s", a);
+        }
+        assert_eq!(order(), [1]);
+        pool.connected(a);
+        assert_eq!(order(), [0, 1]);
+    }
+
+    fn member(port: u16, weight: u32, priority: u16) -> Member {
+        Member {
+            endpoint: Endpoint::Tcp(([127, 0, 0, 1], port).into()),
+            weight,
+            priority,
+        }
+    }
+
+    #[test]
+    fn the_best_srv_priority_is_balanced_and_the_rest_kept_for_failover() {
+        let mut proxy = proxy(Balance::RoundRobin, &[1]);
+        proxy.backends = vec!["srv:_x._tcp.test".parse().unwrap()];
+        let pool = Pool::default();
+        pool.configure(&proxy);
+        assert!(
+            pool.current(&proxy).is_none(),
+            "not ready before DNS answers"
+        );
+        let list = vec![member(1, 1, 20), member(2, 1, 10), member(3, 3, 10)];
+        assert!(pool.publish(&proxy, list));
+        let members = pool.current(&proxy).unwrap();
+        let mut firsts = [0; 3];
+        for _ in 0..400 {
+            let order = pool.order(Balance::RoundRobin, &members);
+            assert_eq!(order.len(), 3);
+            assert_eq!(order[2], 0, "priority 20 only after both of priority 10");
+            firsts[order[0]] += 1;
+        }
+        assert_eq!(firsts, [0, 100, 300], "weights 1:3 within priority 10");
+        // With priority 10 down, 20 takes the clients.
+        for e in [1, 2] {
+            for _ in 0..3 {
+                pool.connect_failed("s", &members.list[e].endpoint);
+            }
+        }
+        assert_eq!(pool.order(Balance::RoundRobin, &members), [0]);
+        // A reload to other backends makes the old answers stale.
+        let mut other = proxy.clone();
+        other.backends = vec!["srv:_y._tcp.test".parse().unwrap()];
+        pool.configure(&other);
+        assert!(!pool.publish(&proxy, vec![member(1, 1, 0)]));
+    }
+}
