@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod dns;
+
 /// Upper bound on any single wait in a test, so a bug fails a test instead of
 /// hanging it. Not a performance assertion.
 pub const PATIENCE: Duration = Duration::from_secs(20);
@@ -506,4 +508,24 @@ pub fn send_and_receive(stream: &mut TcpStream, data: Vec<u8>) -> Vec<u8> {
     let received = read_all(stream);
     sender.join().expect("sender thread");
     received
+}
+
+/// A backend on `addr` that sends `tag`, then echoes until the client's EOF.
+pub fn tagged_echo(addr: SocketAddr, tag: &'static str) -> SocketAddr {
+    let listener = std::net::TcpListener::bind(addr).expect("bind backend");
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let _ = conn.write_all(tag.as_bytes());
+                let Ok(mut reader) = conn.try_clone() else {
+                    return;
+                };
+                let _ = std::io::copy(&mut reader, &mut conn);
+                let _ = conn.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    addr
 }
