@@ -217,13 +217,17 @@ impl Pool {
     }
 
     /// A client's connect to `endpoint` failed; enough in a row eject it.
+    /// Once ejected, the first client after the cool-down is the probe: if it
+    /// fails too, the backend is out again at once.
     pub fn connect_failed(&self, service: &str, endpoint: &Endpoint) {
+        let now = Instant::now();
         let mut health = lock(&self.health);
         let state = health.entry(endpoint.clone()).or_default();
         state.failures += 1;
         state.connect_failures += 1;
-        if state.failures == EJECT_AFTER {
-            state.ejected_until = Some(Instant::now() + COOL_DOWN);
+        let ejected = state.ejected_until.is_some_and(|t| now < t);
+        if state.failures >= EJECT_AFTER && !ejected {
+            state.ejected_until = Some(now + COOL_DOWN);
             tracing::warn!(service, backend = %endpoint, failures = EJECT_AFTER, cool_down = ?COOL_DOWN, "backend ejected");
         }
     }
@@ -449,8 +453,21 @@ mod tests {
             pool.connect_failed("s", a);
         }
         assert_eq!(order(), [1]);
+        // Still failing after the cool-down: out again after one more failure.
+        let expire = |pool: &Pool| {
+            let mut health = lock(&pool.health);
+            let state = health.get_mut(a).unwrap();
+            state.ejected_until = Some(Instant::now() - Duration::from_millis(1));
+        };
+        expire(&pool);
+        assert_eq!(order(), [0, 1], "tried again after the cool-down");
+        pool.connect_failed("s", a);
+        assert_eq!(order(), [1], "one more failure ejects it again");
+        expire(&pool);
         pool.connected(a);
         assert_eq!(order(), [0, 1]);
+        pool.connect_failed("s", a);
+        assert_eq!(order(), [0, 1], "a success starts the count over");
     }
 
     fn member(port: u16, weight: u32, priority: u16) -> Member {
