@@ -32,6 +32,13 @@ pub enum Error {
     /// The status line did not arrive within `Options::reply_timeout`.
     #[error("no reply from server within the timeout")]
     ReplyTimeout,
+    /// The server's certificate was refused (expired, not for this name, not
+    /// signed by a trusted CA).
+    #[error("the server's certificate was refused: {0}")]
+    Certificate(String),
+    /// TLS could not be set up: a certificate or key file, or the handshake.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The socket failed after connecting.
     #[error("i/o error: {0}")]
     Io(#[from] io::Error),

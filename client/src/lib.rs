@@ -20,6 +20,8 @@ mod error;
 pub mod handoff;
 mod nonblocking;
 mod stream;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use blocking::{
     connect, connect_unix, connect_unix_with, connect_with, list, negotiate, open, Socket,

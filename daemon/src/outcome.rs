@@ -30,6 +30,8 @@ pub enum Outcome {
     BadRequest(NameError),
     BadProxyHeader(HeaderError),
     NegotiationTimeout,
+    /// The TLS handshake failed (the reason from rustls or the socket).
+    TlsHandshake(io::Error),
     /// The client half-closed in the middle of what is named.
     Incomplete(&'static str),
     ClosedBeforeRequest,
@@ -46,6 +48,7 @@ impl Outcome {
             Outcome::UnknownService => "unknown",
             Outcome::Refused(_) | Outcome::BadRequest(_) | Outcome::BadProxyHeader(_) => "refused",
             Outcome::NegotiationTimeout => "timeout",
+            Outcome::TlsHandshake(_) => "refused",
             Outcome::Incomplete(_) => "refused",
             Outcome::ClosedBeforeRequest => "closed",
         }
@@ -60,6 +63,7 @@ impl Outcome {
                 | Outcome::BadRequest(_)
                 | Outcome::BadProxyHeader(_)
                 | Outcome::NegotiationTimeout
+                | Outcome::TlsHandshake(_)
                 | Outcome::Incomplete(_)
                 | Outcome::ClosedBeforeRequest
                 | Outcome::ReadError(_)
@@ -88,6 +92,7 @@ impl fmt::Display for Outcome {
             Outcome::BadRequest(e) => write!(f, "refused: {e}"),
             Outcome::BadProxyHeader(e) => write!(f, "refused: invalid PROXY protocol header: {e}"),
             Outcome::NegotiationTimeout => f.write_str("refused: negotiation timeout"),
+            Outcome::TlsHandshake(e) => write!(f, "refused: TLS handshake failed: {e}"),
             Outcome::Incomplete(what) => write!(f, "refused: incomplete {what}"),
             Outcome::ClosedBeforeRequest => f.write_str("closed before request"),
             Outcome::ReadError(e) => write!(f, "read error: {e}"),

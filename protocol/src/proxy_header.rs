@@ -238,6 +238,69 @@ pub fn encode(
     source: Option<SocketAddr>,
     destination: Option<SocketAddr>,
 ) -> Vec<u8> {
+    encode_with_tlvs(version, source, destination, &[])
+}
+
+/// PP2_TYPE_SSL: the client connected over TLS (HAProxy's spec, section 2.2.5).
+pub const PP2_TYPE_SSL: u8 = 0x20;
+/// Inside PP2_TYPE_SSL: the TLS version, as text (`TLSv1.3`).
+pub const PP2_SUBTYPE_SSL_VERSION: u8 = 0x21;
+/// Inside PP2_TYPE_SSL: the client certificate's subject common name.
+pub const PP2_SUBTYPE_SSL_CN: u8 = 0x22;
+/// PP2_TYPE_SSL's `client` bits: over TLS; a certificate on this connection.
+pub const PP2_CLIENT_SSL: u8 = 0x01;
+/// The client presented a certificate on this connection.
+pub const PP2_CLIENT_CERT_CONN: u8 = 0x02;
+
+/// A client's TLS session, as a v2 header tells a backend about it.
+#[derive(Clone, Copy, Debug)]
+pub struct Ssl<'a> {
+    /// `TLSv1.3`, `TLSv1.2`.
+    pub version: &'a str,
+    /// Whether the client presented a certificate, which was verified (a
+    /// certificate that fails verification ends the handshake).
+    pub client_cert: bool,
+    /// The verified certificate's name, sent as PP2_SUBTYPE_SSL_CN.
+    pub common_name: Option<&'a str>,
+}
+
+/// The PP2_TYPE_SSL TLV for `ssl`, ready to append to a v2 header; `verify`
+/// is 0 (verified, or no certificate).
+pub fn ssl_tlv(ssl: &Ssl<'_>) -> Vec<u8> {
+    let mut value = Vec::new();
+    let client = PP2_CLIENT_SSL
+        | if ssl.client_cert {
+            PP2_CLIENT_CERT_CONN
+        } else {
+            0
+        };
+    value.push(client);
+    value.extend_from_slice(&0u32.to_be_bytes());
+    let mut sub = |kind: u8, text: &str| {
+        // Longer values cannot be meaningful names; cut to what fits.
+        let bytes = &text.as_bytes()[..text.len().min(1024)];
+        value.push(kind);
+        value.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+        value.extend_from_slice(bytes);
+    };
+    sub(PP2_SUBTYPE_SSL_VERSION, ssl.version);
+    if let Some(cn) = ssl.common_name {
+        sub(PP2_SUBTYPE_SSL_CN, cn);
+    }
+    let mut tlv = vec![PP2_TYPE_SSL];
+    tlv.extend_from_slice(&(value.len() as u16).to_be_bytes());
+    tlv.extend_from_slice(&value);
+    tlv
+}
+
+/// [`encode`], with `tlvs` (whole TLVs, such as [`ssl_tlv`]'s) after the
+/// addresses of a v2 header; v1 has no place for them and drops them.
+pub fn encode_with_tlvs(
+    version: Version,
+    source: Option<SocketAddr>,
+    destination: Option<SocketAddr>,
+    tlvs: &[u8],
+) -> Vec<u8> {
     let unmap = |a: SocketAddr| match a.ip() {
         IpAddr::V6(v6) => v6
             .to_ipv4_mapped()
@@ -278,7 +341,11 @@ pub fn encode(
             };
             out.push(command);
             out.push(family);
-            // At most 36 bytes: the length always fits.
+            // Addresses (at most 36 bytes) and TLVs that fit in the length.
+            let room = usize::from(u16::MAX) - block.len();
+            if tlvs.len() <= room {
+                block.extend_from_slice(tlvs);
+            }
             out.extend_from_slice(&(block.len() as u16).to_be_bytes());
             out.extend_from_slice(&block);
             out

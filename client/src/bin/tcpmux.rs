@@ -2,8 +2,12 @@
 //! to it like `nc`, with half-close carried across. `tcpmux forward` turns local
 //! ports into TCPMUX services for clients that cannot send a name (`forward.rs`).
 //!
+//! With `--tls`, the TLS handshake comes first and the negotiation runs inside
+//! it (`tls.rs`).
+//!
 //! Exit status: 0 done, 1 the server refused the service, 2 usage error,
-//! 3 could not connect or the connection failed.
+//! 3 could not connect, TLS failed (a refused certificate too) or the
+//! connection failed.
 #![forbid(unsafe_code)]
 
 use std::io::{self, Read, Write};
@@ -16,6 +20,8 @@ use std::time::{Duration, Instant};
 
 #[path = "tcpmux/forward.rs"]
 mod forward;
+#[path = "tcpmux/tls.rs"]
+mod tls;
 
 use clap::Parser;
 use tcpmux::{Error, Options, ServiceName, Stream};
@@ -23,7 +29,8 @@ use tcpmux::{Error, Options, ServiceName, Stream};
 #[derive(Parser, Debug)]
 #[command(
     version,
-    about = "Connect to a TCPMUX (RFC 1078) service by name and relay stdin/stdout"
+    about = "Connect to a TCPMUX (RFC 1078) service by name and relay stdin/stdout",
+    after_help = "Exit status: 0 done, 1 the server refused the service, 2 usage error, 3 could not connect, TLS failed (a refused certificate too) or the connection failed."
 )]
 struct Args {
     /// Server host name or address.
@@ -44,6 +51,22 @@ struct Args {
     /// Seconds allowed for connecting and for the server's reply.
     #[arg(short, long, default_value_t = 10.0)]
     timeout: f64,
+    /// Speak TLS first (a `tls` listener), then TCPMUX inside it.
+    #[arg(long, conflicts_with = "unix")]
+    tls: bool,
+    /// With --tls: PEM file of the CA the server's certificate must chain to
+    /// (default: the system's trust store).
+    #[arg(long, requires = "tls")]
+    ca: Option<PathBuf>,
+    /// With --tls: PEM client certificate (chain) to present; needs --key.
+    #[arg(long, requires_all = ["tls", "key"])]
+    cert: Option<PathBuf>,
+    /// With --tls: PEM private key of --cert.
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
+    /// With --tls: the name the server's certificate must carry (default: --host).
+    #[arg(long, requires = "tls")]
+    server_name: Option<String>,
     /// Name of the service to connect to.
     #[arg(required_unless_present = "list")]
     service: Option<String>,
@@ -90,6 +113,9 @@ fn run(args: &Args) -> Result<(), Error> {
         connect_timeout: limit,
         reply_timeout: limit,
     };
+    if args.tls {
+        return tls::run(args, &options);
+    }
     if args.list {
         let mut conn = open(args, &options)?;
         for name in tcpmux::list(&mut conn, &options)? {
@@ -109,18 +135,34 @@ fn run(args: &Args) -> Result<(), Error> {
     tcpmux::negotiate(&mut conn, &name, &options)?;
     let negotiated = Instant::now();
     let (sent, received) = relay(conn)?;
-    let transfer = negotiated.elapsed();
     if args.stats {
-        let seconds = transfer.as_secs_f64();
-        eprintln!(
-            "tcpmux: connect {:.3} ms, negotiate {:.3} ms, transfer {:.3} ms, received {received} bytes, sent {sent} bytes, {:.2} MB/s",
-            ms(connected - started),
-            ms(negotiated - connected),
-            ms(transfer),
-            if seconds > 0.0 { received as f64 / 1e6 / seconds } else { 0.0 },
+        print_stats(
+            connected - started,
+            negotiated - connected,
+            negotiated.elapsed(),
+            sent,
+            received,
         );
     }
     Ok(())
+}
+
+/// The `--stats` line.
+fn print_stats(
+    connect: Duration,
+    negotiate: Duration,
+    transfer: Duration,
+    sent: u64,
+    received: u64,
+) {
+    let seconds = transfer.as_secs_f64();
+    eprintln!(
+        "tcpmux: connect {:.3} ms, negotiate {:.3} ms, transfer {:.3} ms, received {received} bytes, sent {sent} bytes, {:.2} MB/s",
+        ms(connect),
+        ms(negotiate),
+        ms(transfer),
+        if seconds > 0.0 { received as f64 / 1e6 / seconds } else { 0.0 },
+    );
 }
 
 fn ms(d: Duration) -> f64 {

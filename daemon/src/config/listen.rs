@@ -63,6 +63,7 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
             silent: None,
             sni_default: None,
             detect_timeout: None,
+            tls: None,
         },
         toml::Value::Table(_) => item
             .get_ref()
@@ -116,11 +117,25 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
             ));
         }
     }
+    let tls = match &table.tls {
+        Some(raw) => Some(
+            super::tls::load(src, raw)
+                .map_err(|e| src.at(item.span(), format!("listen {addr}: {e}")))?,
+        ),
+        None => None,
+    };
+    if tls.is_some() && detect.is_some() {
+        return Err(src.at(
+            item.span(),
+            format!("listen {addr}: `detect` and `tls` do not mix: detection routes TLS by its SNI without decrypting it; use two listeners"),
+        ));
+    }
     Ok(ListenSpec {
         addr,
         options: ListenOptions {
             accept_proxy_from,
             detect,
+            tls,
         },
         name: table.name.clone(),
     })

@@ -13,6 +13,7 @@ mod listen;
 mod proxy;
 mod raw;
 mod services;
+mod tls;
 mod users;
 
 use std::net::{IpAddr, SocketAddr};
@@ -118,6 +119,17 @@ impl Config {
         let listen = listen::listen(src, raw.listen.as_ref())?.unwrap_or_else(default_listen);
         let registry = Registry::new(services::services(src, &raw, &listen)?);
         listen::check_targets(src, raw.listen.as_ref(), &listen, &registry)?;
+        if let Some(tls) = listen.iter().find(|spec| spec.options.tls.is_some()) {
+            if let Some(service) = registry
+                .services()
+                .find(|s| matches!(s.kind, crate::model::ServiceKind::Handoff(_)))
+            {
+                return Err(src.whole(format!(
+                    "handoff service {} cannot run beside the TLS listener {}: handing a TLS session to another process needs kernel TLS, which tcpmuxd does not use; serve handoff services from a tcpmuxd without TLS listeners",
+                    service.name, tls.addr
+                )));
+            }
+        }
         if registry.has_handoff() && raw.handoff_socket.is_none() {
             return Err(src.whole(
                 "handoff services need `handoff_socket = \"/path\"`, where their backends register",

@@ -24,6 +24,16 @@ pub(crate) struct RawListenTable {
     pub(crate) silent: Option<String>,
     pub(crate) sni_default: Option<String>,
     pub(crate) detect_timeout: Option<ConfigDuration>,
+    pub(crate) tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTls {
+    pub(crate) cert: String,
+    pub(crate) key: String,
+    pub(crate) client_ca: Option<String>,
+    pub(crate) client_auth: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -112,6 +122,7 @@ pub(crate) struct RawService {
     pub(crate) max_connections: Option<Spanned<usize>>,
     pub(crate) sni: Option<Spanned<Vec<String>>>,
     pub(crate) http_host: Option<Spanned<Vec<String>>>,
+    pub(crate) allow_cert_names: Option<Spanned<Vec<String>>>,
 }
 
 impl RawService {

@@ -207,7 +207,17 @@ fn access(src: Source<'_>, table: &RawService, kind: &ServiceKind) -> Result<Acc
         deny: ranges(&table.deny)?,
         uids: table.allow_uid.clone().unwrap_or_default(),
         gids: table.allow_gid.clone().unwrap_or_default(),
+        cert_names: Vec::new(),
     };
+    if let Some(names) = &table.allow_cert_names {
+        if names.get_ref().is_empty() || names.get_ref().iter().any(|n| n.trim().is_empty()) {
+            return Err(src.at(
+                names.span(),
+                "allow_cert_names: list one or more certificate names (DNS names or CNs)",
+            ));
+        }
+        access.cert_names = names.get_ref().clone();
+    }
     if *kind == ServiceKind::Builtin(Builtin::Stats) && table.allow.is_none() {
         access.allow = loopback();
     }

@@ -1,7 +1,7 @@
 //! Which clients a service accepts: address ranges for TCP clients, uids and
-//! gids for Unix-socket clients.
+//! gids for Unix-socket clients, certificate names for TLS clients.
 
-use super::{Cidr, Peer};
+use super::{Cidr, ClientInfo, Peer};
 
 /// Which clients a service accepts. TCP clients are judged by address (`deny`
 /// wins over `allow`; an empty `allow` allows all), Unix-socket clients by their
@@ -12,9 +12,23 @@ pub struct Access {
     pub deny: Vec<Cidr>,
     pub uids: Vec<u32>,
     pub gids: Vec<u32>,
+    /// `allow_cert_names`: only TLS clients whose verified certificate
+    /// carries one of these names (empty: no such rule).
+    pub cert_names: Vec<String>,
 }
 
 impl Access {
+    /// Whether `client` passes every rule: its address or credentials, and
+    /// its certificate's names when the service asks for them.
+    pub fn permits_client(&self, client: &ClientInfo) -> bool {
+        self.permits(&client.peer)
+            && (self.cert_names.is_empty()
+                || client
+                    .tls
+                    .as_ref()
+                    .is_some_and(|tls| tls.has_any_name(&self.cert_names)))
+    }
+
     pub fn permits(&self, peer: &Peer) -> bool {
         match peer {
             Peer::Tcp(addr) => {
@@ -47,6 +61,7 @@ mod tests {
             deny: vec!["10.0.0.66".parse().unwrap()],
             uids: vec![1000],
             gids: vec![],
+            cert_names: vec![],
         };
         assert!(access.permits(&tcp("10.1.2.3")));
         assert!(!access.permits(&tcp("10.0.0.66")));

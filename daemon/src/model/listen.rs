@@ -54,6 +54,8 @@ pub struct ListenOptions {
     /// Tell TLS, SSH, HTTP and silent clients apart from TCPMUX names, and
     /// route them (`detect = true`).
     pub detect: Option<super::Detect>,
+    /// Terminate TLS before the TCPMUX negotiation (`tls = { … }`).
+    pub tls: Option<super::Tls>,
 }
 
 impl ListenOptions {

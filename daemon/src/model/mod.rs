@@ -9,6 +9,7 @@ mod listen;
 mod peer;
 mod proxy;
 mod routes;
+mod tls;
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub use proxy::{
     RelayMode, DEFAULT_CONNECT_TIMEOUT,
 };
 pub use routes::{Detect, HostPattern, HostPatternError, Routed, DEFAULT_DETECT_TIMEOUT};
+pub use tls::{ClientAuth, Tls, TlsClient};
 
 /// One registered service: a name, what it does, and who may use it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -45,4 +45,6 @@ pub struct ClientInfo {
     pub peer: Peer,
     /// The address the client connected to (`None` on a Unix listener).
     pub local: Option<SocketAddr>,
+    /// On a TLS listener, what the handshake established.
+    pub tls: Option<super::TlsClient>,
 }

@@ -1,9 +1,12 @@
-//! Sockets: listening and accepting, the connected stream type, the PROXY
-//! protocol header, the zero-copy relay and sendfile, and the graceful close.
+//! Sockets: listening and accepting, the connected stream type, the client
+//! connection (plain or TLS), the PROXY protocol header, the zero-copy relay and
+//! sendfile, and the graceful close.
 
 pub(crate) mod close;
+pub(crate) mod conn;
 pub mod listener;
 pub(crate) mod proxy_protocol;
 pub(crate) mod relay;
 pub(crate) mod sendfile;
 pub(crate) mod stream;
+pub(crate) mod tls;

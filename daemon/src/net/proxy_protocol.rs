@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use tcpmux_proto::proxy_header::{self};
 pub use tcpmux_proto::proxy_header::{Announced, HeaderError};
 
-use crate::model::ProxyVersion;
+use crate::model::{ProxyVersion, TlsClient};
 
 /// The most header bytes accepted from an upstream. v1 is at most 107 bytes; a
 /// v2 header may carry TLVs, and every cloud load balancer's fit in 4 KiB. A v2
@@ -24,6 +24,23 @@ pub fn encode(
     destination: Option<SocketAddr>,
 ) -> Vec<u8> {
     proxy_header::encode(version, source, destination)
+}
+
+/// [`encode`] for a client that came over TLS: a v2 header also carries
+/// PP2_TYPE_SSL with the TLS version and the verified certificate's name as
+/// PP2_SUBTYPE_SSL_CN, as HAProxy sends them.
+pub fn encode_tls(
+    version: ProxyVersion,
+    source: Option<SocketAddr>,
+    destination: Option<SocketAddr>,
+    tls: &TlsClient,
+) -> Vec<u8> {
+    let ssl = proxy_header::Ssl {
+        version: &tls.version,
+        client_cert: !tls.names.is_empty(),
+        common_name: tls.common_name.as_deref().or(tls.name()),
+    };
+    proxy_header::encode_with_tlvs(version, source, destination, &proxy_header::ssl_tlv(&ssl))
 }
 
 /// The header at the start of `input`: `Ok(None)` means more bytes are needed;

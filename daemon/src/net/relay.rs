@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rustix::net::{send, SendFlags};
 use rustix::pipe::{splice, SpliceFlags};
-use tokio::io::Interest;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 
 use super::sendfile::zero_copy_unsupported;
 use super::stream::Stream;
@@ -65,6 +65,63 @@ pub async fn relay(
         backend_to_client: activity.down.load(Ordering::Relaxed),
     };
     (relayed, result)
+}
+
+/// The same relay for streams that are not plain sockets (a TLS session, whose
+/// bytes must pass through the daemon to be encrypted): `a` and `b` copied both
+/// ways through a 16 KiB buffer each (one TLS record), EOF carried across as a
+/// shutdown (for TLS, close_notify then FIN).
+pub async fn relay_streams<A, B>(
+    a: &mut A,
+    b: &mut B,
+    idle: Option<Duration>,
+) -> (Relayed, io::Result<()>)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let activity = Activity::new();
+    let (a_read, a_write) = tokio::io::split(a);
+    let (b_read, b_write) = tokio::io::split(b);
+    let both = async {
+        tokio::try_join!(
+            pump(a_read, b_write, &activity, &activity.up),
+            pump(b_read, a_write, &activity, &activity.down)
+        )
+        .map(|_| ())
+    };
+    let result = match idle {
+        None => both.await,
+        Some(limit) => tokio::select! {
+            result = both => result,
+            () = activity.idle_for(limit) => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, format!("idle timeout ({limit:?})")))
+            }
+        },
+    };
+    let relayed = Relayed {
+        client_to_backend: activity.up.load(Ordering::Relaxed),
+        backend_to_client: activity.down.load(Ordering::Relaxed),
+    };
+    (relayed, result)
+}
+
+async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    activity: &Activity,
+    moved: &AtomicU64,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return to.shutdown().await;
+        }
+        to.write_all(&buf[..n]).await?;
+        moved.fetch_add(n as u64, Ordering::Relaxed);
+        activity.touch();
+    }
 }
 
 async fn one_way(

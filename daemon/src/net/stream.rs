@@ -143,6 +143,10 @@ impl<S> Metered<S> {
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
+
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {

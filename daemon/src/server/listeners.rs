@@ -88,6 +88,7 @@ impl Live {
             services = shared.settings().registry.len(),
             accept_proxy_from = ?options.accept_proxy_from.iter().map(ToString::to_string).collect::<Vec<_>>(),
             detect = options.detect.is_some(),
+            tls = options.tls.is_some(),
             "listening"
         );
         let options: SharedOptions = Arc::new(RwLock::new(Arc::new(options)));
@@ -255,6 +256,22 @@ impl Live {
                     shared,
                     sessions,
                 );
+            }
+        } else {
+            // The sockets stay (systemd, --listen or --workers chose them), but
+            // their options follow the file: a renewed certificate, a new
+            // upstream to trust.
+            for live in &self.tcpmux {
+                let by_name = |s: &&ListenSpec| live.name.is_some() && s.name == live.name;
+                let spec = config
+                    .listen
+                    .iter()
+                    .find(by_name)
+                    .or_else(|| config.listen.iter().find(|s| s.addr == live.configured));
+                if let Some(spec) = spec {
+                    *live.options.write().unwrap_or_else(|p| p.into_inner()) =
+                        Arc::new(spec.options.clone());
+                }
             }
         }
         if let Some(metrics) = staged.metrics {

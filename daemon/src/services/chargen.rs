@@ -3,8 +3,9 @@
 use std::io;
 use std::sync::OnceLock;
 
-use tokio::io::Interest;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
+use crate::net::conn::Conn;
 use crate::net::sendfile::FixedBytes;
 use crate::net::stream::{Metered, Stream};
 
@@ -48,8 +49,48 @@ pub fn prepare() {
     cycle();
 }
 
-pub async fn serve(conn: &mut Metered<Stream>) -> io::Result<()> {
-    let stream = conn.get_ref();
+pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
+    let Some(stream) = conn.get_ref().plain() else {
+        return through_tls(conn).await;
+    };
+    let (result, sent, received) = by_sendfile(stream).await;
+    conn.bytes_out += sent;
+    conn.bytes_in += received;
+    match result {
+        Err(e) if super::is_disconnect(&e) => Ok(()),
+        other => other,
+    }
+}
+
+/// The same stream written through a TLS session, its input read and dropped.
+async fn through_tls(conn: &mut Metered<Conn>) -> io::Result<()> {
+    let (mut input, mut output) = tokio::io::split(conn);
+    let generate = async {
+        let cycle = cycle().as_slice();
+        loop {
+            for turn in cycle.chunks(TURN) {
+                output.write_all(turn).await?;
+            }
+        }
+    };
+    let discard = async {
+        let mut buf = vec![0u8; 4096];
+        while input.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        std::future::pending::<()>().await
+    };
+    let result: io::Result<()> = tokio::select! {
+        result = generate => result,
+        () = discard => Ok(()),
+    };
+    match result {
+        Err(e) if super::is_disconnect(&e) => Ok(()),
+        other => other,
+    }
+}
+
+/// The pattern by sendfile from the memfd, input discarded; the result and
+/// the bytes sent and received.
+async fn by_sendfile(stream: &Stream) -> (io::Result<()>, u64, u64) {
     let (mut sent, mut received) = (0u64, 0u64);
     let generate = async {
         let cycle = cycle();
@@ -80,12 +121,7 @@ pub async fn serve(conn: &mut Metered<Stream>) -> io::Result<()> {
         result = generate => result,
         () = discard => Ok(()),
     };
-    conn.bytes_out += sent;
-    conn.bytes_in += received;
-    match result {
-        Err(e) if super::is_disconnect(&e) => Ok(()),
-        other => other,
-    }
+    (result, sent, received)
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@ use tokio::net::UnixStream;
 use super::refuse;
 use crate::hub::Hub;
 use crate::model::{ClientInfo, Service};
-use crate::net::stream::{Metered, Stream};
+use crate::net::conn::Conn;
+use crate::net::stream::Metered;
 use crate::outcome::Outcome;
 
 /// How long a client waits for a backend with room for it.
@@ -51,7 +52,7 @@ pub async fn serve(
     service: &Service,
     status: Option<&str>,
     hub: &Hub,
-    conn: &mut Metered<Stream>,
+    conn: &mut Metered<Conn>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
     let frame = encode_client_frame(&ClientFrame {
@@ -116,7 +117,7 @@ pub async fn serve(
 /// the frame with the socket if the backend has room right now.
 fn offer(
     backend: &Arc<UnixStream>,
-    conn: &Metered<Stream>,
+    conn: &Metered<Conn>,
     status: &[u8],
     frame: &[u8; FRAME_LEN],
     accepted: &mut bool,
@@ -124,7 +125,10 @@ fn offer(
     if !writable_now(backend.as_fd())? {
         return Ok(Offer::Full);
     }
-    let socket = conn.get_ref();
+    // Only a plain socket can be passed (services/mod.rs keeps TLS away).
+    let Some(socket) = conn.get_ref().plain() else {
+        return Ok(Offer::Gone);
+    };
     if !*accepted && !status.is_empty() {
         // A few bytes into a connection that has sent nothing yet: the send
         // buffer is empty, so they go whole.

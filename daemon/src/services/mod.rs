@@ -26,7 +26,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use crate::admission::ServiceCounts;
 use crate::hub::Hub;
 use crate::model::{Builtin, ClientInfo, Service, ServiceKind};
-use crate::net::stream::{Metered, Stream};
+use crate::net::conn::Conn;
+use crate::net::stream::Metered;
 use crate::outcome::Outcome;
 
 /// What a service may use of the daemon besides its connection: the handoff
@@ -53,7 +54,7 @@ pub fn prepare() {
 /// it gracefully is the caller's job.
 pub async fn serve(
     service: &Service,
-    conn: &mut Metered<Stream>,
+    conn: &mut Metered<Conn>,
     client: &ClientInfo,
     context: &Context<'_>,
     tcpmux: bool,
@@ -80,7 +81,15 @@ pub async fn serve(
             let pool = (service.name.as_str(), &*context.counts.pool);
             proxy::serve(settings, pool, status, conn, client).await
         }
-        ServiceKind::Handoff(_) => handoff::serve(service, status, context.hub, conn, client).await,
+        ServiceKind::Handoff(_) => {
+            // Passing a TLS session to another process needs kernel TLS; the
+            // configuration refuses handoff services beside TLS listeners.
+            if conn.get_ref().plain().is_none() {
+                refuse(conn, "service unavailable: not over TLS").await;
+                return Ok(Outcome::Refused("handoff over TLS".into()));
+            }
+            handoff::serve(service, status, context.hub, conn, client).await
+        }
         ServiceKind::Exec(settings) => {
             let instances = &context.counts.instances;
             exec::serve(settings, service, status, conn, client, instances).await
@@ -116,7 +125,7 @@ fn one_shot_answer(builtin: Builtin, context: &Context<'_>, out: &mut Vec<u8>) -
 }
 
 /// A built-in that streams, after its status line.
-async fn run_builtin(builtin: Builtin, conn: &mut Metered<Stream>) -> io::Result<()> {
+async fn run_builtin(builtin: Builtin, conn: &mut Metered<Conn>) -> io::Result<()> {
     match builtin {
         Builtin::Echo => echo::serve(conn).await,
         Builtin::Discard => discard::serve(conn).await,

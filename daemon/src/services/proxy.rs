@@ -10,8 +10,9 @@ use tokio::io::AsyncWriteExt;
 use super::{accept, refuse};
 use crate::admission::own_connections;
 use crate::model::{ClientInfo, Endpoint, Proxy};
+use crate::net::conn::Conn;
 use crate::net::proxy_protocol;
-use crate::net::relay::relay;
+use crate::net::relay::{relay, relay_streams};
 use crate::net::stream::{Metered, Stream};
 use crate::outcome::Outcome;
 use crate::pool::Pool;
@@ -22,7 +23,7 @@ pub async fn serve(
     proxy: &Proxy,
     (service, pool): (&str, &Pool),
     status: Option<&str>,
-    conn: &mut Metered<Stream>,
+    conn: &mut Metered<Conn>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
     let (mut backend, used) = match connect_first(proxy, service, pool).await {
@@ -47,14 +48,22 @@ pub async fn serve(
     // The header goes first; what the client pipelined is still in its socket and
     // follows through the relay, in order.
     if let Some(version) = proxy.send_proxy {
-        let header = proxy_protocol::encode(version, client.peer.tcp_addr(), client.local);
+        let (source, destination) = (client.peer.tcp_addr(), client.local);
+        let header = match &client.tls {
+            Some(tls) => proxy_protocol::encode_tls(version, source, destination, tls),
+            None => proxy_protocol::encode(version, source, destination),
+        };
         backend.write_all(&header).await?;
     }
     if let Some(message) = status {
         accept(conn, message).await?;
     }
 
-    let (relayed, result) = relay(conn.get_ref(), &backend, proxy.relay, proxy.idle_timeout).await;
+    // splice needs two sockets; a TLS session's bytes pass through us.
+    let (relayed, result) = match conn.get_ref().plain() {
+        Some(socket) => relay(socket, &backend, proxy.relay, proxy.idle_timeout).await,
+        None => relay_streams(conn.get_mut(), &mut backend, proxy.idle_timeout).await,
+    };
     conn.bytes_in += relayed.client_to_backend;
     conn.bytes_out += relayed.backend_to_client;
     pool.relayed(&used, relayed.client_to_backend, relayed.backend_to_client);

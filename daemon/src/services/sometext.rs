@@ -8,7 +8,10 @@ use std::sync::OnceLock;
 
 use super::chargen::pattern_line;
 use crate::net::sendfile::FixedBytes;
-use crate::net::stream::{Metered, Stream};
+use tokio::io::AsyncWriteExt;
+
+use crate::net::conn::Conn;
+use crate::net::stream::Metered;
 
 /// The seed's size, an odd number so that no buffer size divides it.
 pub const SOMETEXT_LEN: usize = 1_000_007;
@@ -41,11 +44,13 @@ pub fn prepare() {
     text();
 }
 
-pub async fn serve(conn: &mut Metered<Stream>) -> io::Result<()> {
+/// By sendfile on a plain socket; through the TLS session otherwise.
+pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
+    let Some(stream) = conn.get_ref().plain() else {
+        return conn.write_all(text().as_slice()).await;
+    };
     let mut sent = 0;
-    let result = text()
-        .send(conn.get_ref(), 0, SOMETEXT_LEN, TURN, &mut sent)
-        .await;
+    let result = text().send(stream, 0, SOMETEXT_LEN, TURN, &mut sent).await;
     conn.bytes_out += sent;
     result
 }

@@ -17,6 +17,7 @@ use self::negotiate::{negotiate, Negotiated};
 use crate::admission::own_connections;
 use crate::model::{ClientInfo, ListenOptions, Peer, Routed, Service};
 use crate::net::close::close_gracefully;
+use crate::net::conn::Conn;
 use crate::net::stream::{Metered, Stream};
 use crate::outcome::Outcome;
 use crate::services::{self, help, refuse};
@@ -47,9 +48,13 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
     // Counted from accept to close, so limits and the shutdown grace see it all.
     let mut admission = shared.gate.admit(&settings.limits);
     let local = stream.local_addr();
-    let mut client = ClientInfo { local, peer };
+    let mut client = ClientInfo {
+        local,
+        peer,
+        tls: None,
+    };
     let via = client.peer.clone();
-    let mut conn = Metered::new(stream);
+    let mut conn = Metered::new(Conn::Plain(stream));
 
     let expect_header = client
         .peer
@@ -62,7 +67,9 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
             // upstream is the address its header announces.
             let admit = |peer: &Peer| admission.admit_address(&shared.gate, peer, &settings.limits);
             let detecting = listen.detect.as_ref().map(|d| (d, &*settings.registry));
-            let negotiation = negotiate(&mut conn, expect_header, &mut client, admit, detecting);
+            let tls = listen.tls.as_ref().map(|t| Arc::clone(&t.server));
+            let negotiation =
+                negotiate(&mut conn, expect_header, &mut client, admit, tls, detecting);
             tokio::time::timeout(settings.negotiation_timeout, negotiation).await
         }
     };
@@ -103,7 +110,7 @@ fn is_own(peer: &Peer, local: Option<std::net::SocketAddr>) -> bool {
 /// Answers what the negotiation produced.
 async fn respond(
     negotiated: Negotiated,
-    conn: &mut Metered<Stream>,
+    conn: &mut Metered<Conn>,
     client: &ClientInfo,
     shared: &Shared,
     settings: &Settings,
@@ -119,6 +126,8 @@ async fn respond(
             refuse(conn, &refusal.to_string()).await;
             Outcome::Refused(refusal.to_string())
         }
+        // The client expects TLS records: a plaintext line would be noise to it.
+        Negotiated::TlsFailed(e) => Outcome::TlsHandshake(e),
         Negotiated::BadProxyHeader(e) => {
             refuse(conn, &format!("invalid PROXY protocol header: {e}")).await;
             Outcome::BadProxyHeader(e)
@@ -180,7 +189,7 @@ async fn respond(
 }
 
 /// Tells a detected client with no service why, in a form it can read.
-async fn refuse_unrouted(conn: &mut Metered<Stream>, reason: &str, reply: Reply) {
+async fn refuse_unrouted(conn: &mut Metered<Conn>, reason: &str, reply: Reply) {
     match reply {
         Reply::Close => {}
         Reply::Line => refuse(conn, reason).await,
@@ -201,7 +210,7 @@ fn report(
     client: &ClientInfo,
     via: &Peer,
     answer: &Answer,
-    conn: &Metered<Stream>,
+    conn: &Metered<Conn>,
     started: Instant,
 ) {
     let (outcome, routed) = (&answer.outcome, answer.routed.label());
@@ -215,6 +224,8 @@ fn report(
         service = %service_name,
         routed = %routed,
         backend = outcome.backend().map(tracing::field::display),
+        tls = client.tls.as_ref().map(|t| tracing::field::display(&t.version)),
+        cert = client.tls.as_ref().and_then(|t| t.name()).map(tracing::field::display),
         outcome = %outcome,
         bytes_in = conn.bytes_in,
         bytes_out = conn.bytes_out,
@@ -238,13 +249,13 @@ fn report(
 /// has the reason).
 async fn serve_named(
     service: &Service,
-    conn: &mut Metered<Stream>,
+    conn: &mut Metered<Conn>,
     client: &ClientInfo,
     shared: &Shared,
     settings: &Settings,
     tcpmux: bool,
 ) -> Outcome {
-    if !service.access.permits(&client.peer) {
+    if !service.access.permits_client(client) {
         if tcpmux {
             refuse(conn, "access denied").await;
         }

@@ -4,6 +4,7 @@
 //! peeked first and only what belongs to the negotiation is consumed.
 
 use std::io;
+use std::sync::Arc;
 
 use tcpmux_proto::{Decision, Progress, RequestParser, ServiceName, MAX_NAME_LEN};
 use tokio::io::AsyncReadExt;
@@ -11,8 +12,9 @@ use tokio::io::AsyncReadExt;
 use super::detect::{self, Detected, Reply};
 use crate::admission::Refusal;
 use crate::model::{ClientInfo, Detect, Peer, Routed};
+use crate::net::conn::Conn;
 use crate::net::proxy_protocol::{self, Announced, HeaderError};
-use crate::net::stream::{Metered, Stream};
+use crate::net::stream::Metered;
 use crate::registry::Registry;
 
 /// Peek size during negotiation: a whole name and its CRLF fit. Only what the
@@ -40,6 +42,8 @@ pub(super) enum Negotiated {
     Closed,
     /// A daemon-wide or per-address limit refused the connection.
     NotAdmitted(Refusal),
+    /// On a TLS listener, the handshake failed; the error says why.
+    TlsFailed(io::Error),
 }
 
 /// Consumes the PROXY header if one is expected, admits the client's address,
@@ -47,10 +51,11 @@ pub(super) enum Negotiated {
 /// line, and not a byte more: every read is a peek first, then a read of
 /// exactly what the parser claimed.
 pub(super) async fn negotiate(
-    conn: &mut Metered<Stream>,
+    conn: &mut Metered<Conn>,
     expect_header: bool,
     client: &mut ClientInfo,
     admit: impl FnOnce(&Peer) -> Result<(), Refusal>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     detecting: Option<(&Detect, &Registry)>,
 ) -> io::Result<Negotiated> {
     if expect_header {
@@ -61,8 +66,17 @@ pub(super) async fn negotiate(
     if let Err(refusal) = admit(&client.peer) {
         return Ok(Negotiated::NotAdmitted(refusal));
     }
-    if let Some((options, registry)) = detecting {
-        match detect::detect(conn.get_ref(), options, registry).await? {
+    // After the PROXY header (an upstream sends it in clear) and admission (a
+    // refused address costs no handshake); under the same timeout.
+    if let Some(config) = tls {
+        match conn.get_mut().start_tls(config).await {
+            Ok(established) => client.tls = Some(established),
+            Err(e) => return Ok(Negotiated::TlsFailed(e)),
+        }
+    }
+    // Detection peeks at the socket; config keeps it off TLS listeners.
+    if let Some(((options, registry), socket)) = detecting.zip(conn.get_ref().plain()) {
+        match detect::detect(socket, options, registry).await? {
             Detected::Tcpmux => {}
             Detected::Service(name, routed) => return Ok(Negotiated::Routed(name, routed)),
             Detected::Unrouted {
@@ -85,14 +99,14 @@ pub(super) async fn negotiate(
 /// Consumes a PROXY header and puts what it announces in `client`; returns
 /// how the negotiation stops if it must.
 async fn read_proxy_header(
-    conn: &mut Metered<Stream>,
+    conn: &mut Metered<Conn>,
     client: &mut ClientInfo,
 ) -> io::Result<Option<Negotiated>> {
     let mut scratch = [0u8; PEEK];
     // Until the header is complete, every byte seen belongs to it.
     let mut header = Vec::new();
     loop {
-        let n = conn.get_ref().peek(&mut scratch).await?;
+        let n = conn.get_mut().peek(&mut scratch).await?;
         if n == 0 && !header.is_empty() {
             return Ok(Some(Negotiated::Incomplete("PROXY protocol header")));
         }
@@ -120,12 +134,12 @@ async fn read_proxy_header(
     }
 }
 
-async fn read_request_line(conn: &mut Metered<Stream>) -> io::Result<Negotiated> {
+async fn read_request_line(conn: &mut Metered<Conn>) -> io::Result<Negotiated> {
     let mut scratch = [0u8; PEEK];
     let mut parser = RequestParser::new();
     let mut fed = false;
     loop {
-        let n = conn.get_ref().peek(&mut scratch).await?;
+        let n = conn.get_mut().peek(&mut scratch).await?;
         if n == 0 {
             // Half-closed mid-name: the client can still read why nothing follows.
             return Ok(match fed {

@@ -179,3 +179,44 @@ fn mapped_ipv4_is_announced_as_ipv4() {
     );
     assert_eq!(header, b"PROXY TCP4 192.0.2.7 198.51.100.1 1000 1\r\n");
 }
+
+#[test]
+fn v2_carries_the_ssl_tlv_with_version_and_common_name() {
+    let tlv = ssl_tlv(&Ssl {
+        version: "TLSv1.3",
+        client_cert: true,
+        common_name: Some("ops.example.com"),
+    });
+    let mut expected = vec![
+        PP2_TYPE_SSL,
+        0,
+        33,
+        PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN,
+        0,
+        0,
+        0,
+        0,
+    ];
+    expected.extend_from_slice(&[PP2_SUBTYPE_SSL_VERSION, 0, 7]);
+    expected.extend_from_slice(b"TLSv1.3");
+    expected.extend_from_slice(&[PP2_SUBTYPE_SSL_CN, 0, 15]);
+    expected.extend_from_slice(b"ops.example.com");
+    assert_eq!(tlv, expected);
+
+    let (s, d) = (addr("192.0.2.7:1000"), addr("198.51.100.1:1"));
+    let header = encode_with_tlvs(Version::V2, Some(s), Some(d), &tlv);
+    assert_eq!(header.len(), 16 + 12 + tlv.len());
+    assert!(header.ends_with(&tlv));
+    let (announced, length) = decode(&header, LIMIT).unwrap().unwrap();
+    assert_eq!(length, header.len());
+    assert_eq!(
+        announced,
+        Announced::Proxied {
+            source: s,
+            destination: d
+        }
+    );
+    // v1 has no room for TLVs.
+    let v1 = encode_with_tlvs(Version::V1, Some(s), Some(d), &tlv);
+    assert_eq!(v1, encode(Version::V1, Some(s), Some(d)));
+}

@@ -4,15 +4,20 @@
 //! are still in the socket (the negotiation only peeks past the line), so the
 //! program reads them.
 //!
+//! Over TLS the program gets one end of a socketpair instead, and the daemon
+//! relays between it and the TLS session (`tls.rs`): programs always see
+//! plaintext.
+//!
 //! Each program runs in a process group of its own. The session ends when the
 //! program exits, whatever it left running; with `on_shutdown = "kill"`, a
 //! session still running when the daemon stops has its whole group killed, so
 //! nothing the program started keeps the client's socket open.
 
 mod stderr;
+mod tls;
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::process::{ExitStatus, Stdio};
 
 use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
@@ -22,7 +27,8 @@ use self::stderr::{drain, LineLog};
 use super::{accept, refuse};
 use crate::admission::Counter;
 use crate::model::{ClientInfo, Exec, ExecReply, OnShutdown, Service};
-use crate::net::stream::{Metered, Stream};
+use crate::net::conn::Conn;
+use crate::net::stream::Metered;
 use crate::outcome::Outcome;
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -33,7 +39,7 @@ pub async fn serve(
     exec: &Exec,
     service: &Service,
     status: Option<&str>,
-    conn: &mut Metered<Stream>,
+    conn: &mut Metered<Conn>,
     client: &ClientInfo,
     instances: &Counter,
 ) -> io::Result<Outcome> {
@@ -54,7 +60,17 @@ pub async fn serve(
             accept(conn, message).await?;
         }
     }
-    let mut child = match spawn(exec, name, conn.get_ref(), client) {
+    // Plain: the program gets the client's socket. TLS: a socketpair's end.
+    let (socket, relay_end) = match conn.get_ref().plain() {
+        Some(stream) => (stream.as_fd().try_clone_to_owned()?, None),
+        None => {
+            let (theirs, ours) = std::os::unix::net::UnixStream::pair()?;
+            (OwnedFd::from(theirs), Some(ours))
+        }
+    };
+    let spawned = spawn(exec, name, socket.as_fd(), client);
+    drop(socket);
+    let mut child = match spawned {
         Ok(child) => child,
         // The program would have sent the status line: nothing was sent yet.
         Err(e) if exec.reply == ExecReply::Program => {
@@ -65,12 +81,24 @@ pub async fn serve(
     };
     let pid = child.id().unwrap_or_default();
     let group = Group::new(pid, exec.on_shutdown);
-    let status = run_to_exit(&mut child, name, pid).await;
+    let status = match relay_end {
+        None => run_to_exit(&mut child, name, pid).await,
+        Some(ours) => {
+            let (status, relayed) =
+                tokio::join!(run_to_exit(&mut child, name, pid), tls::relay(conn, ours));
+            if let Err(e) = relayed {
+                tracing::debug!(service = name, pid, error = %e, "exec relay over TLS ended");
+            }
+            status
+        }
+    };
     group.disarm();
     // Back to non-blocking before the event loop touches the socket again (the
     // graceful close), or a read there would block every connection.
-    let flags = fcntl_getfl(conn.get_ref())?;
-    fcntl_setfl(conn.get_ref(), flags | OFlags::NONBLOCK)?;
+    if let Some(stream) = conn.get_ref().plain() {
+        let flags = fcntl_getfl(stream)?;
+        fcntl_setfl(stream, flags | OFlags::NONBLOCK)?;
+    }
     Ok(Outcome::Exited {
         pid,
         status: describe(&status?),
@@ -139,7 +167,7 @@ fn runnable(exec: &Exec) -> io::Result<()> {
 fn spawn(
     exec: &Exec,
     name: &str,
-    socket: &Stream,
+    socket: BorrowedFd<'_>,
     client: &ClientInfo,
 ) -> io::Result<tokio::process::Child> {
     let (program, args) = exec
@@ -176,6 +204,9 @@ fn spawn(
         command
             .env("TCPLOCALIP", local.ip().to_string())
             .env("TCPLOCALPORT", local.port().to_string());
+    }
+    if let Some(name) = client.tls.as_ref().and_then(|t| t.name()) {
+        command.env("TLS_CLIENT_NAME", name);
     }
     if let Some((uid, gid)) = exec.user {
         // std also clears supplementary groups when it drops root.

@@ -1,0 +1,83 @@
+//! TLS: a listener's certificate settings (`tls = { cert, key, client_ca,
+//! client_auth }`) with the server configuration loaded from them, and what a
+//! TLS client proved about itself.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A TLS listener's settings. The files are read when the configuration is
+/// (at start and on each SIGHUP), so a renewed certificate needs no restart.
+#[derive(Clone)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The CA that client certificates must chain to, if they are asked for.
+    pub client_ca: Option<PathBuf>,
+    pub client_auth: ClientAuth,
+    /// What rustls serves: the chain, the key, the verifier, ALPN `tcpmux`.
+    pub server: Arc<rustls::ServerConfig>,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls")
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("client_ca", &self.client_ca)
+            .field("client_auth", &self.client_auth)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Equal when read from the same files into the same loaded configuration.
+impl PartialEq for Tls {
+    fn eq(&self, other: &Self) -> bool {
+        self.cert == other.cert
+            && self.key == other.key
+            && self.client_ca == other.client_ca
+            && self.client_auth == other.client_auth
+            && Arc::ptr_eq(&self.server, &other.server)
+    }
+}
+
+impl Eq for Tls {}
+
+/// Whether a TLS listener asks clients for a certificate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// No `client_ca`: no certificate is asked for.
+    #[default]
+    None,
+    /// A client may present one (verified if it does) or not.
+    Optional,
+    /// The handshake fails without a certificate that chains to `client_ca`.
+    Required,
+}
+
+/// What the TLS layer established about a client.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsClient {
+    /// `TLSv1_3`, `TLSv1_2`.
+    pub version: String,
+    pub cipher: String,
+    /// The verified certificate's names: its DNS subject alternative names,
+    /// or its subject CN when it has none. Empty without a certificate.
+    pub names: Vec<String>,
+    /// The verified certificate's subject CN, if it has one.
+    pub common_name: Option<String>,
+}
+
+impl TlsClient {
+    /// The name exec programs see as `TLS_CLIENT_NAME`: the first of `names`.
+    pub fn name(&self) -> Option<&str> {
+        self.names.first().map(String::as_str)
+    }
+
+    /// Whether the verified certificate carries one of `allowed` (case-insensitive).
+    pub fn has_any_name(&self, allowed: &[String]) -> bool {
+        self.names
+            .iter()
+            .any(|name| allowed.iter().any(|a| a.eq_ignore_ascii_case(name)))
+    }
+}

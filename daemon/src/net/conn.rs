@@ -1,0 +1,101 @@
+//! The client's byte stream as sessions and services see it: a plain socket,
+//! or a TLS session over one. The socket shortcuts (splice, sendfile, peeking
+//! the kernel's buffer, passing the descriptor) need the plain kind; with TLS
+//! the bytes go through the daemon, in user space.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::stream::Stream;
+use super::tls::{self, TlsConn};
+use crate::model::TlsClient;
+
+/// A client connection.
+#[derive(Debug)]
+pub enum Conn {
+    Plain(Stream),
+    Tls(Box<TlsConn>),
+    /// Consumed by a TLS handshake that failed or was cut short.
+    Gone,
+}
+
+impl Conn {
+    /// The socket itself, when the client speaks plaintext on it.
+    pub fn plain(&self) -> Option<&Stream> {
+        match self {
+            Conn::Plain(stream) => Some(stream),
+            Conn::Tls(_) | Conn::Gone => None,
+        }
+    }
+
+    /// Turns a plain connection into a TLS one: the server handshake.
+    pub async fn start_tls(&mut self, config: Arc<rustls::ServerConfig>) -> io::Result<TlsClient> {
+        let Conn::Plain(stream) = std::mem::replace(self, Conn::Gone) else {
+            return Err(io::Error::other("TLS has already started"));
+        };
+        let (tls, client) = tls::accept(stream, config).await?;
+        *self = Conn::Tls(Box::new(tls));
+        Ok(client)
+    }
+
+    /// Copies pending input into `buf` without consuming it; 0 means EOF.
+    pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(stream) => stream.peek(buf).await,
+            Conn::Tls(tls) => tls.peek(buf).await,
+            Conn::Gone => Ok(0),
+        }
+    }
+}
+
+fn gone() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "the TLS handshake failed")
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Conn::Gone => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Conn::Gone => Poll::Ready(Err(gone())),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Conn::Gone => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Conn::Gone => Poll::Ready(Ok(())),
+        }
+    }
+}
