@@ -1,0 +1,107 @@
+//! Test certificates, generated per test with rcgen and written as PEM files:
+//! a CA, server and client certificates it signs (valid, expired, for another
+//! name), and a second CA that the daemon does not trust.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SerialNumber,
+};
+
+/// A CA: its PEM file, and what signs with it.
+pub struct Ca {
+    pub pem: PathBuf,
+    issuer: Issuer<'static, KeyPair>,
+    dir: PathBuf,
+}
+
+/// A certificate and its key, as PEM files.
+pub struct Leaf {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// How a leaf certificate is made.
+pub struct LeafSpec<'a> {
+    /// File name stem in the CA's directory.
+    pub file: &'a str,
+    /// DNS subject alternative names (none: the CN alone names it).
+    pub dns: &'a [&'a str],
+    pub common_name: &'a str,
+    pub serial: u64,
+    pub expired: bool,
+    pub client: bool,
+}
+
+impl Ca {
+    pub fn new(dir: &Path, name: &str) -> Ca {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let pem = dir.join(format!("{name}.pem"));
+        std::fs::write(&pem, cert.pem()).unwrap();
+        Ca {
+            pem,
+            issuer: Issuer::new(params, key),
+            dir: dir.to_owned(),
+        }
+    }
+
+    pub fn leaf(&self, spec: &LeafSpec<'_>) -> Leaf {
+        let names: Vec<String> = spec.dns.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(names).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, spec.common_name);
+        params.serial_number = Some(SerialNumber::from(spec.serial));
+        params.extended_key_usages = vec![if spec.client {
+            ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            ExtendedKeyUsagePurpose::ServerAuth
+        }];
+        if spec.expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let leaf = Leaf {
+            cert: self.dir.join(format!("{}.pem", spec.file)),
+            key: self.dir.join(format!("{}.key", spec.file)),
+        };
+        std::fs::write(&leaf.cert, cert.pem()).unwrap();
+        std::fs::write(&leaf.key, key.serialize_pem()).unwrap();
+        leaf
+    }
+
+    /// A server certificate for `localhost` with serial `serial`.
+    pub fn server(&self, file: &str, serial: u64) -> Leaf {
+        self.leaf(&LeafSpec {
+            file,
+            dns: &["localhost"],
+            common_name: "localhost",
+            serial,
+            expired: false,
+            client: false,
+        })
+    }
+
+    /// A client certificate named `name` (as its DNS SAN and CN).
+    pub fn client(&self, file: &str, name: &str, expired: bool) -> Leaf {
+        self.leaf(&LeafSpec {
+            file,
+            dns: &[name],
+            common_name: name,
+            serial: 7,
+            expired,
+            client: true,
+        })
+    }
+}

@@ -1,0 +1,441 @@
+//! TCPMUX over TLS, against tcpmuxd on real sockets: the tcpmux library and
+//! CLI as clients (certificates generated per test), every service kind
+//! through TLS, client certificates, reload, concurrency, and what a TLS
+//! listener does with clients that do not speak TLS.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::pki::{Ca, Leaf};
+use common::{read_all, Daemon, PATIENCE};
+use tcpmux::tls::{TlsOptions, TlsStream};
+use tcpmux::Options;
+
+/// A CA, a server certificate for localhost and a daemon serving it.
+struct Setup {
+    dir: PathBuf,
+    ca: Ca,
+    server: Leaf,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = common::scratch_dir();
+        let ca = Ca::new(&dir, "ca");
+        let server = ca.server("server", 1);
+        Setup { dir, ca, server }
+    }
+
+    /// `tls = { … }` for this setup's server certificate, plus `extra` keys.
+    fn tls_table(&self, extra: &str) -> String {
+        format!(
+            "tls = {{ cert = \"{}\", key = \"{}\"{extra} }}",
+            self.server.cert.display(),
+            self.server.key.display()
+        )
+    }
+
+    fn daemon(&self, extra_tls: &str, rest: &str) -> Daemon {
+        Daemon::with_config(&format!(
+            "listen = [{{ address = \"127.0.0.1:0\", {} }}]\n{rest}",
+            self.tls_table(extra_tls)
+        ))
+    }
+
+    fn trust(&self) -> TlsOptions {
+        TlsOptions {
+            ca: Some(self.ca.pem.clone()),
+            client_cert: None,
+        }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn options() -> Options {
+    Options {
+        connect_timeout: Some(PATIENCE),
+        reply_timeout: Some(PATIENCE),
+    }
+}
+
+fn connect(daemon: &Daemon, service: &str, tls: &TlsOptions) -> Result<TlsStream, tcpmux::Error> {
+    tcpmux::tls::connect(daemon.addr, "localhost", service, tls, &options())
+}
+
+/// Reads to the end; a TLS stream that ends without close_notify is an error.
+fn read_to_end(stream: &mut TlsStream) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+#[test]
+fn builtins_over_tls_end_with_close_notify() {
+    let setup = Setup::new();
+    let daemon = setup.daemon("", "");
+    let mut daytime = connect(&daemon, "daytime", &setup.trust()).unwrap();
+    let text = String::from_utf8(read_to_end(&mut daytime).unwrap()).unwrap();
+    assert!(text.ends_with("\r\n") && text.len() > 10, "{text:?}");
+
+    // sometext: every byte, then close_notify (rustls reports a cut stream).
+    let mut bulk = connect(&daemon, "sometext", &setup.trust()).unwrap();
+    assert_eq!(read_to_end(&mut bulk).unwrap().len(), 1_000_007);
+
+    // echo: bytes behind the request line, in the same record, come back.
+    let mut echo = connect(&daemon, "echo", &setup.trust()).unwrap();
+    echo.write_all(b"through TLS").unwrap();
+    echo.conn.send_close_notify();
+    echo.flush().unwrap();
+    assert_eq!(read_to_end(&mut echo).unwrap(), b"through TLS");
+}
+
+#[test]
+fn proxy_and_exec_services_work_over_tls() {
+    let setup = Setup::new();
+    let backend = common::echo_backend();
+    let script = setup.dir.join("who.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho \"name=${TLS_CLIENT_NAME:-none}\"\nread line\necho \"got $line\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let daemon = setup.daemon(
+        &format!(
+            ", client_ca = \"{}\", client_auth = \"optional\"",
+            setup.ca.pem.display()
+        ),
+        &format!(
+            "[service.relay]\nproxy = \"{backend}\"\n[service.who]\nexec = [\"{}\"]\n",
+            script.display()
+        ),
+    );
+    // 4 MiB through TLS to a plain backend and back, intact.
+    let payload = common::random_bytes(5, 4 << 20);
+    let mut relay = connect(&daemon, "relay", &setup.trust()).unwrap();
+    relay.write_all(&payload).unwrap();
+    relay.conn.send_close_notify();
+    relay.flush().unwrap();
+    assert!(
+        read_to_end(&mut relay).unwrap() == payload,
+        "relayed bytes differ"
+    );
+
+    // The program sees plaintext, and the client certificate's name.
+    let client = setup.ca.client("ops", "ops.example.com", false);
+    let with_cert = TlsOptions {
+        client_cert: Some((client.cert.clone(), client.key.clone())),
+        ..setup.trust()
+    };
+    for (tls, name) in [(&with_cert, "ops.example.com"), (&setup.trust(), "none")] {
+        let mut who = connect(&daemon, "who", tls).unwrap();
+        who.write_all(b"hello\n").unwrap();
+        who.flush().unwrap();
+        let text = String::from_utf8(read_to_end(&mut who).unwrap()).unwrap();
+        assert_eq!(text, format!("name={name}\ngot hello\n"));
+    }
+}
+
+#[test]
+fn client_certificates_required_optional_and_per_service_names() {
+    let setup = Setup::new();
+    let other_ca = Ca::new(&setup.dir, "other-ca");
+    let good = setup.ca.client("good", "ops.example.com", false);
+    let stranger = other_ca.client("stranger", "ops.example.com", false);
+    let expired = setup.ca.client("expired", "ops.example.com", true);
+    let dev = setup.ca.client("dev", "dev.example.com", false);
+    let presenting = |leaf: &Leaf| TlsOptions {
+        client_cert: Some((leaf.cert.clone(), leaf.key.clone())),
+        ..setup.trust()
+    };
+    let services =
+        "[service.ops]\nbuiltin = \"daytime\"\nallow_cert_names = [\"OPS.example.com\"]\n";
+    let ca = setup.ca.pem.display().to_string();
+
+    let required = setup.daemon(&format!(", client_ca = \"{ca}\""), services);
+    assert!(connect(&required, "daytime", &presenting(&good)).is_ok());
+    for (who, tls) in [
+        ("no certificate", setup.trust()),
+        ("another CA's", presenting(&stranger)),
+        ("an expired one", presenting(&expired)),
+    ] {
+        let result = connect(&required, "daytime", &tls);
+        assert!(result.is_err(), "{who} was let in");
+    }
+
+    let optional = setup.daemon(
+        &format!(", client_ca = \"{ca}\", client_auth = \"optional\""),
+        services,
+    );
+    assert!(connect(&optional, "daytime", &setup.trust()).is_ok());
+    assert!(connect(&optional, "ops", &presenting(&good)).is_ok());
+    for (who, tls) in [("no certificate", setup.trust()), ("dev", presenting(&dev))] {
+        match connect(&optional, "ops", &tls) {
+            Err(tcpmux::Error::Refused { message }) => {
+                assert_eq!(message, "access denied", "{who}")
+            }
+            other => panic!("{who}: {:?}", other.map(|_| ())),
+        }
+    }
+    // A certificate is still verified when optional.
+    assert!(connect(&optional, "daytime", &presenting(&stranger)).is_err());
+}
+
+#[test]
+fn a_renewed_certificate_is_served_after_sighup_while_old_sessions_go_on() {
+    let setup = Setup::new();
+    let daemon = setup.daemon("", "");
+    let serial = |stream: &TlsStream| {
+        let der = stream.conn.peer_certificates().unwrap()[0].to_vec();
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+        cert.raw_serial().to_vec()
+    };
+    let mut old = connect(&daemon, "echo", &setup.trust()).unwrap();
+    assert_eq!(serial(&old), [1]);
+
+    // Renewal: the same paths, a new certificate (serial 2), then SIGHUP.
+    let renewed = setup.ca.server("renewed", 2);
+    std::fs::copy(&renewed.cert, &setup.server.cert).unwrap();
+    std::fs::copy(&renewed.key, &setup.server.key).unwrap();
+    daemon.signal("HUP");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let new = connect(&daemon, "daytime", &setup.trust()).unwrap();
+        if serial(&new) == [2] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the renewed certificate was never served"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A broken file fails the reload and keeps the renewed one.
+    std::fs::write(&setup.server.key, "not a key").unwrap();
+    daemon.signal("HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    let still = connect(&daemon, "daytime", &setup.trust()).unwrap();
+    assert_eq!(serial(&still), [2]);
+
+    // The session from before the reload still echoes.
+    old.write_all(b"after the reload").unwrap();
+    old.conn.send_close_notify();
+    old.flush().unwrap();
+    assert_eq!(read_to_end(&mut old).unwrap(), b"after the reload");
+}
+
+#[test]
+fn two_hundred_concurrent_tls_sessions_keep_their_bytes() {
+    let setup = Setup::new();
+    let daemon = setup.daemon("", "");
+    let addr = daemon.addr;
+    let tls = setup.trust();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let failures = runtime.block_on(async move {
+        let mut sessions = tokio::task::JoinSet::new();
+        for i in 0..200u64 {
+            let tls = tls.clone();
+            sessions.spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let payload = common::random_bytes(i, 16 * 1024 + i as usize * 97);
+                let mut stream =
+                    tcpmux::tls::connect_async(addr, "localhost", "echo", &tls, &options())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                let (mut reader, mut writer) = tokio::io::split(&mut stream);
+                let write = async {
+                    writer.write_all(&payload).await?;
+                    writer.shutdown().await
+                };
+                let mut back = Vec::new();
+                let (written, read) = tokio::join!(write, reader.read_to_end(&mut back));
+                written.and(read.map(drop)).map_err(|e| e.to_string())?;
+                if hash(&back) != hash(&payload) {
+                    return Err(format!(
+                        "session {i}: {} of {} bytes",
+                        back.len(),
+                        payload.len()
+                    ));
+                }
+                Ok::<_, String>(())
+            });
+        }
+        let mut failures = Vec::new();
+        while let Some(done) = sessions.join_next().await {
+            if let Err(e) = done.unwrap() {
+                failures.push(e);
+            }
+        }
+        failures
+    });
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+fn hash(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf29ce484222325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+#[test]
+fn plaintext_and_garbage_on_a_tls_listener_are_refused_quickly() {
+    let setup = Setup::new();
+    let mut daemon = setup.daemon("", "");
+    for junk in [
+        &b"daytime\r\n"[..],
+        &[0x16, 3, 1, 0, 5, 1, 2, 3, 4, 5][..],
+        &[0xff; 300][..],
+    ] {
+        let started = Instant::now();
+        let mut stream = daemon.connect();
+        stream.write_all(junk).unwrap();
+        let _ = stream.shutdown(Shutdown::Write);
+        let answer = read_all(&mut stream);
+        // At most a TLS alert; never a TCPMUX answer in clear.
+        assert!(
+            !answer.starts_with(b"+") && !answer.starts_with(b"-"),
+            "{answer:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{junk:?} held the connection"
+        );
+    }
+    daemon
+        .wait_for_log(|l| l.contains("TLS handshake failed"))
+        .expect("one log line with the reason");
+    // Other clients were served meanwhile.
+    assert!(connect(&daemon, "daytime", &setup.trust()).is_ok());
+}
+
+#[test]
+fn tls_configuration_errors_are_clear() {
+    let setup = Setup::new();
+    let table = setup.tls_table("");
+    let listen = |tls: &str| format!("listen = [{{ address = \"127.0.0.1:0\", {tls} }}]\n");
+    common::assert_config_rejected(
+        &format!(
+            "{}handoff_socket = \"/tmp/x.sock\"\n[service.h]\nhandoff = {{ uid = [0] }}\n",
+            listen(&table)
+        ),
+        "needs kernel TLS",
+    );
+    common::assert_config_rejected(
+        &listen(&format!("detect = true, {table}")),
+        "`detect` and `tls` do not mix",
+    );
+    common::assert_config_rejected(
+        &listen("tls = { cert = \"/nonexistent.pem\", key = \"/nonexistent.key\" }"),
+        "tls cert /nonexistent.pem: No such file",
+    );
+    common::assert_config_rejected(
+        &listen(&setup.tls_table(", client_auth = \"required\"")),
+        "client_auth needs client_ca",
+    );
+    let key_as_cert = format!(
+        "tls = {{ cert = \"{}\", key = \"{}\" }}",
+        setup.server.key.display(),
+        setup.server.key.display()
+    );
+    common::assert_config_rejected(&listen(&key_as_cert), "no PEM certificate in it");
+    common::assert_config_rejected(
+        &listen(&format!(
+            "tls = {{ cert = \"{}\", key = \"{}\", typo = 1 }}",
+            setup.server.cert.display(),
+            setup.server.key.display()
+        )),
+        "unknown field `typo`",
+    );
+}
+
+/// `tcpmux --tls`, the command a user runs: exit 3 and one line for a refused
+/// server certificate.
+#[test]
+fn the_cli_checks_the_server_certificate() {
+    let setup = Setup::new();
+    let expired = setup.ca.leaf(&common::pki::LeafSpec {
+        file: "expired-server",
+        dns: &["localhost"],
+        common_name: "localhost",
+        serial: 3,
+        expired: true,
+        client: false,
+    });
+    let good = setup.daemon("", "");
+    let old = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", tls = {{ cert = \"{}\", key = \"{}\" }} }}]\n",
+        expired.cert.display(),
+        expired.key.display()
+    ));
+    let run = |addr: SocketAddr, extra: &[&str]| {
+        let out = Command::new(common::sibling_binary("tcpmux"))
+            .args([
+                "--host",
+                "localhost",
+                "--port",
+                &addr.port().to_string(),
+                "--tls",
+            ])
+            .args(["--ca", setup.ca.pem.to_str().unwrap()])
+            .args(extra)
+            .arg("daytime")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, _) = run(good.addr, &[]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.ends_with("\r\n"), "{stdout:?}");
+    let (code, _, stderr) = run(good.addr, &["--server-name", "db.example.com"]);
+    assert_eq!(code, Some(3));
+    assert!(
+        stderr.contains("certificate was refused") && stderr.contains("not valid for name"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let (code, _, stderr) = run(old.addr, &[]);
+    assert_eq!(code, Some(3));
+    assert!(
+        stderr.contains("certificate was refused") && stderr.contains("expired"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_stalled_handshake_counts_against_the_negotiation_timeout() {
+    let setup = Setup::new();
+    let mut daemon = setup.daemon("", "negotiation_timeout = \"300ms\"\n");
+    let mut stream = daemon.connect();
+    // The first bytes of a ClientHello, then nothing.
+    stream
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .unwrap();
+    let started = Instant::now();
+    let answer = read_all(&mut stream);
+    assert!(
+        answer.is_empty() || answer[0] == 0x15,
+        "only a TLS alert: {answer:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    daemon
+        .wait_for_log(|l| l.contains("negotiation timeout"))
+        .expect("logged as a negotiation timeout");
+}

@@ -1,0 +1,222 @@
+//! TLS listeners against Debian's openssl as the client (`openssl s_client`),
+//! and a PROXY v2 backend reading the TLS client's name. Needs `openssl`:
+//! ignored by a plain `cargo test`, run by `--include-ignored` (as CI does).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::pki::{Ca, Leaf};
+use common::Daemon;
+
+/// `openssl s_client` to `port` with `args`, sending `input`; returns its
+/// exit code (`None` if we stopped it) and what it printed. stdin stays open
+/// (with `-quiet`, s_client ignores its EOF anyway), so it ends when the
+/// server closes, or when `enough` bytes have arrived and we stop it.
+fn s_client(
+    port: u16,
+    ca: &Path,
+    args: &[&str],
+    input: &[u8],
+    enough: Option<usize>,
+) -> (Option<i32>, String) {
+    common::require_program("openssl", "version", "openssl");
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+        .args([
+            "-CAfile",
+            ca.to_str().unwrap(),
+            "-verify_return_error",
+            "-quiet",
+        ])
+        .args(["-servername", "localhost", "-verify_hostname", "localhost"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run openssl");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    let mut out = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(bytes) => out.extend_from_slice(&bytes),
+            Err(_) => break, // closed (the server ended) or out of patience
+        }
+        if enough.is_some_and(|n| out.len() >= n) {
+            let _ = child.kill();
+            break;
+        }
+    }
+    let code = child.wait().ok().and_then(|s| s.code());
+    drop(stdin);
+    (code, String::from_utf8_lossy(&out).into_owned())
+}
+
+fn daemon(ca: &Ca, server: &Leaf, client_auth: &str) -> Daemon {
+    let client = match client_auth {
+        "" => String::new(),
+        mode => format!(
+            ", client_ca = \"{}\", client_auth = \"{mode}\"",
+            ca.pem.display()
+        ),
+    };
+    Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", tls = {{ cert = \"{}\", key = \"{}\"{client} }} }}]\n\
+         [service.ops]\nbuiltin = \"echo\"\nallow_cert_names = [\"ops.example.com\"]\n",
+        server.cert.display(),
+        server.key.display()
+    ))
+}
+
+#[test]
+#[ignore = "needs openssl"]
+fn openssl_negotiates_services_over_tls_1_2_and_1_3() {
+    let dir = common::scratch_dir();
+    let ca = Ca::new(&dir, "ca");
+    let server = ca.server("server", 1);
+    let daemon = daemon(&ca, &server, "");
+    let port = daemon.addr.port();
+    for version in ["-tls1_2", "-tls1_3"] {
+        let request = b"echo\r\nping\r\n";
+        let (_, out) = s_client(
+            port,
+            &ca.pem,
+            &[version, "-alpn", "tcpmux"],
+            request,
+            Some(9),
+        );
+        assert_eq!(out, "+\r\nping\r\n", "{version}");
+        let (code, out) = s_client(port, &ca.pem, &[version], b"sometext\r\n", None);
+        assert_eq!(code, Some(0), "{version}");
+        assert_eq!(
+            out.len(),
+            3 + 1_000_007,
+            "{version}: the whole text and a clean end"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore = "needs openssl"]
+fn openssl_client_certificates_from_our_ca_and_another() {
+    let dir = common::scratch_dir();
+    let ca = Ca::new(&dir, "ca");
+    let other = Ca::new(&dir, "other");
+    let server = ca.server("server", 1);
+    let good = ca.client("good", "ops.example.com", false);
+    let dev = ca.client("dev", "dev.example.com", false);
+    let stranger = other.client("stranger", "ops.example.com", false);
+    let cert = |leaf: &Leaf| {
+        vec![
+            "-cert".to_owned(),
+            leaf.cert.display().to_string(),
+            "-key".to_owned(),
+            leaf.key.display().to_string(),
+        ]
+    };
+
+    let required = daemon(&ca, &server, "required");
+    let port = required.addr.port();
+    let (_, out) = s_client(port, &ca.pem, &args(&cert(&good)), b"daytime\r\n", None);
+    assert!(out.starts_with("+\r\n"), "{out:?}");
+    for (who, extra) in [("another CA's", cert(&stranger)), ("none", vec![])] {
+        let (_, out) = s_client(port, &ca.pem, &args(&extra), b"daytime\r\n", None);
+        assert!(out.is_empty(), "{who}: {out:?}");
+    }
+
+    let optional = daemon(&ca, &server, "optional");
+    let port = optional.addr.port();
+    let (_, out) = s_client(port, &ca.pem, &[], b"daytime\r\n", None);
+    assert!(
+        out.starts_with("+\r\n"),
+        "no certificate, no name rule: {out:?}"
+    );
+    let (_, out) = s_client(port, &ca.pem, &[], b"ops\r\n", None);
+    assert_eq!(out, "-access denied\r\n");
+    let (_, out) = s_client(port, &ca.pem, &args(&cert(&dev)), b"ops\r\n", None);
+    assert_eq!(out, "-access denied\r\n");
+    let (_, out) = s_client(
+        port,
+        &ca.pem,
+        &args(&cert(&good)),
+        b"ops\r\nhi\r\n",
+        Some(7),
+    );
+    assert_eq!(out, "+\r\nhi\r\n");
+    let (_, out) = s_client(port, &ca.pem, &args(&cert(&stranger)), b"daytime\r\n", None);
+    assert!(
+        out.is_empty(),
+        "a certificate from another CA, optional or not: {out:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_proxy_v2_backend_learns_the_tls_client_name() {
+    let dir = common::scratch_dir();
+    let ca = Ca::new(&dir, "ca");
+    let server = ca.server("server", 1);
+    let client = ca.client("ops", "ops.example.com", false);
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    let daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", tls = {{ cert = \"{}\", key = \"{}\", client_ca = \"{}\" }} }}]\n\
+         [service.app]\nproxy = \"{backend_addr}\"\nsend_proxy = \"v2\"\n",
+        server.cert.display(),
+        server.key.display(),
+        ca.pem.display()
+    ));
+    let header = std::thread::spawn(move || {
+        let (mut conn, _) = backend.accept().unwrap();
+        let mut head = [0u8; 16];
+        conn.read_exact(&mut head).unwrap();
+        let len = u16::from_be_bytes([head[14], head[15]]) as usize;
+        let mut rest = vec![0u8; len];
+        conn.read_exact(&mut rest).unwrap();
+        conn.write_all(b"ok").unwrap();
+        rest
+    });
+    let tls = tcpmux::tls::TlsOptions {
+        ca: Some(ca.pem.clone()),
+        client_cert: Some((client.cert.clone(), client.key.clone())),
+    };
+    let options = tcpmux::Options::default();
+    let mut stream = tcpmux::tls::connect(daemon.addr, "localhost", "app", &tls, &options).unwrap();
+    let mut ok = [0u8; 2];
+    stream.read_exact(&mut ok).unwrap();
+    let block = header.join().unwrap();
+    // After the 12 address bytes of TCP4: PP2_TYPE_SSL with the client bits,
+    // verify 0, the version and the CN.
+    let tlvs = &block[12..];
+    assert_eq!(tlvs[0], 0x20, "PP2_TYPE_SSL");
+    assert_eq!(tlvs[3], 0x03, "PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN");
+    assert_eq!(&tlvs[4..8], &[0, 0, 0, 0], "verified");
+    let text = String::from_utf8_lossy(tlvs);
+    assert!(
+        text.contains("TLSv1.3") && text.contains("ops.example.com"),
+        "{text:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
