@@ -15,6 +15,7 @@ mod progress;
 mod requests;
 mod sources;
 mod sweep;
+mod tls;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -183,6 +184,39 @@ enum Command {
         #[arg(long, default_value_t = 3.0)]
         hold: f64,
     },
+    /// TLS short connections: a full handshake (no resumption, cipher suite
+    /// TLS_AES_128_GCM_SHA256), an optional TCPMUX name, the whole short answer.
+    TlsShort {
+        #[arg(long)]
+        connect: SocketAddr,
+        /// PEM CA that the server's certificate (for `localhost`) chains to.
+        #[arg(long)]
+        ca: std::path::PathBuf,
+        #[arg(long)]
+        service: Option<String>,
+        #[arg(long, default_value_t = 8)]
+        connections: usize,
+        #[arg(long, default_value_t = 5.0)]
+        duration: f64,
+        #[arg(long, default_value = "target")]
+        label: String,
+    },
+    /// TLS bulk download on one connection, read to its end; median of runs.
+    TlsBulk {
+        #[arg(long)]
+        connect: SocketAddr,
+        #[arg(long)]
+        ca: std::path::PathBuf,
+        #[arg(long)]
+        service: Option<String>,
+        /// Bytes the connection must carry (after a TCPMUX `+` line).
+        #[arg(long)]
+        expect: u64,
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        #[arg(long, default_value = "target")]
+        label: String,
+    },
     /// Bulk download: C connections at once, each reading to EOF.
     Bulk {
         #[arg(long)]
@@ -296,6 +330,36 @@ fn main() -> ExitCode {
             connections,
             hold,
         } => idle::idle_unix(&path, connections, hold),
+        Command::TlsShort {
+            connect,
+            ca,
+            service,
+            connections,
+            duration,
+            label,
+        } => tls::short(
+            connect,
+            &ca,
+            service.as_deref(),
+            connections.max(1),
+            duration,
+            &label,
+        ),
+        Command::TlsBulk {
+            connect,
+            ca,
+            service,
+            expect,
+            repeat,
+            label,
+        } => tls::bulk(
+            connect,
+            &ca,
+            service.as_deref(),
+            expect,
+            repeat.max(1),
+            &label,
+        ),
         Command::Bulk {
             connect,
             service,

@@ -14,7 +14,12 @@ use crate::progress;
 
 /// Runs `exchange` in a loop on `clients` threads until `duration` passes,
 /// recording the latency of each that returns `Ok(true)`.
-fn run_clients<F>(clients: usize, duration: f64, what: &str, exchange: F) -> Result<Summary, String>
+pub(crate) fn run_clients<F>(
+    clients: usize,
+    duration: f64,
+    what: &str,
+    exchange: F,
+) -> Result<Summary, String>
 where
     F: Fn(&mut Vec<u8>) -> io::Result<bool> + Send + Sync + 'static,
 {

@@ -1,0 +1,126 @@
+//! TLS workloads, for TLS termination compared across servers: `tls-short`
+//! (a full handshake, no resumption, then a short answer read to the end) and
+//! `tls-bulk` (one connection's download through TLS). The client offers one
+//! cipher suite, TLS_AES_128_GCM_SHA256, so every server uses the same.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+
+use crate::requests::run_clients;
+
+fn config(ca: &Path) -> Result<Arc<ClientConfig>, String> {
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites = vec![rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
+    let mut roots = RootCertStore::empty();
+    let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| format!("{}: {e}", ca.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: {e}", ca.display()))?;
+    }
+    let mut config = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    // Every connection a full handshake, as a new client's.
+    config.resumption = rustls::client::Resumption::disabled();
+    Ok(Arc::new(config))
+}
+
+fn open(
+    target: SocketAddr,
+    config: &Arc<ClientConfig>,
+) -> io::Result<StreamOwned<ClientConnection, TcpStream>> {
+    let socket = TcpStream::connect(target)?;
+    socket.set_nodelay(true)?;
+    socket.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let name = ServerName::try_from("localhost").map_err(io::Error::other)?;
+    let session = ClientConnection::new(Arc::clone(config), name).map_err(io::Error::other)?;
+    Ok(StreamOwned::new(session, socket))
+}
+
+/// Reads to the end; a peer that closes without close_notify still counts.
+fn read_to_end(stream: &mut impl Read, mut each: impl FnMut(&[u8])) -> io::Result<()> {
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => each(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub fn short(
+    target: SocketAddr,
+    ca: &Path,
+    service: Option<&str>,
+    connections: usize,
+    duration: f64,
+    label: &str,
+) -> Result<(), String> {
+    let config = config(ca)?;
+    let request: Option<Arc<[u8]>> = service.map(|s| format!("{s}\r\n").into_bytes().into());
+    let summary = run_clients(connections, duration, "connections", move |buf| {
+        let mut stream = open(target, &config)?;
+        if let Some(request) = &request {
+            stream.write_all(request)?;
+        } else {
+            // Drive the handshake: the server speaks first.
+            stream.flush()?;
+        }
+        buf.clear();
+        read_to_end(&mut stream, |bytes| buf.extend_from_slice(bytes))?;
+        Ok(!buf.is_empty() && (request.is_none() || buf[0] == b'+'))
+    })?;
+    println!("{label}: {}", summary.text("connections"));
+    summary.require_success(label)
+}
+
+pub fn bulk(
+    target: SocketAddr,
+    ca: &Path,
+    service: Option<&str>,
+    expect: u64,
+    repeat: usize,
+    label: &str,
+) -> Result<(), String> {
+    let config = config(ca)?;
+    let mut rates = Vec::new();
+    for _ in 0..repeat {
+        let started = Instant::now();
+        let mut stream = open(target, &config).map_err(|e| e.to_string())?;
+        if let Some(name) = service {
+            stream
+                .write_all(format!("{name}\r\n").as_bytes())
+                .map_err(|e| e.to_string())?;
+        }
+        let mut bytes = 0u64;
+        read_to_end(&mut stream, |chunk| bytes += chunk.len() as u64).map_err(|e| e.to_string())?;
+        // A TCPMUX answer starts with its 3-byte `+` line.
+        let payload = bytes - if service.is_some() { 3 } else { 0 };
+        if payload != expect {
+            return Err(format!("{label}: {payload} bytes, expected {expect}"));
+        }
+        rates.push(bytes as f64 / 1e6 / started.elapsed().as_secs_f64());
+    }
+    rates.sort_by(f64::total_cmp);
+    let all: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
+    println!(
+        "{label}: {:.0} MB/s median of {} ({})",
+        rates[rates.len() / 2],
+        rates.len(),
+        all.join(", ")
+    );
+    Ok(())
+}
