@@ -220,3 +220,82 @@ fn a_proxy_v2_backend_learns_the_tls_client_name() {
 fn args(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
+
+/// A key and a certificate signed by `ca`, made by openssl: `algorithm` is
+/// `rsa:2048`-style for `-newkey`, or `ed25519`.
+fn openssl_leaf(dir: &Path, ca: &Ca, name: &str, algorithm: &[&str]) -> Leaf {
+    let key = dir.join(format!("{name}.key"));
+    let csr = dir.join(format!("{name}.csr"));
+    let cert = dir.join(format!("{name}.pem"));
+    let ext = dir.join("leaf.ext");
+    std::fs::write(
+        &ext,
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    let ok = Command::new("openssl")
+        .args(["req", "-new", "-nodes", "-subj", "/CN=localhost", "-newkey"])
+        .args(algorithm)
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&csr)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "openssl req {algorithm:?}");
+    let ok = Command::new("openssl")
+        .args(["x509", "-req", "-days", "1", "-CAcreateserial", "-in"])
+        .arg(&csr)
+        .arg("-CA")
+        .arg(&ca.pem)
+        .arg("-CAkey")
+        .arg(ca.key_path())
+        .arg("-extfile")
+        .arg(&ext)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "openssl x509 {algorithm:?}");
+    Leaf { cert, key }
+}
+
+#[test]
+#[ignore = "needs openssl"]
+fn rsa_and_ed25519_certificates_from_openssl_serve_beside_a_plain_listener() {
+    common::require_program("openssl", "version", "openssl");
+    let dir = common::scratch_dir();
+    let ca = Ca::new(&dir, "ca");
+    for (name, algorithm) in [("rsa", &["rsa:2048"][..]), ("ed25519", &["ed25519"][..])] {
+        let leaf = openssl_leaf(&dir, &ca, name, algorithm);
+        let plain = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let daemon = Daemon::with_config(&format!(
+            "listen = [{{ address = \"127.0.0.1:0\", tls = {{ cert = \"{}\", key = \"{}\" }} }}, \"{plain}\"]\n",
+            leaf.cert.display(),
+            leaf.key.display()
+        ));
+        let tls = tcpmux::tls::TlsOptions {
+            ca: Some(ca.pem.clone()),
+            client_cert: None,
+        };
+        let options = tcpmux::Options::default();
+        let mut stream = tcpmux::tls::connect(daemon.addr, "localhost", "daytime", &tls, &options)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        assert!(text.ends_with("\r\n"), "{name}: {text:?}");
+        // The plain listener beside it speaks TCPMUX in clear.
+        let mut clear = tcpmux::connect(plain, "daytime").unwrap();
+        let mut text = String::new();
+        clear.read_to_string(&mut text).unwrap();
+        assert!(text.ends_with("\r\n"), "{name} plain: {text:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

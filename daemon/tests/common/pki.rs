@@ -12,6 +12,7 @@ use rcgen::{
 /// A CA: its PEM file, and what signs with it.
 pub struct Ca {
     pub pem: PathBuf,
+    key: PathBuf,
     issuer: Issuer<'static, KeyPair>,
     dir: PathBuf,
 }
@@ -47,11 +48,19 @@ impl Ca {
         let cert = params.self_signed(&key).unwrap();
         let pem = dir.join(format!("{name}.pem"));
         std::fs::write(&pem, cert.pem()).unwrap();
+        let key_path = dir.join(format!("{name}.key"));
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
         Ca {
             pem,
+            key: key_path,
             issuer: Issuer::new(params, key),
             dir: dir.to_owned(),
         }
+    }
+
+    /// The CA's private key, for tools that sign with it (openssl).
+    pub fn key_path(&self) -> &Path {
+        &self.key
     }
 
     pub fn leaf(&self, spec: &LeafSpec<'_>) -> Leaf {
