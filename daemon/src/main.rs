@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Parser;
 use tcpmuxd::model::ListenAddr;
 use tcpmuxd::net::listener::{prebind, Prebound};
+use tcpmuxd::ops::log_format::{self, LogFormat, Prioritized, QuotedFields};
 use tcpmuxd::ops::{logging, privileges, systemd};
 use tcpmuxd::server::Counters;
 use tcpmuxd::{Config, Server};
@@ -27,9 +28,10 @@ struct Args {
     #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Address to listen on, replacing the configured ones; repeat for several.
-    /// IP:PORT, [IPv6]:PORT or unix:/path. Default: 0.0.0.0:1 (RFC 1078's port).
-    #[arg(short, long = "listen", value_name = "ADDR")]
-    listen: Vec<ListenAddr>,
+    /// IP:PORT, [IPv6]:PORT, HOST:PORT (every address HOST resolves to) or
+    /// unix:/path. Default: 0.0.0.0:1 (RFC 1078's port).
+    #[arg(short, long = "listen", value_name = "ADDR", value_parser = parse_listen)]
+    listen: Vec<Listen>,
     /// Event loops to run, each a single thread with its own listening sockets
     /// (SO_REUSEPORT): the shared-nothing multi-core mode. 1 (the default) is the
     /// classic single event loop.
@@ -44,6 +46,34 @@ struct Args {
     /// with the reason if it cannot take over.
     #[arg(long, requires = "config")]
     upgrade: bool,
+    /// Log lines as `text` (key=value) or `json` (one object per line). Under
+    /// journald each line also carries its syslog priority.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// One `--listen`: its addresses (a host name may have several).
+#[derive(Clone, Debug)]
+struct Listen(Vec<ListenAddr>);
+
+fn parse_listen(text: &str) -> Result<Listen, String> {
+    if let Ok(addr) = text.parse::<ListenAddr>() {
+        return Ok(Listen(vec![addr]));
+    }
+    let usage = || {
+        format!("invalid listen address {text:?}: expected IP:PORT, [IPv6]:PORT, HOST:PORT or unix:/path")
+    };
+    let (host, port) = text.rsplit_once(':').ok_or_else(usage)?;
+    let port: u16 = port.parse().map_err(|_| usage())?;
+    let found = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .map_err(|e| format!("cannot resolve {host:?} for --listen: {e}"))?;
+    let mut addrs: Vec<std::net::SocketAddr> = found.collect();
+    addrs.sort();
+    addrs.dedup();
+    if addrs.is_empty() {
+        return Err(format!("{host:?} resolves to no address"));
+    }
+    Ok(Listen(addrs.into_iter().map(ListenAddr::Tcp).collect()))
 }
 
 /// How long the exit waits for queued log lines to reach stderr.
@@ -57,18 +87,14 @@ fn main() -> ExitCode {
 
 fn daemon_main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(logging::QueuedStderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    init_logging(args.log_format);
 
     if let Some(path) = &args.check_config {
         return match Config::load(path) {
             Ok(config) => {
+                for warning in &config.warnings {
+                    eprintln!("tcpmuxd: warning: {warning}");
+                }
                 let listen: Vec<String> =
                     config.listen.iter().map(|l| l.addr.to_string()).collect();
                 println!(
@@ -80,7 +106,14 @@ fn daemon_main() -> ExitCode {
                 );
                 ExitCode::SUCCESS
             }
-            Err(e) => fail(e),
+            Err(e) => {
+                let code = fail(&e);
+                // Where in the file, as cargo shows it.
+                if let Some(snippet) = e.snippet() {
+                    eprintln!("{snippet}");
+                }
+                code
+            }
         };
     }
 
@@ -92,7 +125,11 @@ fn daemon_main() -> ExitCode {
         None => Config::default(),
     };
     if !args.listen.is_empty() {
-        config.override_listen(args.listen.into_iter().map(Into::into).collect());
+        let addrs = args.listen.into_iter().flat_map(|l| l.0);
+        config.override_listen(addrs.map(Into::into).collect());
+    }
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
     }
 
     // Before the runtime (and any thread) exists: it edits the environment.
@@ -186,6 +223,17 @@ fn signal_triggers() -> std::io::Result<(impl std::future::Future<Output = ()>, 
             _ = terminate.recv() => {}
             _ = interrupt.recv() => {}
         }
+        // A second one (Ctrl-C again) ends the daemon at once, without
+        // waiting out the sessions' grace period.
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            tracing::warn!("second stop signal: exiting now, without waiting for sessions");
+            logging::flush(LOG_FLUSH);
+            std::process::exit(1);
+        });
     };
     Ok((shutdown, reloads))
 }
@@ -261,6 +309,42 @@ fn run_workers(
 fn fail(error: impl std::fmt::Display) -> ExitCode {
     // After what was logged before it, not ahead of it.
     logging::flush(LOG_FLUSH);
-    eprintln!("tcpmuxd: {error}");
+    // An error for `journalctl -p err`, under journald.
+    let priority = if log_format::stderr_is_journal() {
+        "<3>"
+    } else {
+        ""
+    };
+    eprintln!("{priority}tcpmuxd: {error}");
     ExitCode::FAILURE
+}
+
+/// The log subscriber: `format`, RUST_LOG's filter (default info), and under
+/// journald a priority on each line and no timestamp (the journal has one).
+fn init_logging(format: LogFormat) {
+    let journal = log_format::stderr_is_journal();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = !journal && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_writer(logging::QueuedStderr)
+        .with_env_filter(filter)
+        .with_ansi(ansi);
+    let text = tracing_subscriber::fmt::format().with_ansi(ansi);
+    let json = tracing_subscriber::fmt::format()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false);
+    match (format, journal) {
+        (LogFormat::Text, false) => builder.fmt_fields(QuotedFields).event_format(text).init(),
+        (LogFormat::Text, true) => builder
+            .fmt_fields(QuotedFields)
+            .event_format(Prioritized(text.without_time()))
+            .init(),
+        (LogFormat::Json, false) => builder.json().flatten_event(true).init(),
+        (LogFormat::Json, true) => builder
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(Prioritized(json.without_time()))
+            .init(),
+    }
 }

@@ -122,3 +122,37 @@ fn bad_names_and_dead_servers_have_their_own_exit_codes() {
         "{stderr}"
     );
 }
+
+#[test]
+fn mistakes_get_a_hint_at_what_to_do() {
+    let daemon = Daemon::start();
+    let out = tcpmux(&daemon, &["help"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tcpmux --list"));
+
+    let out = tcpmux(&daemon, &["no-such-service"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown service") && stderr.contains("`tcpmux --list` shows the names"),
+        "{stderr}"
+    );
+
+    // The default port is RFC 1078's 1, where nothing listens here.
+    let out = Command::new(common::sibling_binary("tcpmux"))
+        .args(["--host", "127.0.0.1", "daytime"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--port"));
+
+    let help = Command::new(common::sibling_binary("tcpmux"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("Exit status: 0 done, 1 the server refused"),
+        "{help}"
+    );
+}

@@ -73,7 +73,11 @@ fn check_config_accepts_a_good_file_and_locates_errors_in_a_bad_one() {
         "{stderr}"
     );
     assert!(stderr.contains("unknown builtin \"dyatime\""), "{stderr}");
-    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    // One line of error, then where: the line and a caret, as cargo shows it.
+    let lines: Vec<&str> = stderr.trim_end().lines().collect();
+    assert_eq!(lines.len(), 4, "{stderr}");
+    assert_eq!(lines[2], "4 | builtin = \"dyatime\"");
+    assert_eq!(lines[3], "  |           ^^^^^^^^^");
 
     let out = tcpmuxd(&["--check-config", dir.join("missing.toml").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
@@ -101,9 +105,30 @@ fn a_busy_port_fails_the_start_with_advice() {
 
 #[test]
 fn bad_listen_addresses_are_usage_errors() {
-    let out = tcpmuxd(&["--listen", "localhost:1"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("IP:PORT, [IPv6]:PORT or unix:/path"));
+    for bad in ["localhost", "no-such-host.invalid:1", "127.0.0.1:99999"] {
+        let out = tcpmuxd(&["--listen", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+    }
+    let out = tcpmuxd(&["--listen", "localhost"]);
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("IP:PORT, [IPv6]:PORT, HOST:PORT or unix:/path"));
+}
+
+#[test]
+fn listen_takes_a_host_name() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("localhost:{port}");
+    let mut daemon = Daemon::start_with(None, &["--listen", &listen]);
+    daemon
+        .wait_for_log(|l| l.contains(&format!("address=127.0.0.1:{port}")))
+        .expect("localhost resolved to 127.0.0.1");
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(b"daytime\r\n").unwrap();
+    assert!(common::read_all(&mut stream).starts_with(b"+\r\n"));
 }
 
 #[test]
@@ -208,4 +233,32 @@ fn a_failed_privilege_drop_says_so_plainly() {
             && stderr.contains("is the daemon running as root?"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_second_ctrl_c_ends_the_daemon_at_once() {
+    let mut daemon = Daemon::binary("shutdown_grace = \"60s\"\n");
+    // A session that would hold the graceful shutdown for its whole grace.
+    let mut session = daemon.connect();
+    session.write_all(b"echo\r\n").unwrap();
+    assert_eq!(common::read_line(&mut session), b"+\r\n");
+    daemon.signal("INT");
+    daemon
+        .wait_for_log(|l| l.contains("shutting down"))
+        .expect("the first stops accepting");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-0", &daemon.pid().to_string()])
+            .status()
+            .unwrap()
+            .success(),
+        "still waiting for the session after one"
+    );
+    daemon.signal("INT");
+    let started = std::time::Instant::now();
+    let status = daemon.wait_exit().expect("exits");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(!status.success(), "cut short: {status:?}");
+    drop(session);
 }

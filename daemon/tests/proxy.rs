@@ -382,7 +382,7 @@ fn a_proxy_pointed_back_at_the_daemon_is_refused_not_amplified() {
         &reply[..reply.len().min(200)]
     );
     daemon
-        .wait_for_log(|l| l.contains("outcome=refused: proxy loop"))
+        .wait_for_log(|l| l.contains("outcome=\"refused: proxy loop"))
         .expect("the looped connection is logged");
     let fds = std::fs::read_dir(format!("/proc/{}/fd", daemon.pid()))
         .unwrap()

@@ -79,6 +79,14 @@ fn main() -> ExitCode {
         return forward::main(std::env::args().skip(1));
     }
     let args = Args::parse();
+    if args
+        .service
+        .as_deref()
+        .is_some_and(|s| s.eq_ignore_ascii_case("help"))
+    {
+        eprintln!("tcpmux: HELP is not a service but the list of them: use `tcpmux --list`");
+        return ExitCode::from(2);
+    }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -99,7 +107,17 @@ fn describe(e: &Error, args: &Args) -> String {
         None => format!("{}:{}", args.host, args.port),
     };
     match e {
+        Error::Refused { message } if message.starts_with("unknown service") => {
+            format!("{message} (`tcpmux --list` shows the names)")
+        }
         Error::Refused { message } if !message.is_empty() => message.clone(),
+        Error::Connect(io)
+            if io.kind() == io::ErrorKind::ConnectionRefused
+                && args.port == 1
+                && args.unix.is_none() =>
+        {
+            format!("{target}: {e} (nothing listens on RFC 1078's port 1 there; give the server's port with --port)")
+        }
         Error::Connect(_) | Error::NoReply | Error::ReplyTimeout | Error::Protocol(_) => {
             format!("{target}: {e}")
         }

@@ -1,5 +1,6 @@
 //! Durations as the configuration writes them: seconds as a number (`10`,
-//! `0.5`) or a string with a unit (`"250ms"`, `"10s"`, `"5m"`, `"1h"`).
+//! `0.5`) or a string of numbers with units (`"250us"`, `"250ms"`, `"10s"`,
+//! `"5m"`, `"1h"`, `"1m30s"`).
 
 use std::fmt;
 use std::time::Duration;
@@ -17,25 +18,43 @@ impl std::str::FromStr for ConfigDuration {
 
     fn from_str(text: &str) -> Result<Self, String> {
         let text = text.trim();
-        let split = text
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(text.len());
-        let (number, unit) = text.split_at(split);
-        let value: f64 = number.parse().map_err(|_| {
-            format!("invalid duration {text:?}: expected e.g. \"10s\" or \"250ms\"")
-        })?;
-        let scale = match unit.trim() {
-            "ms" => 1e-3,
-            "" | "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            other => {
-                return Err(format!(
-                    "invalid duration unit {other:?} (use ms, s, m or h)"
-                ))
-            }
-        };
-        seconds(value * scale).map(ConfigDuration)
+        // A bare number is seconds.
+        if let Ok(value) = text.parse::<f64>() {
+            return seconds(value).map(ConfigDuration);
+        }
+        let invalid =
+            || format!("invalid duration {text:?}: expected e.g. \"10s\", \"250ms\" or \"1m30s\"");
+        let mut total = 0.0;
+        let mut rest = text;
+        while !rest.is_empty() {
+            let digits = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(rest.len());
+            let value: f64 = rest[..digits].parse().map_err(|_| invalid())?;
+            rest = &rest[digits..];
+            let letters = rest
+                .find(|c: char| c.is_ascii_digit() || c == '.')
+                .unwrap_or(rest.len());
+            let scale = match rest[..letters].trim() {
+                "us" | "µs" => 1e-6,
+                "ms" => 1e-3,
+                "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                "" => return Err(invalid()),
+                other => {
+                    return Err(format!(
+                        "invalid duration unit {other:?} in {text:?} (use us, ms, s, m or h)"
+                    ))
+                }
+            };
+            total += value * scale;
+            rest = rest[letters..].trim_start();
+        }
+        if text.is_empty() {
+            return Err(invalid());
+        }
+        seconds(total).map(ConfigDuration)
     }
 }
 
@@ -82,6 +101,9 @@ mod tests {
             ("10s", 10_000),
             ("1.5", 1500),
             ("2m", 120_000),
+            ("1m30s", 90_000),
+            ("1h 2m", 3_720_000),
+            ("1s500ms", 1500),
         ] {
             assert_eq!(
                 text.parse::<ConfigDuration>().unwrap().0,
@@ -90,5 +112,16 @@ mod tests {
         }
         assert!("-1s".parse::<ConfigDuration>().is_err());
         assert!("s".parse::<ConfigDuration>().is_err());
+        assert!("10".parse::<ConfigDuration>().is_ok());
+        assert!("".parse::<ConfigDuration>().is_err());
+        assert!("5 parsecs".parse::<ConfigDuration>().is_err());
+        assert!(
+            "1m30".parse::<ConfigDuration>().is_err(),
+            "a number needs a unit after another"
+        );
+        assert_eq!(
+            "250us".parse::<ConfigDuration>().unwrap().0,
+            Duration::from_micros(250)
+        );
     }
 }

@@ -8,6 +8,7 @@ mod durations;
 mod error;
 mod etc_services;
 mod exec;
+mod include;
 mod limits;
 mod listen;
 mod proxy;
@@ -30,6 +31,7 @@ pub use limits::DEFAULT_MAX_CONNECTIONS;
 use checks::positive_duration;
 use error::Source;
 use raw::RawConfig;
+use toml::Spanned;
 
 /// RFC 1078's port. Binding it needs root or CAP_NET_BIND_SERVICE.
 pub const DEFAULT_PORT: u16 = 1;
@@ -64,6 +66,9 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// How proxy backends found through DNS are followed.
     pub dns: Dns,
+    /// What is valid but probably not meant (no services at all), for the log
+    /// and `--check-config`.
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -86,6 +91,7 @@ impl Default for Config {
             metrics_listen: None,
             listen_from_command_line: false,
             dns: Dns::default(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -109,16 +115,27 @@ impl Config {
     /// Parses and validates `text`; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let src = Source { text, origin };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let message = e.message().trim_end().to_owned();
-            match e.span() {
-                Some(span) => src.at(span, message),
-                None => src.whole(message),
-            }
-        })?;
-        let listen = listen::listen(src, raw.listen.as_ref())?.unwrap_or_else(default_listen);
-        let registry = Registry::new(services::services(src, &raw, &listen)?);
-        listen::check_targets(src, raw.listen.as_ref(), &listen, &registry)?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| src.toml(&e))?;
+        // One entry alone stands where the key is.
+        let listed = raw.listen.as_ref().map(|list| {
+            let entries = list
+                .get_ref()
+                .0
+                .iter()
+                .map(|entry| match entry.span().is_empty() {
+                    true => Spanned::new(list.span(), entry.get_ref().clone()),
+                    false => entry.clone(),
+                });
+            Spanned::new(list.span(), entries.collect::<Vec<_>>())
+        });
+        let listen = listen::listen(src, listed.as_ref())?.unwrap_or_else(default_listen);
+        let drop_ins = include::read(src, raw.include.as_ref())?;
+        let registry = Registry::new(services::services(src, &raw, &listen, &drop_ins)?);
+        let mut warnings = Vec::new();
+        if registry.is_empty() {
+            warnings.push(format!("{origin}: no services (builtin_services = false and no [service.*] table): every client will be refused"));
+        }
+        listen::check_targets(src, listed.as_ref(), &listen, &registry)?;
         if let Some(tls) = listen.iter().find(|spec| spec.options.tls.is_some()) {
             if let Some(service) = registry
                 .services()
@@ -160,6 +177,7 @@ impl Config {
             run_as: users::resolve_user(src, raw.user.as_ref(), raw.group.as_ref())?,
             metrics_listen: metrics_listen(src, &raw)?,
             dns: dns(src, &raw)?,
+            warnings,
         })
     }
 }
@@ -313,12 +331,16 @@ message = "the time follows"
                 "test.toml:1:",
                 "greater than zero",
             ),
-            ("\nlisten = 5\n", "test.toml:2:", "invalid type"),
-            ("colour = \"blue\"\n", "test.toml:1:", "unknown field"),
+            ("\nlisten = 5\n", "test.toml:2:", "found the number 5"),
+            (
+                "colour = \"blue\"\n",
+                "test.toml:1:",
+                "unknown key `colour`",
+            ),
             (
                 "[service.echo]\nbuiltn = \"echo\"\n",
                 "test.toml:2:",
-                "unknown field",
+                "did you mean `builtin`?",
             ),
             (
                 "[service.Echo]\n[service.echo]\n",

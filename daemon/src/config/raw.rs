@@ -69,7 +69,7 @@ pub(crate) struct RawImport {
 pub(crate) struct RawConfig {
     /// Strings or tables; read by `listen.rs` so that a table's error (an
     /// unknown key) is reported as such.
-    pub(crate) listen: Option<Spanned<Vec<Spanned<toml::Value>>>>,
+    pub(crate) listen: Option<Spanned<ListenList>>,
     pub(crate) import_etc_services: Option<RawImport>,
     pub(crate) handoff_socket: Option<String>,
     pub(crate) upgrade_socket: Option<String>,
@@ -89,6 +89,7 @@ pub(crate) struct RawConfig {
     pub(crate) dns_min_ttl: Option<Spanned<ConfigDuration>>,
     pub(crate) dns_max_ttl: Option<Spanned<ConfigDuration>>,
     pub(crate) resolvers: Option<Spanned<Vec<String>>>,
+    pub(crate) include: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     pub(crate) service: BTreeMap<Spanned<String>, RawService>,
 }
@@ -170,4 +171,55 @@ impl RawService {
             .filter_map(|(key, span, kind)| Some((key, span?, kind)))
             .collect()
     }
+}
+
+/// `listen`: a list of entries, or one entry alone (`listen = "0.0.0.0:1"`).
+/// An entry given alone has no span of its own (empty); `Config::parse` gives
+/// it the key's.
+pub(crate) struct ListenList(pub(crate) Vec<Spanned<toml::Value>>);
+
+impl<'de> Deserialize<'de> for ListenList {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = ListenList;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an address, a listener table, or a list of them")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ListenList, E> {
+                let one = toml::Value::String(text.to_owned());
+                Ok(ListenList(vec![Spanned::new(0..0, one)]))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<ListenList, A::Error> {
+                let table =
+                    toml::Table::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(ListenList(vec![Spanned::new(
+                    0..0,
+                    toml::Value::Table(table),
+                )]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ListenList, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = seq.next_element::<Spanned<toml::Value>>()? {
+                    entries.push(entry);
+                }
+                Ok(ListenList(entries))
+            }
+        }
+        deserializer.deserialize_any(Entries)
+    }
+}
+
+/// A drop-in file named by `include`: service tables only.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDropIn {
+    #[serde(default)]
+    pub(crate) service: BTreeMap<Spanned<String>, RawService>,
 }

@@ -10,7 +10,7 @@ use toml::Spanned;
 
 use super::checks::at_least_one;
 use super::error::{ConfigError, Source};
-use super::raw::{RawConfig, RawService};
+use super::raw::{RawConfig, RawDropIn, RawService};
 use super::{etc_services, exec, proxy};
 use std::net::IpAddr;
 
@@ -20,11 +20,16 @@ use crate::model::{
 };
 use crate::registry::{default_services, loopback};
 
-/// Every service the file defines, on top of the built-ins and imports it keeps.
+/// Where a name was first defined: the file and line, for "defined twice".
+type Seen = BTreeMap<ServiceName, (String, usize)>;
+
+/// Every service the file and its drop-ins (`include`, each `(path, text)`,
+/// in order) define, on top of the built-ins and imports the file keeps.
 pub(crate) fn services(
     src: Source<'_>,
     raw: &RawConfig,
     listen: &[ListenSpec],
+    drop_ins: &[(String, String)],
 ) -> Result<BTreeMap<ServiceName, Service>, ConfigError> {
     let mut services = if raw.builtin_services.unwrap_or(true) {
         default_services()
@@ -34,13 +39,31 @@ pub(crate) fn services(
     if let Some(import) = &raw.import_etc_services {
         etc_services::import(src, import, &mut services)?;
     }
-    let mut seen: BTreeMap<ServiceName, Range<usize>> = BTreeMap::new();
+    let mut seen = Seen::new();
+    add_tables(src, &raw.service, listen, &mut services, &mut seen)?;
+    for (path, text) in drop_ins {
+        let src = Source { text, origin: path };
+        let drop_in: RawDropIn = toml::from_str(text).map_err(|e| src.toml(&e))?;
+        add_tables(src, &drop_in.service, listen, &mut services, &mut seen)?;
+    }
+    Ok(services)
+}
+
+/// The `[service.NAME]` tables of one file.
+fn add_tables(
+    src: Source<'_>,
+    tables: &BTreeMap<Spanned<String>, RawService>,
+    listen: &[ListenSpec],
+    services: &mut BTreeMap<ServiceName, Service>,
+    seen: &mut Seen,
+) -> Result<(), ConfigError> {
     // In file order, so a name given twice is reported at its second place.
-    let mut tables: Vec<_> = raw.service.iter().collect();
+    let mut tables: Vec<_> = tables.iter().collect();
     tables.sort_by_key(|(key, _)| key.span().start);
     for (key, table) in tables {
-        let name = service_name(src, key, &seen)?;
-        seen.insert(name.clone(), key.span());
+        let name = service_name(src, key, seen)?;
+        let (line, _) = src.line_column(key.span().start);
+        seen.insert(name.clone(), (src.origin.to_owned(), line));
         if table.enabled == Some(false) {
             services.remove(&name);
             continue;
@@ -57,10 +80,10 @@ pub(crate) fn services(
                 ));
             }
         }
-        claim_host_names(src, key, &service, &services)?;
+        claim_host_names(src, key, &service, services)?;
         services.insert(name, service);
     }
-    Ok(services)
+    Ok(())
 }
 
 /// A host name routes to one service only.
@@ -120,7 +143,7 @@ fn is_own_address(backend: &Backend, listen: &[ListenSpec]) -> bool {
 fn service_name(
     src: Source<'_>,
     key: &Spanned<String>,
-    seen: &BTreeMap<ServiceName, Range<usize>>,
+    seen: &Seen,
 ) -> Result<ServiceName, ConfigError> {
     let name = ServiceName::parse(key.get_ref())
         .map_err(|e| src.at(key.span(), format!("service {:?}: {e}", key.get_ref())))?;
@@ -130,11 +153,14 @@ fn service_name(
             "`help` is reserved by RFC 1078 and always lists the services",
         ));
     }
-    if let Some(first) = seen.get(&name) {
-        let (line, _) = src.line_column(first.start);
+    if let Some((origin, line)) = seen.get(&name) {
+        let place = match origin == src.origin {
+            true => format!("line {line}"),
+            false => format!("{origin}:{line}"),
+        };
         return Err(src.at(
             key.span(),
-            format!("service {name} is defined twice (names ignore case; first on line {line})"),
+            format!("service {name} is defined twice (names ignore case; first on {place})"),
         ));
     }
     Ok(name)

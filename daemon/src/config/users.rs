@@ -1,6 +1,10 @@
-//! User and group names to ids, from /etc/passwd and /etc/group, for the
-//! daemon's own `user`/`group` and an exec service's.
+//! User and group names to ids, for the daemon's own `user`/`group` and an exec
+//! service's, through the system's name service switch (NSS): /etc/passwd and
+//! /etc/group, and LDAP, sssd or systemd's DynamicUser users where nsswitch.conf
+//! says so. Lookups happen when the configuration is read, never on the event
+//! loop (a reload reads the file on a blocking thread).
 
+use nix::unistd::{Group, Uid, User};
 use toml::Spanned;
 
 use super::error::{ConfigError, Source};
@@ -14,50 +18,41 @@ pub(crate) fn resolve_user(
 ) -> Result<Option<(u32, u32)>, ConfigError> {
     let user = match user {
         None => None,
-        Some(user) => Some(
-            user.get_ref()
-                .parse::<u32>()
-                .ok()
-                .map(|uid| (uid, lookup_primary_gid(uid).unwrap_or(uid)))
-                .or_else(|| lookup_id("/etc/passwd", user.get_ref()))
-                .ok_or_else(|| src.at(user.span(), format!("unknown user {:?}", user.get_ref())))?,
-        ),
+        Some(user) => Some(user_ids(user.get_ref()).map_err(|e| src.at(user.span(), e))?),
     };
     let Some(group) = group else {
         return Ok(user);
     };
-    let gid = group
-        .get_ref()
-        .parse::<u32>()
-        .ok()
-        .or_else(|| lookup_id("/etc/group", group.get_ref()).map(|(gid, _)| gid))
-        .ok_or_else(|| src.at(group.span(), format!("unknown group {:?}", group.get_ref())))?;
+    let gid = group_id(group.get_ref()).map_err(|e| src.at(group.span(), e))?;
     // A group alone keeps the daemon's uid.
     let uid = user.map_or_else(|| rustix::process::getuid().as_raw(), |(uid, _)| uid);
     Ok(Some((uid, gid)))
 }
 
-/// Reads a user or group database (`/etc/passwd`, `/etc/group`) for `name`: the
-/// numeric fields of its line. Names served by NSS modules (LDAP...) are not seen;
-/// give numeric ids for those.
-fn lookup_id(database: &str, name: &str) -> Option<(u32, u32)> {
-    let text = std::fs::read_to_string(database).ok()?;
-    text.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        if fields.next()? != name {
-            return None;
-        }
-        let _password = fields.next()?;
-        let id = fields.next()?.parse().ok()?;
-        let second = fields.next().and_then(|f| f.parse().ok()).unwrap_or(id);
-        Some((id, second))
-    })
+/// A user's uid and primary gid; a number is a uid (its primary group if it
+/// has an entry, else the same number).
+fn user_ids(text: &str) -> Result<(u32, u32), String> {
+    if let Ok(uid) = text.parse::<u32>() {
+        let gid = User::from_uid(Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map_or(uid, |u| u.gid.as_raw());
+        return Ok((uid, gid));
+    }
+    match User::from_name(text) {
+        Ok(Some(user)) => Ok((user.uid.as_raw(), user.gid.as_raw())),
+        Ok(None) => Err(format!("unknown user {text:?}")),
+        Err(e) => Err(format!("cannot look up user {text:?}: {e}")),
+    }
 }
 
-fn lookup_primary_gid(uid: u32) -> Option<u32> {
-    let text = std::fs::read_to_string("/etc/passwd").ok()?;
-    text.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split(':').collect();
-        (fields.get(2)?.parse::<u32>().ok()? == uid).then(|| fields.get(3)?.parse().ok())?
-    })
+fn group_id(text: &str) -> Result<u32, String> {
+    if let Ok(gid) = text.parse::<u32>() {
+        return Ok(gid);
+    }
+    match Group::from_name(text) {
+        Ok(Some(group)) => Ok(group.gid.as_raw()),
+        Ok(None) => Err(format!("unknown group {text:?}")),
+        Err(e) => Err(format!("cannot look up group {text:?}: {e}")),
+    }
 }

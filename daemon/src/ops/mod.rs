@@ -1,6 +1,8 @@
 //! Running the daemon as an operator sees it: counters and their HTTP endpoint,
-//! the log writer, systemd integration and the privilege drop.
+//! the log writer and its line format, systemd integration and the privilege
+//! drop.
 
+pub mod log_format;
 pub mod logging;
 pub(crate) mod metrics;
 pub(crate) mod metrics_endpoint;

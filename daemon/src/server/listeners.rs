@@ -47,6 +47,8 @@ pub(super) struct Live {
     /// Whether a reloaded file's `listen` applies: not when the command line
     /// (`--listen`), systemd or `--workers` chose the sockets.
     follow_file: bool,
+    /// Whether their options do (not for `--listen`'s addresses).
+    options_follow_file: bool,
 }
 
 /// Sockets bound for a new configuration and not serving yet; dropping them
@@ -59,7 +61,7 @@ pub(super) struct Staged {
 }
 
 impl Live {
-    pub(super) fn new(follow_file: bool) -> Live {
+    pub(super) fn new(follow_file: bool, options_follow_file: bool) -> Live {
         Live {
             accepting: JoinSet::new(),
             tcpmux: Vec::new(),
@@ -67,6 +69,7 @@ impl Live {
             control: None,
             upgrade: None,
             follow_file,
+            options_follow_file,
         }
     }
 
@@ -257,8 +260,8 @@ impl Live {
                     sessions,
                 );
             }
-        } else {
-            // The sockets stay (systemd, --listen or --workers chose them), but
+        } else if self.options_follow_file {
+            // The sockets stay (systemd or --workers chose them), but
             // their options follow the file: a renewed certificate, a new
             // upstream to trust.
             for live in &self.tcpmux {

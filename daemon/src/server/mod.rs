@@ -57,6 +57,8 @@ pub struct Server {
     /// Whether a reload applies the file's `listen`: not when the command
     /// line, systemd or `--workers` chose the sockets.
     follow_file: bool,
+    /// Whether listener options follow the file on reload: not when `--listen` gave plain addresses.
+    options_follow_file: bool,
     upgrade: Option<(PathBuf, Listener)>,
     /// The predecessor waiting for this one's READY, when started by `--upgrade`.
     predecessor: Option<std::os::unix::net::UnixStream>,
@@ -123,6 +125,7 @@ impl Server {
         counters: Counters,
     ) -> Result<Server, RunError> {
         let follow_file = inherited.is_empty() && !config.listen_from_command_line;
+        let options_follow_file = !config.listen_from_command_line;
         let listeners = if inherited.is_empty() {
             config
                 .listen
@@ -184,6 +187,7 @@ impl Server {
             metrics,
             config_path,
             follow_file,
+            options_follow_file,
             upgrade,
             predecessor,
             adopted: std::mem::take(&mut handed.backends),
@@ -211,7 +215,7 @@ impl Server {
         crate::services::prepare();
         let shared = self.shared;
         let sessions = Sessions::default();
-        let mut live = Live::new(self.follow_file);
+        let mut live = Live::new(self.follow_file, self.options_follow_file);
         if let Some((addr, listener)) = self.metrics {
             live.serve_metrics(addr, listener, &shared);
         }
@@ -245,7 +249,7 @@ impl Server {
                 }
                 Some(()) = reload.recv() => {
                     systemd::notify_reloading();
-                    reload_config(&shared, &mut live, &sessions, self.config_path.as_deref());
+                    reload_config(&shared, &mut live, &sessions, self.config_path.as_deref()).await;
                     // Checks and lookups follow the configuration in force.
                     pools.abort_all();
                     pools = pool_tasks(&shared);
@@ -388,13 +392,26 @@ async fn accept_loop(
 /// closed (as are a changed metrics endpoint and control socket). Nothing
 /// changes unless all of it succeeds: a bad file or an address that cannot
 /// be bound keeps the running configuration, with one error line.
-fn reload_config(shared: &Arc<Shared>, live: &mut Live, sessions: &Sessions, path: Option<&Path>) {
+async fn reload_config(
+    shared: &Arc<Shared>,
+    live: &mut Live,
+    sessions: &Sessions,
+    path: Option<&Path>,
+) {
     let Some(path) = path else {
         tracing::warn!("reload ignored: started without --config, nothing to reload");
         return;
     };
-    let config = match Config::load(path) {
-        Ok(config) => config,
+    // Off the event loop: reading the file, its certificates and NSS lookups
+    // (an LDAP user) may block.
+    let owned = path.to_owned();
+    let loaded = tokio::task::spawn_blocking(move || Config::load(&owned)).await;
+    let config = match loaded {
+        Ok(Ok(config)) => config,
+        Ok(Err(e)) => {
+            tracing::error!("reload failed, keeping the running configuration: {e}");
+            return;
+        }
         Err(e) => {
             tracing::error!("reload failed, keeping the running configuration: {e}");
             return;
@@ -407,6 +424,9 @@ fn reload_config(shared: &Arc<Shared>, live: &mut Live, sessions: &Sessions, pat
             return;
         }
     };
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     live.commit(staged, &config, shared, sessions);
     let services = config.registry.len();
     let listen = live.follows_file().then_some(config.listen.len());

@@ -1,0 +1,143 @@
+//! What `tcpmuxd --check-config` says about a file, as a sysadmin reads it:
+//! misspelt keys, wrong types, where in which file, and what is valid but odd.
+
+mod common;
+
+use std::process::Command;
+
+/// (exit code, stdout, stderr) of `tcpmuxd --check-config` on `text` as
+/// `name` in a fresh directory, with `extra` files beside it.
+fn check(text: &str, extra: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let dir = common::scratch_dir();
+    for (name, content) in extra {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+    let path = dir.join("tcpmuxd.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+        .arg("--check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_misspelt_key_gets_did_you_mean_and_a_caret() {
+    let (code, _, stderr) = check("listen = \"127.0.0.1:0\"\nmax_conections = 100\n", &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains(":2:1: unknown key `max_conections`; did you mean `max_connections`?"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("2 | max_conections = 100\n  | ^^^^^^^^^^^^^^"),
+        "{stderr}"
+    );
+    // In a service table too.
+    let (_, _, stderr) = check("[service.x]\nbuiltin = \"echo\"\nmax_conection = 1\n", &[]);
+    assert!(
+        stderr.contains("did you mean `max_connections`?"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn type_errors_are_in_plain_words() {
+    let (code, _, stderr) = check("max_connections = \"100\"\n", &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("expected a whole number, found text \"100\""),
+        "{stderr}"
+    );
+    let (_, _, stderr) = check("builtin_services = 1\n", &[]);
+    assert!(
+        stderr.contains("expected true or false, found the number 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn durations_listen_and_empty_configurations() {
+    let (code, stdout, stderr) = check(
+        "listen = \"127.0.0.1:0\"\nnegotiation_timeout = \"1m30s\"\nshutdown_grace = \"250ms\"\nclose_drain_timeout = \"500us\"\n",
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("listening on 127.0.0.1:0"), "{stdout}");
+    let (code, _, stderr) = check("negotiation_timeout = \"1m30\"\n", &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    // Valid, but serving nothing: said, not refused.
+    let (code, _, stderr) = check("builtin_services = false\n", &[]);
+    assert_eq!(code, Some(0));
+    assert!(
+        stderr.contains("warning") && stderr.contains("no services"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn drop_in_files_add_services_and_their_errors_name_them() {
+    let main = "builtin_services = false\ninclude = [\"conf.d/*.toml\"]\n";
+    let (code, stdout, stderr) = check(
+        main,
+        &[
+            (
+                "conf.d/10-web.toml",
+                "[service.web]\nproxy = \"127.0.0.1:8080\"\n",
+            ),
+            (
+                "conf.d/20-db.toml",
+                "[service.db]\nproxy = \"127.0.0.1:5432\"\n",
+            ),
+            ("conf.d/notes.txt", "not toml at all"),
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("2 services (db, web)"), "{stdout}");
+
+    let (code, _, stderr) = check(
+        main,
+        &[
+            (
+                "conf.d/10-web.toml",
+                "[service.web]\nproxy = \"127.0.0.1:8080\"\n",
+            ),
+            (
+                "conf.d/20-bad.toml",
+                "[service.db]\n\nprxy = \"127.0.0.1:5432\"\n",
+            ),
+        ],
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("conf.d/20-bad.toml:3:1: unknown key `prxy`; did you mean `proxy`?"),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = check(
+        "include = [\"conf.d/*.toml\"]\n[service.web]\nbuiltin = \"echo\"\n",
+        &[("conf.d/web.toml", "[service.WEB]\nbuiltin = \"daytime\"\n")],
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("conf.d/web.toml:1:")
+            && stderr.contains("defined twice")
+            && stderr.contains("tcpmuxd.toml:2"),
+        "{stderr}"
+    );
+
+    // An empty conf.d is fine; a missing plain file is not.
+    let (code, _, _) = check("include = [\"conf.d/*.toml\"]\n", &[("conf.d/README", "x")]);
+    assert_eq!(code, Some(0));
+    let (code, _, stderr) = check("include = [\"extra.toml\"]\n", &[]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("extra.toml"), "{stderr}");
+}
