@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod bulk;
+mod cli;
 mod idle;
 mod latency;
 mod nagle;
@@ -17,228 +18,11 @@ mod sources;
 mod sweep;
 mod tls;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 
-#[derive(Parser)]
-#[command(
-    version,
-    about = "Load tool for tcpmuxd and the servers it is compared with"
-)]
-struct Args {
-    #[command(subcommand)]
-    command: Command,
-}
-
-/// How a run reports: shared by bulk, short and rpc.
-#[derive(clap::Args)]
-struct Report {
-    /// Label for the report line.
-    #[arg(long, default_value = "target")]
-    label: String,
-    /// Print one JSON object instead of the text line.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// A backend: every connection gets exactly --bytes bytes, then EOF.
-    Source {
-        #[arg(long)]
-        listen: SocketAddr,
-        #[arg(long, default_value_t = 1 << 30)]
-        bytes: u64,
-        /// One task per connection on one thread, instead of a thread each
-        /// (cheaper per connection, for connection-rate runs).
-        #[arg(long)]
-        tasks: bool,
-    },
-    /// Concurrency sweep, as the seed's Table 9.1 and beyond: for each level,
-    /// that many simultaneous downloads on one async client thread. Prints a
-    /// markdown table and writes JSON lines and an SVG plot if asked.
-    Sweep {
-        #[arg(long)]
-        connect: SocketAddr,
-        #[arg(long, default_value = "sometext")]
-        service: String,
-        #[arg(long, default_value_t = 1_000_007)]
-        expect: u64,
-        /// The service never ends (chargen): read exactly --expect bytes, then close.
-        #[arg(long)]
-        endless: bool,
-        /// Comma-separated concurrency levels.
-        #[arg(long, default_value = "1,2,4,8,16,32,64,256,1024,10000")]
-        levels: String,
-        /// Write one JSON object per level here.
-        #[arg(long)]
-        json_out: Option<std::path::PathBuf>,
-        /// Write an SVG plot of aggregate MB/s and fairness here.
-        #[arg(long)]
-        svg_out: Option<std::path::PathBuf>,
-    },
-    /// Short connections: C clients in a loop of connect, request, read the whole
-    /// (short) answer, close; connections per second and latency percentiles.
-    Short {
-        #[arg(long)]
-        connect: SocketAddr,
-        /// Service to ask for; its whole answer is read (e.g. daytime). Leave out
-        /// for a plain port (inetd's own daytime): nothing is sent, the answer read.
-        #[arg(long)]
-        service: Option<String>,
-        /// Send these first bytes instead of a name (for detecting listeners
-        /// and sslh): `ssh` (an SSH banner) or `tls:NAME` (a ClientHello for NAME).
-        #[arg(long, conflicts_with = "service", value_parser = probe_bytes)]
-        probe: Option<Probe>,
-        #[arg(long, default_value_t = 8)]
-        connections: usize,
-        /// Seconds to run.
-        #[arg(long, default_value_t = 5.0)]
-        duration: f64,
-        #[command(flatten)]
-        report: Report,
-    },
-    /// Connect per request, as the CS 537 notes' echo client: connect, (name),
-    /// write --size bytes, read them back, half-close, close; in a loop.
-    Rpc {
-        #[arg(long)]
-        connect: SocketAddr,
-        /// Negotiate this service first (leave out for plain TCP echo servers).
-        #[arg(long)]
-        service: Option<String>,
-        #[arg(long, default_value_t = 40_000)]
-        size: usize,
-        #[arg(long, default_value_t = 1)]
-        connections: usize,
-        #[arg(long, default_value_t = 5.0)]
-        duration: f64,
-        #[command(flatten)]
-        report: Report,
-    },
-    /// The seeds' Nagle experiment on the negotiation itself: the name and its
-    /// CRLF as two writes before reading the reply, against one write.
-    Nagle {
-        #[arg(long)]
-        connect: SocketAddr,
-        #[arg(long, default_value = "daytime")]
-        service: String,
-        #[arg(long, default_value_t = 40)]
-        iterations: usize,
-    },
-    /// The Nagle experiment on one established connection: request/response
-    /// rounds (100 bytes, then CRLF) to a `lines` server, split in two writes
-    /// with Nagle on, split with TCP_NODELAY, and whole.
-    NagleEstablished {
-        #[arg(long)]
-        connect: SocketAddr,
-        /// Negotiate this service first (a tcpmuxd proxy to `lines`); leave out
-        /// to talk to `lines` directly.
-        #[arg(long)]
-        service: Option<String>,
-        /// Rounds before measuring, to leave Linux's quick-ACK mode.
-        #[arg(long, default_value_t = 20)]
-        warmup: usize,
-        #[arg(long, default_value_t = 50)]
-        rounds: usize,
-    },
-    /// A line backend for nagle-established: answers every line with itself,
-    /// once the whole line is in.
-    Lines {
-        #[arg(long)]
-        listen: SocketAddr,
-    },
-    /// Idle clients: open C connections that never send a name, hold them, close.
-    Idle {
-        #[arg(long)]
-        connect: SocketAddr,
-        #[arg(long, default_value_t = 10_000)]
-        connections: usize,
-        /// Seconds to hold them open.
-        #[arg(long, default_value_t = 5.0)]
-        hold: f64,
-    },
-    /// Short connections from many source addresses (127.1.0.0 up), one after
-    /// another: what a per-address rate limiter sees of many clients.
-    Sources {
-        #[arg(long)]
-        connect: SocketAddr,
-        #[arg(long, default_value = "daytime")]
-        service: String,
-        /// Distinct source addresses, used in turn.
-        #[arg(long, default_value_t = 20_000)]
-        sources: u32,
-        /// Connections in all.
-        #[arg(long, default_value_t = 40_000)]
-        connections: u64,
-    },
-    /// Silent connections to a Unix socket (the handoff control socket), held,
-    /// then counted by what the server did with them.
-    IdleUnix {
-        #[arg(long)]
-        path: std::path::PathBuf,
-        #[arg(long, default_value_t = 1500)]
-        connections: usize,
-        /// Seconds to hold them open.
-        #[arg(long, default_value_t = 3.0)]
-        hold: f64,
-    },
-    /// TLS short connections: a full handshake (no resumption, cipher suite
-    /// TLS_AES_128_GCM_SHA256), an optional TCPMUX name, the whole short answer.
-    TlsShort {
-        #[arg(long)]
-        connect: SocketAddr,
-        /// PEM CA that the server's certificate (for `localhost`) chains to.
-        #[arg(long)]
-        ca: std::path::PathBuf,
-        #[arg(long)]
-        service: Option<String>,
-        #[arg(long, default_value_t = 8)]
-        connections: usize,
-        #[arg(long, default_value_t = 5.0)]
-        duration: f64,
-        #[arg(long, default_value = "target")]
-        label: String,
-    },
-    /// TLS bulk download on one connection, read to its end; median of runs.
-    TlsBulk {
-        #[arg(long)]
-        connect: SocketAddr,
-        #[arg(long)]
-        ca: std::path::PathBuf,
-        #[arg(long)]
-        service: Option<String>,
-        /// Bytes the connection must carry (after a TCPMUX `+` line).
-        #[arg(long)]
-        expect: u64,
-        #[arg(long, default_value_t = 3)]
-        repeat: usize,
-        #[arg(long, default_value = "target")]
-        label: String,
-    },
-    /// Bulk download: C connections at once, each reading to EOF.
-    Bulk {
-        #[arg(long)]
-        connect: SocketAddr,
-        /// Negotiate this TCPMUX service first (leave out for plain TCP targets).
-        #[arg(long)]
-        service: Option<String>,
-        /// Send these first bytes instead (`ssh` or `tls:NAME`), as in `short`.
-        #[arg(long, conflicts_with = "service", value_parser = probe_bytes)]
-        probe: Option<Probe>,
-        #[arg(long, default_value_t = 1)]
-        connections: usize,
-        /// Bytes each connection must receive; a mismatch fails the run.
-        #[arg(long)]
-        expect: u64,
-        /// Runs; the report gives the median aggregate rate.
-        #[arg(long, default_value_t = 3)]
-        repeat: usize,
-        #[command(flatten)]
-        report: Report,
-    },
-}
+use cli::{Args, Command};
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -390,22 +174,6 @@ fn main() -> ExitCode {
         }
     }
 }
-
-/// The first bytes of `--probe`: `ssh` (an SSH identification string) or
-/// `tls:NAME` (a TLS ClientHello asking for NAME).
-fn probe_bytes(spec: &str) -> Result<Probe, String> {
-    match spec.split_once(':') {
-        None if spec == "ssh" => Ok(Probe(b"SSH-2.0-tcpmux-bench\r\n".to_vec())),
-        Some(("tls", name)) if !name.is_empty() => Ok(Probe(
-            tcpmux_proto::sniff::client_hello::build(Some(name), &["h2"], 0, 16384),
-        )),
-        _ => Err(format!("{spec:?}: expected ssh or tls:NAME")),
-    }
-}
-
-/// The bytes of a `--probe` (one value, not a list of numbers).
-#[derive(Clone)]
-struct Probe(Vec<u8>);
 
 /// Read buffer of the threaded clients, and block size of `source`.
 const BUFFER: usize = 256 * 1024;

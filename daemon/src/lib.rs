@@ -16,7 +16,9 @@
 //! - `services`: what a name does, one file per kind.
 //! - `state`: what every connection shares; `session`: one connection.
 //! - [`server`]: binding, the accept loops, reload and shutdown.
+//! - [`cli`]: the command line, for the binary and the man page.
 
+pub mod cli;
 pub mod config;
 pub mod model;
 pub mod net;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use tcpmuxd::model::ListenAddr;
+use tcpmuxd::cli::Args;
 use tcpmuxd::net::listener::{prebind, Prebound};
 use tcpmuxd::ops::log_format::{self, LogFormat, Prioritized, QuotedFields};
 use tcpmuxd::ops::{logging, privileges, systemd};
@@ -15,66 +15,6 @@ use tcpmuxd::server::Counters;
 use tcpmuxd::{Config, Server};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
-
-#[derive(Parser, Debug)]
-#[command(
-    version,
-    about = "TCPMUX (RFC 1078) daemon: one port, services by name",
-    after_help = "With no --config, every built-in service is served. Logs go to stderr; \
-                  set RUST_LOG (e.g. RUST_LOG=debug) to change the level."
-)]
-struct Args {
-    /// TOML configuration file.
-    #[arg(short, long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Address to listen on, replacing the configured ones; repeat for several.
-    /// IP:PORT, [IPv6]:PORT, HOST:PORT (every address HOST resolves to) or
-    /// unix:/path. Default: 0.0.0.0:1 (RFC 1078's port).
-    #[arg(short, long = "listen", value_name = "ADDR", value_parser = parse_listen)]
-    listen: Vec<Listen>,
-    /// Event loops to run, each a single thread with its own listening sockets
-    /// (SO_REUSEPORT): the shared-nothing multi-core mode. 1 (the default) is the
-    /// classic single event loop.
-    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
-    workers: u16,
-    /// Check FILE and exit: 0 if it is valid, 1 with the error if not.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["config", "listen"])]
-    check_config: Option<PathBuf>,
-    /// Take over from the tcpmuxd running with the same configuration's
-    /// `upgrade_socket`: receive its listening sockets, serve on them, then let
-    /// it drain and exit. Runs in the foreground as the new daemon; exits 1
-    /// with the reason if it cannot take over.
-    #[arg(long, requires = "config")]
-    upgrade: bool,
-    /// Log lines as `text` (key=value) or `json` (one object per line). Under
-    /// journald each line also carries its syslog priority.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-}
-
-/// One `--listen`: its addresses (a host name may have several).
-#[derive(Clone, Debug)]
-struct Listen(Vec<ListenAddr>);
-
-fn parse_listen(text: &str) -> Result<Listen, String> {
-    if let Ok(addr) = text.parse::<ListenAddr>() {
-        return Ok(Listen(vec![addr]));
-    }
-    let usage = || {
-        format!("invalid listen address {text:?}: expected IP:PORT, [IPv6]:PORT, HOST:PORT or unix:/path")
-    };
-    let (host, port) = text.rsplit_once(':').ok_or_else(usage)?;
-    let port: u16 = port.parse().map_err(|_| usage())?;
-    let found = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
-        .map_err(|e| format!("cannot resolve {host:?} for --listen: {e}"))?;
-    let mut addrs: Vec<std::net::SocketAddr> = found.collect();
-    addrs.sort();
-    addrs.dedup();
-    if addrs.is_empty() {
-        return Err(format!("{host:?} resolves to no address"));
-    }
-    Ok(Listen(addrs.into_iter().map(ListenAddr::Tcp).collect()))
-}
 
 /// How long the exit waits for queued log lines to reach stderr.
 const LOG_FLUSH: Duration = Duration::from_secs(2);

@@ -12,65 +12,22 @@
 
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "tcpmux/args.rs"]
+mod args;
 #[path = "tcpmux/forward.rs"]
 mod forward;
 #[path = "tcpmux/tls.rs"]
 mod tls;
 
 use clap::Parser;
-use tcpmux::{Error, Options, ServiceName, Stream};
 
-#[derive(Parser, Debug)]
-#[command(
-    version,
-    about = "Connect to a TCPMUX (RFC 1078) service by name and relay stdin/stdout",
-    after_help = "Exit status: 0 done, 1 the server refused the service, 2 usage error, 3 could not connect, TLS failed (a refused certificate too) or the connection failed."
-)]
-struct Args {
-    /// Server host name or address.
-    #[arg(short = 'H', long, env = "TCPMUX_HOST", default_value = "localhost")]
-    host: String,
-    /// Server port (RFC 1078 assigns port 1).
-    #[arg(short, long, env = "TCPMUX_PORT", default_value_t = 1)]
-    port: u16,
-    /// Connect to a server's Unix socket instead of TCP.
-    #[arg(short = 'U', long, conflicts_with_all = ["host", "port"])]
-    unix: Option<PathBuf>,
-    /// Print the server's service list (HELP) and exit.
-    #[arg(short, long, conflicts_with = "service")]
-    list: bool,
-    /// Print connect time, negotiation time, bytes and MB/s on stderr at the end.
-    #[arg(short, long)]
-    stats: bool,
-    /// Seconds allowed for connecting and for the server's reply.
-    #[arg(short, long, default_value_t = 10.0)]
-    timeout: f64,
-    /// Speak TLS first (a `tls` listener), then TCPMUX inside it.
-    #[arg(long, conflicts_with = "unix")]
-    tls: bool,
-    /// With --tls: PEM file of the CA the server's certificate must chain to
-    /// (default: the system's trust store).
-    #[arg(long, requires = "tls")]
-    ca: Option<PathBuf>,
-    /// With --tls: PEM client certificate (chain) to present; needs --key.
-    #[arg(long, requires_all = ["tls", "key"])]
-    cert: Option<PathBuf>,
-    /// With --tls: PEM private key of --cert.
-    #[arg(long, requires = "cert")]
-    key: Option<PathBuf>,
-    /// With --tls: the name the server's certificate must carry (default: --host).
-    #[arg(long, requires = "tls")]
-    server_name: Option<String>,
-    /// Name of the service to connect to.
-    #[arg(required_unless_present = "list")]
-    service: Option<String>,
-}
+use args::Args;
+use tcpmux::{Error, Options, ServiceName, Stream};
 
 fn main() -> ExitCode {
     // `tcpmux forward …` (a service named "forward" can still be asked for

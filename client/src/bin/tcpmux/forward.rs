@@ -4,44 +4,14 @@
 //! both directions relayed with half-close carried across.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use tcpmux::{Error, Options, ServiceName};
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "tcpmux forward",
-    about = "Forward local ports to TCPMUX services: every connection to LOCAL is \
-             relayed to SERVICE on the TCPMUX server"
-)]
-struct ForwardArgs {
-    /// Server host name or address.
-    #[arg(short = 'H', long, env = "TCPMUX_HOST", default_value = "localhost")]
-    host: String,
-    /// Server port.
-    #[arg(short, long, env = "TCPMUX_PORT", default_value_t = 1)]
-    port: u16,
-    /// Seconds allowed for connecting to the server and for its reply.
-    #[arg(short, long, default_value_t = 10.0)]
-    timeout: f64,
-    /// LOCAL=SERVICE pairs, e.g. 127.0.0.1:5432=postgres.
-    #[arg(required = true, value_name = "LOCAL=SERVICE", value_parser = parse_route)]
-    routes: Vec<(SocketAddr, ServiceName)>,
-}
-
-fn parse_route(text: &str) -> Result<(SocketAddr, ServiceName), String> {
-    let (local, service) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?}: expected LOCAL=SERVICE, e.g. 127.0.0.1:5432=postgres"))?;
-    let local = local
-        .parse()
-        .map_err(|_| format!("{local:?}: expected a local IP:PORT"))?;
-    let service = ServiceName::parse(service).map_err(|e| format!("{service:?}: {e}"))?;
-    Ok((local, service))
-}
+use super::args::ForwardArgs;
 
 /// Runs the forwarder with the arguments after `forward`; returns only on a
 /// usage or bind error.

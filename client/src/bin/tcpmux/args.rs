@@ -1,0 +1,87 @@
+//! The `tcpmux` command line (and `tcpmux forward`'s): a module of its own so
+//! that `cargo xtask` builds the man page and completions from the same
+//! definitions.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Parser;
+use tcpmux::ServiceName;
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Connect to a TCPMUX (RFC 1078) service by name and relay stdin/stdout",
+    after_help = "Exit status: 0 done, 1 the server refused the service, 2 usage error, 3 could not connect, TLS failed (a refused certificate too) or the connection failed."
+)]
+pub struct Args {
+    /// Server host name or address.
+    #[arg(short = 'H', long, env = "TCPMUX_HOST", default_value = "localhost")]
+    pub host: String,
+    /// Server port (RFC 1078 assigns port 1).
+    #[arg(short, long, env = "TCPMUX_PORT", default_value_t = 1)]
+    pub port: u16,
+    /// Connect to a server's Unix socket instead of TCP.
+    #[arg(short = 'U', long, conflicts_with_all = ["host", "port"])]
+    pub unix: Option<PathBuf>,
+    /// Print the server's service list (HELP) and exit.
+    #[arg(short, long, conflicts_with = "service")]
+    pub list: bool,
+    /// Print connect time, negotiation time, bytes and MB/s on stderr at the end.
+    #[arg(short, long)]
+    pub stats: bool,
+    /// Seconds allowed for connecting and for the server's reply.
+    #[arg(short, long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// Speak TLS first (a `tls` listener), then TCPMUX inside it.
+    #[arg(long, conflicts_with = "unix")]
+    pub tls: bool,
+    /// With --tls: PEM file of the CA the server's certificate must chain to
+    /// (default: the system's trust store).
+    #[arg(long, requires = "tls")]
+    pub ca: Option<PathBuf>,
+    /// With --tls: PEM client certificate (chain) to present; needs --key.
+    #[arg(long, requires_all = ["tls", "key"])]
+    pub cert: Option<PathBuf>,
+    /// With --tls: PEM private key of --cert.
+    #[arg(long, requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// With --tls: the name the server's certificate must carry (default: --host).
+    #[arg(long, requires = "tls")]
+    pub server_name: Option<String>,
+    /// Name of the service to connect to.
+    #[arg(required_unless_present = "list")]
+    pub service: Option<String>,
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tcpmux forward",
+    about = "Forward local ports to TCPMUX services: every connection to LOCAL is \
+             relayed to SERVICE on the TCPMUX server"
+)]
+pub struct ForwardArgs {
+    /// Server host name or address.
+    #[arg(short = 'H', long, env = "TCPMUX_HOST", default_value = "localhost")]
+    pub host: String,
+    /// Server port.
+    #[arg(short, long, env = "TCPMUX_PORT", default_value_t = 1)]
+    pub port: u16,
+    /// Seconds allowed for connecting to the server and for its reply.
+    #[arg(short, long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// LOCAL=SERVICE pairs, e.g. 127.0.0.1:5432=postgres.
+    #[arg(required = true, value_name = "LOCAL=SERVICE", value_parser = parse_route)]
+    pub routes: Vec<(SocketAddr, ServiceName)>,
+}
+
+pub fn parse_route(text: &str) -> Result<(SocketAddr, ServiceName), String> {
+    let (local, service) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected LOCAL=SERVICE, e.g. 127.0.0.1:5432=postgres"))?;
+    let local = local
+        .parse()
+        .map_err(|_| format!("{local:?}: expected a local IP:PORT"))?;
+    let service = ServiceName::parse(service).map_err(|e| format!("{service:?}: {e}"))?;
+    Ok((local, service))
+}
