@@ -141,3 +141,24 @@ fn drop_in_files_add_services_and_their_errors_name_them() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("extra.toml"), "{stderr}");
 }
+
+#[test]
+fn the_documented_and_the_shipped_configurations_pass() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let docs = std::fs::read_to_string(format!("{root}/docs/configuration.md")).unwrap();
+    let example = docs.split("## Example").nth(1).expect("an Example section");
+    let toml = example
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|block| block.split("```").next())
+        .expect("a toml block");
+    let (code, _, stderr) = check(toml, &[]);
+    assert_eq!(code, Some(0), "docs/configuration.md's example: {stderr}");
+
+    // The package's /etc/tcpmuxd/tcpmuxd.toml, its conf.d beside it.
+    let shipped = std::fs::read_to_string(format!("{root}/contrib/tcpmuxd.toml")).unwrap();
+    let shipped = shipped.replace("/etc/tcpmuxd/conf.d/", "conf.d/");
+    let (code, stdout, stderr) = check(&shipped, &[("conf.d/README", "x")]);
+    assert_eq!(code, Some(0), "contrib/tcpmuxd.toml: {stderr}");
+    assert!(stdout.contains("listening on 0.0.0.0:1"), "{stdout}");
+}
