@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     version,
-    about = "Load tool for tcpmuxd and the servers it is compared with"
+    about = "Load tool for tcpmuxd and the servers it is compared with: each command is a workload, run against an address, that checks what it received and reports rates and latencies"
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -40,9 +40,9 @@ pub enum Command {
         #[arg(long)]
         tasks: bool,
     },
-    /// Concurrency sweep, as the seed's Table 9.1 and beyond: for each level,
-    /// that many simultaneous downloads on one async client thread. Prints a
-    /// markdown table and writes JSON lines and an SVG plot if asked.
+    /// Concurrency sweep: for each level, that many simultaneous downloads of
+    /// one service on one async client thread; aggregate MB/s and fairness as
+    /// a markdown table, and JSON lines and an SVG plot if asked.
     Sweep {
         #[arg(long)]
         connect: SocketAddr,
@@ -84,8 +84,8 @@ pub enum Command {
         #[command(flatten)]
         report: Report,
     },
-    /// Connect per request, as the CS 537 notes' echo client: connect, (name),
-    /// write --size bytes, read them back, half-close, close; in a loop.
+    /// Connect per request, like a simple echo client: connect, (name), write
+    /// --size bytes, read them back, half-close, close; in a loop.
     Rpc {
         #[arg(long)]
         connect: SocketAddr,
@@ -101,8 +101,8 @@ pub enum Command {
         #[command(flatten)]
         report: Report,
     },
-    /// The seeds' Nagle experiment on the negotiation itself: the name and its
-    /// CRLF as two writes before reading the reply, against one write.
+    /// The Nagle stall on the negotiation itself: the name and its CRLF as two
+    /// writes before reading the reply, against one write.
     Nagle {
         #[arg(long)]
         connect: SocketAddr,
