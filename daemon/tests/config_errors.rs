@@ -41,7 +41,16 @@ fn a_misspelt_key_gets_did_you_mean_and_a_caret() {
         stderr.contains("2 | max_conections = 100\n  | ^^^^^^^^^^^^^^"),
         "{stderr}"
     );
-    // In a service table too.
+    // In a listener table, and a service table too.
+    let (_, _, stderr) = check(
+        "listen = [{ address = \"127.0.0.1:0\", acept_proxy_from = [] }]\n",
+        &[],
+    );
+    assert!(
+        stderr
+            .contains("listen: unknown key `acept_proxy_from`; did you mean `accept_proxy_from`?"),
+        "{stderr}"
+    );
     let (_, _, stderr) = check("[service.x]\nbuiltin = \"echo\"\nmax_conection = 1\n", &[]);
     assert!(
         stderr.contains("did you mean `max_connections`?"),

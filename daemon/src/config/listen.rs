@@ -69,7 +69,12 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
             .get_ref()
             .clone()
             .try_into::<RawListenTable>()
-            .map_err(|e| src.at(item.span(), format!("listen: {}", e.message().trim_end())))?,
+            .map_err(|e| {
+                src.at(
+                    item.span(),
+                    format!("listen: {}", super::error::humanize(e.message().trim_end())),
+                )
+            })?,
         _ => {
             return Err(src.at(
                 item.span(),
