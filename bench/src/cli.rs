@@ -76,6 +76,9 @@ pub enum Command {
         /// and sslh): `ssh` (an SSH banner) or `tls:NAME` (a ClientHello for NAME).
         #[arg(long, conflicts_with = "service", value_parser = probe_bytes)]
         probe: Option<Probe>,
+        /// TCP Fast Open (TCP_FASTOPEN_CONNECT): the request rides in the SYN.
+        #[arg(long)]
+        fast_open: bool,
         #[arg(long, default_value_t = 8)]
         connections: usize,
         /// Seconds to run.

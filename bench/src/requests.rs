@@ -58,10 +58,19 @@ where
 fn short_once(
     target: SocketAddr,
     request: Option<&[u8]>,
-    tcpmux: bool,
+    (tcpmux, fast_open): (bool, bool),
     buf: &mut Vec<u8>,
 ) -> io::Result<bool> {
-    let mut stream = TcpStream::connect(target)?;
+    let mut stream = match fast_open {
+        true => {
+            let options = tcpmux::Options {
+                fast_open: true,
+                ..Default::default()
+            };
+            tcpmux::open(target, &options).map_err(io::Error::other)?
+        }
+        false => TcpStream::connect(target)?,
+    };
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     if let Some(request) = request {
         stream.write_all(request)?;
@@ -78,7 +87,7 @@ fn short_once(
 /// a ClientHello, for a detecting listener); success is then any answer.
 pub fn short(
     target: SocketAddr,
-    service: Option<&str>,
+    (service, fast_open): (Option<&str>, bool),
     probe: Option<Vec<u8>>,
     connections: usize,
     duration: f64,
@@ -91,7 +100,7 @@ pub fn short(
         None => service.map(|s| format!("{s}\r\n").into_bytes().into()),
     };
     let summary = run_clients(connections, duration, "connections", move |buf| {
-        short_once(target, request.as_deref(), tcpmux, buf)
+        short_once(target, request.as_deref(), (tcpmux, fast_open), buf)
     })?;
     if json {
         println!(

@@ -94,6 +94,7 @@ async fn sweep_level(
     let options = tcpmux::Options {
         connect_timeout: Some(Duration::from_secs(30)),
         reply_timeout: Some(Duration::from_secs(30)),
+        fast_open: false,
     };
     let received = Arc::new(AtomicU64::new(0));
     let _ticker = progress::Ticker::start(

@@ -101,6 +101,12 @@ pub fn negotiate<S: Socket>(
 
 /// Opens a TCP connection to the first address of `addr` that accepts.
 pub fn open<A: ToSocketAddrs>(addr: A, options: &Options) -> Result<TcpStream, Error> {
+    if options.fast_open {
+        let candidate = addr.to_socket_addrs().map_err(Error::Connect)?.next();
+        let candidate =
+            candidate.ok_or_else(|| Error::Connect(io::ErrorKind::InvalidInput.into()))?;
+        return fast_open(candidate).map_err(Error::Connect);
+    }
     let Some(timeout) = options.connect_timeout else {
         return TcpStream::connect(addr).map_err(Error::Connect);
     };
@@ -142,4 +148,28 @@ fn read_status_line<S: Read + AsFd>(stream: &mut S) -> Result<ReplyLine, Error> 
             }
         }
     }
+}
+
+/// A TCP socket with TCP_FASTOPEN_CONNECT: `connect` returns at once and the
+/// first write (the request line) goes out in the SYN, when the kernel allows
+/// Fast Open (`net.ipv4.tcp_fastopen`) and has a cookie for the server; else
+/// the kernel does an ordinary handshake, silently.
+pub(crate) fn fast_open(addr: std::net::SocketAddr) -> io::Result<TcpStream> {
+    use rustix::net::{AddressFamily, SocketType};
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let socket = rustix::net::socket(family, SocketType::STREAM, Some(rustix::net::ipproto::TCP))?;
+    nix::sys::socket::setsockopt(
+        &socket,
+        nix::sys::socket::sockopt::TcpFastOpenConnect,
+        &true,
+    )
+    .map_err(io::Error::from)?;
+    rustix::net::connect(&socket, &addr)?;
+    let stream = TcpStream::from(socket);
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }

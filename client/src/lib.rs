@@ -40,6 +40,10 @@ pub struct Options {
     pub connect_timeout: Option<Duration>,
     /// Limit on waiting for the server's status line.
     pub reply_timeout: Option<Duration>,
+    /// TCP Fast Open: the request line rides in the SYN (one round trip
+    /// less), where the kernel allows it; a normal handshake otherwise. The
+    /// connect timeout does not apply (the connect returns at once).
+    pub fast_open: bool,
 }
 
 fn parse_name(name: &str) -> Result<ServiceName, Error> {

@@ -537,7 +537,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__short)
-            opts="-h --connect --service --probe --connections --duration --label --json --help"
+            opts="-h --connect --service --probe --fast-open --connections --duration --label --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -58,6 +58,7 @@ complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l prob
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l connections -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l duration -d 'Seconds to run' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l label -d 'Label for the report line' -r
+complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l fast-open -d 'TCP Fast Open (TCP_FASTOPEN_CONNECT): the request rides in the SYN'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l json -d 'Print one JSON object instead of the text line'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -s h -l help -d 'Print help'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand rpc" -l connect -r

@@ -23,7 +23,7 @@ _tcpmux() {
 
     case "${cmd}" in
         tcpmux)
-            opts="-H -p -U -l -s -t -h -V --host --port --unix --list --stats --timeout --tls --ca --cert --key --server-name --help --version"
+            opts="-H -p -U -l -s -t -h -V --host --port --unix --list --stats --timeout --fast-open --tls --ca --cert --key --server-name --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

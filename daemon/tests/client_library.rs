@@ -66,6 +66,7 @@ fn a_server_that_never_answers_hits_the_reply_timeout() {
     let options = tcpmux::Options {
         connect_timeout: None,
         reply_timeout: Some(std::time::Duration::from_millis(200)),
+        fast_open: false,
     };
     let error = tcpmux::connect_with(addr, "echo", &options).expect_err("timeout");
     assert!(matches!(error, tcpmux::Error::ReplyTimeout), "{error:?}");

@@ -14,6 +14,7 @@ async fn hundreds_of_concurrent_echo_sessions_lose_no_byte() {
     let options = tcpmux::Options {
         connect_timeout: Some(common::PATIENCE),
         reply_timeout: Some(common::PATIENCE),
+        fast_open: false,
     };
     let mut sessions = tokio::task::JoinSet::new();
     for i in 0..SESSIONS {

@@ -65,6 +65,7 @@ fn options() -> Options {
     Options {
         connect_timeout: Some(PATIENCE),
         reply_timeout: Some(PATIENCE),
+        fast_open: false,
     }
 }
 
@@ -358,7 +359,7 @@ fn tls_configuration_errors_are_clear() {
             setup.server.cert.display(),
             setup.server.key.display()
         )),
-        "unknown field `typo`",
+        "unknown key `typo`",
     );
 }
 

@@ -87,6 +87,7 @@ fn run(args: &Args) -> Result<(), Error> {
     let options = Options {
         connect_timeout: limit,
         reply_timeout: limit,
+        fast_open: args.fast_open,
     };
     if args.tls {
         return tls::run(args, &options);

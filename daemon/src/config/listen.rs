@@ -8,6 +8,9 @@ use super::raw::RawListenTable;
 use crate::model::{Cidr, Detect, ListenAddr, ListenOptions, ListenSpec, DEFAULT_DETECT_TIMEOUT};
 use crate::registry::Registry;
 
+/// `fast_open = true`: the queue length nginx and HAProxy use by default too.
+const DEFAULT_FAST_OPEN_QUEUE: u32 = 256;
+
 /// The listen list as written; `None` when the key is absent.
 pub(crate) fn listen(
     src: Source<'_>,
@@ -64,6 +67,8 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
             sni_default: None,
             detect_timeout: None,
             tls: None,
+            fast_open: None,
+            defer_accept: None,
         },
         toml::Value::Table(_) => item
             .get_ref()
@@ -135,12 +140,34 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
             format!("listen {addr}: `detect` and `tls` do not mix: detection routes TLS by its SNI without decrypting it; use two listeners"),
         ));
     }
+    let fast_open = match &table.fast_open {
+        None | Some(toml::Value::Boolean(false)) => None,
+        Some(toml::Value::Boolean(true)) => Some(DEFAULT_FAST_OPEN_QUEUE),
+        Some(toml::Value::Integer(n)) if (1..=65535).contains(n) => Some(*n as u32),
+        Some(_) => {
+            return Err(src.at(
+                item.span(),
+                format!(
+                    "listen {addr}: fast_open is true, false or a queue length from 1 to 65535"
+                ),
+            ))
+        }
+    };
+    let defer_accept = table.defer_accept.unwrap_or(false);
+    if (fast_open.is_some() || defer_accept) && matches!(addr, ListenAddr::Unix(_)) {
+        return Err(src.at(
+            item.span(),
+            format!("listen {addr}: fast_open and defer_accept are TCP options"),
+        ));
+    }
     Ok(ListenSpec {
         addr,
         options: ListenOptions {
             accept_proxy_from,
             detect,
             tls,
+            fast_open,
+            defer_accept,
         },
         name: table.name.clone(),
     })

@@ -457,7 +457,7 @@ message = "the time follows"
             Some("web")
         );
         for (text, words) in [
-            ("listen = [{ address = \"127.0.0.1:1\", detct = true }]\n", "unknown field `detct`"),
+            ("listen = [{ address = \"127.0.0.1:1\", detct = true }]\n", "unknown key `detct`; did you mean `detect`?"),
             ("listen = [{ address = \"127.0.0.1:1\", ssh = \"echo\" }]\n", "`ssh` needs `detect = true`"),
             ("listen = [{ address = \"127.0.0.1:1\", detect = true, http = \"nope\" }]\n", "http = \"nope\" is not a service"),
             ("[service.a]\nbuiltin = \"echo\"\nsni = [\"x.example\"]\n[service.b]\nbuiltin = \"echo\"\nsni = [\"X.example\"]\n", "sni x.example is already claimed by service a"),

@@ -25,6 +25,8 @@ pub(crate) struct RawListenTable {
     pub(crate) sni_default: Option<String>,
     pub(crate) detect_timeout: Option<ConfigDuration>,
     pub(crate) tls: Option<RawTls>,
+    pub(crate) fast_open: Option<toml::Value>,
+    pub(crate) defer_accept: Option<bool>,
 }
 
 #[derive(Deserialize)]

@@ -56,6 +56,12 @@ pub struct ListenOptions {
     pub detect: Option<super::Detect>,
     /// Terminate TLS before the TCPMUX negotiation (`tls = { … }`).
     pub tls: Option<super::Tls>,
+    /// TCP Fast Open's queue of pending SYN-with-data connections
+    /// (`fast_open = true` or a length): the name rides in the SYN.
+    pub fast_open: Option<u32>,
+    /// TCP_DEFER_ACCEPT: the kernel hands over a connection only once its
+    /// first bytes (the name) have arrived.
+    pub defer_accept: bool,
 }
 
 impl ListenOptions {

@@ -286,3 +286,47 @@ fn explain(addr: &ListenAddr, e: &io::Error) -> String {
         _ => e.to_string(),
     }
 }
+
+/// Sets a listening TCP socket's accept-time options from `options`: TCP
+/// Fast Open's queue (0 turns it off) and TCP_DEFER_ACCEPT (for up to
+/// `defer` seconds; 0 turns it off). Applied when a listener starts serving
+/// and again when a reload changes its options.
+pub fn set_accept_options(
+    socket: std::os::fd::BorrowedFd<'_>,
+    options: &ListenOptions,
+    defer: Duration,
+) -> io::Result<()> {
+    let queue = options.fast_open.unwrap_or(0);
+    set_int(
+        socket,
+        libc::TCP_FASTOPEN,
+        i32::try_from(queue).unwrap_or(i32::MAX),
+    )?;
+    let seconds = match options.defer_accept {
+        true => i32::try_from(defer.as_secs().max(1)).unwrap_or(i32::MAX),
+        false => 0,
+    };
+    set_int(socket, libc::TCP_DEFER_ACCEPT, seconds)
+}
+
+/// An `IPPROTO_TCP` integer option; neither socket2 nor rustix has these two.
+fn set_int(socket: std::os::fd::BorrowedFd<'_>, name: libc::c_int, value: i32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let value: libc::c_int = value;
+    // SAFETY: the descriptor is borrowed, so open for the call; the value is a
+    // c_int on our stack and its size is the length passed.
+    let result = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -94,6 +94,7 @@ impl Live {
             tls = options.tls.is_some(),
             "listening"
         );
+        apply_accept_options(&listener.local_addr(), listener.as_fd(), &options, shared);
         let options: SharedOptions = Arc::new(RwLock::new(Arc::new(options)));
         let fd = listener.as_fd().try_clone_to_owned().ok();
         let bound = listener.local_addr();
@@ -247,6 +248,9 @@ impl Live {
                     live.task.abort();
                     return false;
                 };
+                if let Some(fd) = &live.fd {
+                    apply_accept_options(&live.bound, fd.as_fd(), &spec.options, shared);
+                }
                 *live.options.write().unwrap_or_else(|p| p.into_inner()) =
                     Arc::new(spec.options.clone());
                 true
@@ -272,6 +276,9 @@ impl Live {
                     .find(by_name)
                     .or_else(|| config.listen.iter().find(|s| s.addr == live.configured));
                 if let Some(spec) = spec {
+                    if let Some(fd) = &live.fd {
+                        apply_accept_options(&live.bound, fd.as_fd(), &spec.options, shared);
+                    }
                     *live.options.write().unwrap_or_else(|p| p.into_inner()) =
                         Arc::new(spec.options.clone());
                 }
@@ -310,5 +317,22 @@ fn close(old: Option<(String, AbortHandle)>, what: &str) {
     if let Some((address, task)) = old {
         tracing::info!(%address, "{what} closed");
         task.abort();
+    }
+}
+
+/// Fast Open and deferred accept on a TCP listener; a failure (an old kernel)
+/// is logged and the listener serves without them.
+fn apply_accept_options(
+    addr: &ListenAddr,
+    socket: std::os::fd::BorrowedFd<'_>,
+    options: &ListenOptions,
+    shared: &Shared,
+) {
+    if !matches!(addr, ListenAddr::Tcp(_)) {
+        return;
+    }
+    let defer = shared.settings().negotiation_timeout;
+    if let Err(e) = crate::net::listener::set_accept_options(socket, options, defer) {
+        tracing::warn!(address = %addr, error = %e, "cannot set fast_open or defer_accept; serving without them");
     }
 }

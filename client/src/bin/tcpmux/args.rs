@@ -33,6 +33,10 @@ pub struct Args {
     /// Seconds allowed for connecting and for the server's reply.
     #[arg(short, long, default_value_t = 10.0)]
     pub timeout: f64,
+    /// TCP Fast Open: send the service name in the SYN (one round trip less;
+    /// needs net.ipv4.tcp_fastopen on both ends, else a normal handshake).
+    #[arg(long, conflicts_with = "unix")]
+    pub fast_open: bool,
     /// Speak TLS first (a `tls` listener), then TCPMUX inside it.
     #[arg(long, conflicts_with = "unix")]
     pub tls: bool,

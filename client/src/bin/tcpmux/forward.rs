@@ -21,6 +21,7 @@ pub fn main(args: impl Iterator<Item = String>) -> ExitCode {
     let options = Options {
         connect_timeout: limit,
         reply_timeout: limit,
+        fast_open: false,
     };
     // Bind every address first, so a bad one fails before anything is served.
     let mut listeners = Vec::new();
