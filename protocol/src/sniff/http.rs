@@ -88,7 +88,13 @@ fn head_end(input: &[u8]) -> Option<usize> {
 }
 
 /// The method of a complete request line `METHOD SP target SP HTTP/1.x`.
+/// A control byte anywhere refuses it, as it refuses an incomplete line
+/// (`check_request_line_prefix`): a line must not turn from "not HTTP" into
+/// HTTP by arriving whole.
 fn request_line(line: &[u8]) -> Result<String, HeadError> {
+    if line.iter().any(|&b| b.is_ascii_control() && b != b'\r') {
+        return Err(HeadError::NotHttp);
+    }
     let mut parts = line.split(|&b| b == b' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())

@@ -153,6 +153,14 @@ fn hosts_and_malformed_heads() {
         Err(HeadError::NotHttp)
     );
     assert_eq!(http::parse(b"GE\x01", HEAD_LIMIT), Err(HeadError::NotHttp));
+    // Found by the sniff fuzz target: a control byte in the target, refused
+    // by the incomplete line, must be refused by the whole one too.
+    let nul_target = b"OPTIONS a\x00b HTTP/1.1\n\n";
+    assert_eq!(http::parse(nul_target, HEAD_LIMIT), Err(HeadError::NotHttp));
+    assert_eq!(
+        http::parse(&nul_target[..12], HEAD_LIMIT),
+        Err(HeadError::NotHttp)
+    );
     assert!(matches!(
         http::parse(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", HEAD_LIMIT),
         Err(HeadError::Malformed(_))
