@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Short connections against the machine's own limit (issue "Performance II"):
+# tcpmuxd's `daytime`, with the default info log line per connection and at
+# warn, against bench/c/limit.c, a minimal single-threaded C epoll server doing
+# the same exchange and nothing else. Rounds alternate; one event loop each.
+# With strace installed, also the system calls per connection of each.
+#   bench/limit.sh [SECONDS] [CLIENTS] [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-5}
+CLIENTS=${2:-8}
+ROUNDS=${3:-3}
+BASE=${BASE_PORT:-27980}
+cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
+. bench/lib.sh
+BENCH=target/release/tcpmux-bench
+cc -O2 -o "$WORK/limit" bench/c/limit.c
+C=$BASE INFO=$((BASE + 1)) WARN=$((BASE + 2))
+"$WORK/limit" $C & PIDS+=($!)
+target/release/tcpmuxd --listen 127.0.0.1:$INFO 2>/dev/null & PIDS+=($!); INFO_PID=$!
+RUST_LOG=warn target/release/tcpmuxd --listen 127.0.0.1:$WARN 2>/dev/null & PIDS+=($!); WARN_PID=$!
+for p in $C $INFO $WARN; do wait_port $p; done
+echo "# $(nproc) cores, $(uname -r), $SECS s x $CLIENTS clients per row"
+short() { $BENCH short --connect "127.0.0.1:$1" --service daytime --connections "$CLIENTS" --duration "$SECS" --label "$2"; }
+for round in $(seq "$ROUNDS"); do
+  short $C "round $round, C epoll limit"
+  short $WARN "round $round, tcpmuxd, log at warn"
+  short $INFO "round $round, tcpmuxd, log at info"
+done
+if command -v strace >/dev/null; then
+  echo "## system calls per connection (strace -c -f on the server for 2 s; one shutdown per connection)"
+  for target in "$C:C epoll limit:${PIDS[0]}" "$WARN:tcpmuxd (warn):$WARN_PID"; do
+    IFS=: read -r port label pid <<<"$target"
+    strace -c -f -p "$pid" -o "$WORK/strace.$port" 2>/dev/null & S=$!
+    sleep 0.5
+    $BENCH short --connect "127.0.0.1:$port" --service daytime --connections 2 --duration 2 --label x >/dev/null
+    kill -INT $S; wait $S 2>/dev/null || true
+    total=$(awk '/^100.00/ { print $4 }' "$WORK/strace.$port")
+    n=$(awk '$NF == "shutdown" { print $4 }' "$WORK/strace.$port")
+    echo "$label: $total calls for $n connections: $(awk -v t="$total" -v n="$n" 'BEGIN { printf "%.1f", t / n }') per connection"
+    awk -v n="$n" '/^ +[0-9]/ && $NF != "total" { printf "  %-14s %.2f\n", $NF, $4 / n }' "$WORK/strace.$port" | sort -k2 -n -r
+  done
+fi
