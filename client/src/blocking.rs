@@ -10,7 +10,7 @@ use std::time::Duration;
 use rustix::net::{recv, RecvFlags};
 use tcpmux_proto::{encode_request, ReplyLine, ReplyParser, ReplyProgress, ServiceName};
 
-use crate::{help_lines, parse_name, Error, Options};
+use crate::{accepted, help_lines, parse_name, Error, Options};
 
 /// Sockets the blocking client negotiates over.
 pub trait Socket: Read + Write + AsFd {
@@ -90,13 +90,7 @@ pub fn negotiate<S: Socket>(
         other => other,
     })?;
     stream.set_read_timeout(None)?;
-    if reply.accepted {
-        Ok(reply)
-    } else {
-        Err(Error::Refused {
-            message: reply.message,
-        })
-    }
+    accepted(reply)
 }
 
 /// Opens a TCP connection to the first address of `addr` that accepts.

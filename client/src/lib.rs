@@ -53,6 +53,28 @@ fn parse_name(name: &str) -> Result<ServiceName, Error> {
     })
 }
 
+/// The status line as a result: `-` is the server's refusal.
+fn accepted(reply: ReplyLine) -> Result<ReplyLine, Error> {
+    if reply.accepted {
+        Ok(reply)
+    } else {
+        Err(Error::Refused {
+            message: reply.message,
+        })
+    }
+}
+
+/// `future`, bounded by `limit` when there is one.
+async fn within<F: std::future::Future>(
+    limit: Option<Duration>,
+    future: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, future).await,
+        None => Ok(future.await),
+    }
+}
+
 /// Splits a HELP answer into names, accepting CRLF or bare LF line ends.
 fn help_lines(text: &[u8]) -> Vec<String> {
     String::from_utf8_lossy(text)

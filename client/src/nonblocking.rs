@@ -8,7 +8,7 @@ use tcpmux_proto::{encode_request, ReplyLine, ReplyParser, ReplyProgress, Servic
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs, UnixStream};
 
-use crate::{parse_name, Error, Options};
+use crate::{accepted, parse_name, within, Error, Options};
 
 /// Async [`crate::connect`]: the stream is returned once the server answered `+`.
 pub async fn connect_async<A: ToSocketAddrs>(
@@ -61,26 +61,9 @@ pub async fn negotiate_async<S: AsyncPeek + AsyncRead + AsyncWrite + Unpin>(
             }
             ReplyProgress::Done { reply, consumed } => {
                 stream.read_exact(&mut buf[..consumed]).await?;
-                let reply = reply?;
-                return if reply.accepted {
-                    Ok(reply)
-                } else {
-                    Err(Error::Refused {
-                        message: reply.message,
-                    })
-                };
+                return accepted(reply?);
             }
         }
-    }
-}
-
-async fn within<F: std::future::Future>(
-    limit: Option<std::time::Duration>,
-    future: F,
-) -> Result<F::Output, tokio::time::error::Elapsed> {
-    match limit {
-        Some(limit) => tokio::time::timeout(limit, future).await,
-        None => Ok(future.await),
     }
 }
 

@@ -24,7 +24,7 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use tcpmux_proto::{encode_request, ReplyLine, ReplyParser, ReplyProgress, ServiceName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::{parse_name, Error, Options};
+use crate::{accepted, help_lines, parse_name, within, Error, Options};
 
 /// The ALPN protocol offered to the server.
 pub const ALPN: &[u8] = b"tcpmux";
@@ -164,8 +164,43 @@ pub async fn connect_async<A: tokio::net::ToSocketAddrs>(
     options: &Options,
 ) -> Result<AsyncTlsStream, Error> {
     let name = parse_name(name)?;
-    let connector = tokio_rustls::TlsConnector::from(tls.config()?);
-    let server_name = parse_server_name(server_name)?;
+    let socket = open_async(addr, options).await?;
+    let negotiation = async {
+        let mut stream = handshake_async(socket, server_name, tls).await?;
+        negotiate_async(&mut stream, &name).await?;
+        Ok::<_, Error>(stream)
+    };
+    within(options.reply_timeout, negotiation)
+        .await
+        .map_err(|_| Error::ReplyTimeout)?
+}
+
+/// The server's service names (HELP) over TLS.
+pub async fn list_async<A: tokio::net::ToSocketAddrs>(
+    addr: A,
+    server_name: &str,
+    tls: &TlsOptions,
+    options: &Options,
+) -> Result<Vec<String>, Error> {
+    let socket = open_async(addr, options).await?;
+    let help = async {
+        let mut stream = handshake_async(socket, server_name, tls).await?;
+        // HELP has no status line: the names, then the server's close.
+        stream.write_all(b"help\r\n").await?;
+        let mut text = Vec::new();
+        stream.read_to_end(&mut text).await?;
+        Ok::<_, Error>(help_lines(&text))
+    };
+    within(options.reply_timeout, help)
+        .await
+        .map_err(|_| Error::ReplyTimeout)?
+}
+
+/// A TCP connection to `addr`, within the connect timeout.
+async fn open_async<A: tokio::net::ToSocketAddrs>(
+    addr: A,
+    options: &Options,
+) -> Result<tokio::net::TcpStream, Error> {
     let socket = within(
         options.connect_timeout,
         tokio::net::TcpStream::connect(addr),
@@ -174,17 +209,20 @@ pub async fn connect_async<A: tokio::net::ToSocketAddrs>(
     .map_err(|_| Error::Connect(io::ErrorKind::TimedOut.into()))?
     .map_err(Error::Connect)?;
     socket.set_nodelay(true)?;
-    let negotiation = async {
-        let mut stream = connector
-            .connect(server_name, socket)
-            .await
-            .map_err(handshake_error)?;
-        negotiate_async(&mut stream, &name).await?;
-        Ok::<_, Error>(stream)
-    };
-    within(options.reply_timeout, negotiation)
+    Ok(socket)
+}
+
+/// The client handshake on `socket`, the certificate checked for `server_name`.
+async fn handshake_async(
+    socket: tokio::net::TcpStream,
+    server_name: &str,
+    tls: &TlsOptions,
+) -> Result<AsyncTlsStream, Error> {
+    let connector = tokio_rustls::TlsConnector::from(tls.config()?);
+    connector
+        .connect(parse_server_name(server_name)?, socket)
         .await
-        .map_err(|_| Error::ReplyTimeout)?
+        .map_err(handshake_error)
 }
 
 /// Sends the request inside an established TLS stream and consumes exactly
@@ -232,25 +270,5 @@ fn read_status_line(
         if let ReplyProgress::Done { reply, .. } = parser.feed(&byte) {
             return reply.map_err(Error::from);
         }
-    }
-}
-
-fn accepted(reply: ReplyLine) -> Result<ReplyLine, Error> {
-    if reply.accepted {
-        Ok(reply)
-    } else {
-        Err(Error::Refused {
-            message: reply.message,
-        })
-    }
-}
-
-async fn within<F: std::future::Future>(
-    limit: Option<std::time::Duration>,
-    future: F,
-) -> Result<F::Output, tokio::time::error::Elapsed> {
-    match limit {
-        Some(limit) => tokio::time::timeout(limit, future).await,
-        None => Ok(future.await),
     }
 }

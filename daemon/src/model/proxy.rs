@@ -124,6 +124,15 @@ impl Backend {
             Backend::Srv(_) => None,
         }
     }
+
+    /// The pool member it is by itself, when that needs no DNS.
+    pub fn fixed_member(&self, weight: u32) -> Option<Member> {
+        self.fixed().map(|endpoint| Member {
+            endpoint,
+            weight,
+            priority: 0,
+        })
+    }
 }
 
 /// One address a pool connects to: what DNS made of a backend, or the backend

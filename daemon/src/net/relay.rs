@@ -51,20 +51,7 @@ pub async fn relay(
         )
         .map(|_| ())
     };
-    let result = match idle {
-        None => both.await,
-        Some(limit) => tokio::select! {
-            result = both => result,
-            () = activity.idle_for(limit) => {
-                Err(io::Error::new(io::ErrorKind::TimedOut, format!("idle timeout ({limit:?})")))
-            }
-        },
-    };
-    let relayed = Relayed {
-        client_to_backend: activity.up.load(Ordering::Relaxed),
-        backend_to_client: activity.down.load(Ordering::Relaxed),
-    };
-    (relayed, result)
+    activity.finish(both, idle).await
 }
 
 /// The same relay for streams that are not plain sockets (a TLS session, whose
@@ -90,20 +77,7 @@ where
         )
         .map(|_| ())
     };
-    let result = match idle {
-        None => both.await,
-        Some(limit) => tokio::select! {
-            result = both => result,
-            () = activity.idle_for(limit) => {
-                Err(io::Error::new(io::ErrorKind::TimedOut, format!("idle timeout ({limit:?})")))
-            }
-        },
-    };
-    let relayed = Relayed {
-        client_to_backend: activity.up.load(Ordering::Relaxed),
-        backend_to_client: activity.down.load(Ordering::Relaxed),
-    };
-    (relayed, result)
+    activity.finish(both, idle).await
 }
 
 async fn pump(
@@ -305,6 +279,29 @@ impl Activity {
     fn touch(&self) {
         self.last_ms
             .store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Runs both directions (`both`) to their end, or until nothing has moved
+    /// for `idle`; the bytes moved each way, and how it ended.
+    async fn finish(
+        &self,
+        both: impl std::future::Future<Output = io::Result<()>>,
+        idle: Option<Duration>,
+    ) -> (Relayed, io::Result<()>) {
+        let result = match idle {
+            None => both.await,
+            Some(limit) => tokio::select! {
+                result = both => result,
+                () = self.idle_for(limit) => {
+                    Err(io::Error::new(io::ErrorKind::TimedOut, format!("idle timeout ({limit:?})")))
+                }
+            },
+        };
+        let relayed = Relayed {
+            client_to_backend: self.up.load(Ordering::Relaxed),
+            backend_to_client: self.down.load(Ordering::Relaxed),
+        };
+        (relayed, result)
     }
 
     /// Resolves once nothing has moved for `limit`.

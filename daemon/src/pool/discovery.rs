@@ -109,12 +109,8 @@ pub async fn follow(
 fn members(proxy: &Proxy, answers: &[Answer]) -> Vec<Member> {
     let mut list = Vec::new();
     for ((backend, &weight), answer) in proxy.backends.iter().zip(&proxy.weights).zip(answers) {
-        match backend.fixed() {
-            Some(endpoint) => list.push(Member {
-                endpoint,
-                weight,
-                priority: 0,
-            }),
+        match backend.fixed_member(weight) {
+            Some(member) => list.push(member),
             None => list.extend(answer.members.iter().flatten().map(|m| Member {
                 weight: m.weight * weight,
                 ..m.clone()
@@ -143,14 +139,8 @@ async fn lookup(
             Ok((members, until))
         }
         Backend::Srv(name) => srv(resolver, name).await,
-        Backend::Unix(path) => Ok((
-            vec![Member {
-                endpoint: Endpoint::Unix(path.clone()),
-                weight: 1,
-                priority: 0,
-            }],
-            Instant::now(),
-        )),
+        // Never looked up: a socket path is its own member (`fixed_member`).
+        Backend::Unix(_) => Ok((Vec::new(), Instant::now())),
     }
 }
 

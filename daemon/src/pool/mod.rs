@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use crate::model::{Backend, Balance, Endpoint, Member, Proxy};
+use crate::model::{Balance, Endpoint, Member, Proxy};
 use crate::ops::metrics::BackendLine;
 
 /// Connect failures in a row that take a backend out of the pool, and for how
@@ -47,10 +47,9 @@ impl Default for Pool {
 /// The pool's members, and the configuration they were found for.
 #[derive(Debug, Default)]
 pub struct Members {
-    /// The backends and weights as configured: members found for another
-    /// configuration (before a reload) are not this one's.
-    backends: Vec<Backend>,
-    weights: Vec<u32>,
+    /// The configuration they were found for: members found for other
+    /// backends (before a reload) are not this one's.
+    config: Option<Arc<Proxy>>,
     /// In the configured order; an SRV name's records by priority.
     pub list: Vec<Member>,
     /// False until every backend that needs DNS has been looked up once.
@@ -58,8 +57,13 @@ pub struct Members {
 }
 
 impl Members {
+    /// Whether they are `proxy`'s: the same configuration (a pointer
+    /// comparison, each client's case) or one with the same backends.
     fn are_for(&self, proxy: &Proxy) -> bool {
-        self.backends == proxy.backends && self.weights == proxy.weights
+        self.config.as_deref().is_some_and(|config| {
+            std::ptr::eq(config, proxy)
+                || (config.backends == proxy.backends && config.weights == proxy.weights)
+        })
     }
 }
 
@@ -97,25 +101,25 @@ impl Pool {
     /// Makes the pool `proxy`'s: unchanged if it already is (a reload that
     /// kept the backends keeps what DNS found); otherwise its members are the
     /// backends that need no DNS, ready at once unless some do.
-    pub fn configure(&self, proxy: &Proxy) {
-        if self.members.borrow().are_for(proxy) {
+    pub fn configure(&self, proxy: &Arc<Proxy>) {
+        let current = Arc::clone(&self.members.borrow());
+        if current.are_for(proxy) {
+            // Kept, now under the new configuration's pointer.
+            self.members.send_replace(Arc::new(Members {
+                config: Some(Arc::clone(proxy)),
+                list: current.list.clone(),
+                ready: current.ready,
+            }));
             return;
         }
         let list = proxy
             .backends
             .iter()
             .zip(&proxy.weights)
-            .filter_map(|(backend, &weight)| {
-                backend.fixed().map(|endpoint| Member {
-                    endpoint,
-                    weight,
-                    priority: 0,
-                })
-            })
+            .filter_map(|(backend, &weight)| backend.fixed_member(weight))
             .collect();
         self.replace(Members {
-            backends: proxy.backends.clone(),
-            weights: proxy.weights.clone(),
+            config: Some(Arc::clone(proxy)),
             list,
             ready: !proxy.follows_dns(),
         });
@@ -130,8 +134,7 @@ impl Pool {
         }
         if !current.ready || current.list != list {
             self.replace(Members {
-                backends: proxy.backends.clone(),
-                weights: proxy.weights.clone(),
+                config: current.config.clone(),
                 list,
                 ready: true,
             });
@@ -374,7 +377,7 @@ fn usable(health: Option<&Health>, now: Instant) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::RelayMode;
+    use crate::model::{Backend, RelayMode};
 
     fn proxy(balance: Balance, weights: &[u32]) -> Proxy {
         Proxy {
@@ -397,7 +400,7 @@ mod tests {
 
     fn pool_for(proxy: &Proxy) -> (Pool, Arc<Members>) {
         let pool = Pool::default();
-        pool.configure(proxy);
+        pool.configure(&Arc::new(proxy.clone()));
         let members = pool.current(proxy).expect("IP backends are ready at once");
         (pool, members)
     }
@@ -483,7 +486,7 @@ mod tests {
         let mut proxy = proxy(Balance::RoundRobin, &[1]);
         proxy.backends = vec!["srv:_x._tcp.test".parse().unwrap()];
         let pool = Pool::default();
-        pool.configure(&proxy);
+        pool.configure(&Arc::new(proxy.clone()));
         assert!(
             pool.current(&proxy).is_none(),
             "not ready before DNS answers"
@@ -509,7 +512,7 @@ mod tests {
         // A reload to other backends makes the old answers stale.
         let mut other = proxy.clone();
         other.backends = vec!["srv:_y._tcp.test".parse().unwrap()];
-        pool.configure(&other);
+        pool.configure(&Arc::new(other));
         assert!(!pool.publish(&proxy, vec![member(1, 1, 0)]));
     }
 }

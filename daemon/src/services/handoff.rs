@@ -55,6 +55,12 @@ pub async fn serve(
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
+    // Passing a TLS session to another process needs kernel TLS; the
+    // configuration refuses handoff services beside TLS listeners.
+    if conn.get_ref().plain().is_none() {
+        refuse(conn, "service unavailable: not over TLS").await;
+        return Ok(Outcome::Refused("handoff over TLS".into()));
+    }
     let frame = encode_client_frame(&ClientFrame {
         service: service.name.to_string(),
         peer: client

@@ -81,15 +81,7 @@ pub async fn serve(
             let pool = (service.name.as_str(), &*context.counts.pool);
             proxy::serve(settings, pool, status, conn, client).await
         }
-        ServiceKind::Handoff(_) => {
-            // Passing a TLS session to another process needs kernel TLS; the
-            // configuration refuses handoff services beside TLS listeners.
-            if conn.get_ref().plain().is_none() {
-                refuse(conn, "service unavailable: not over TLS").await;
-                return Ok(Outcome::Refused("handoff over TLS".into()));
-            }
-            handoff::serve(service, status, context.hub, conn, client).await
-        }
+        ServiceKind::Handoff(_) => handoff::serve(service, status, context.hub, conn, client).await,
         ServiceKind::Exec(settings) => {
             let instances = &context.counts.instances;
             exec::serve(settings, service, status, conn, client, instances).await

@@ -51,44 +51,17 @@ pub(super) fn run(args: &Args, options: &Options) -> Result<(), Error> {
     result
 }
 
-/// HELP over TLS: it has no status line, so the names are read raw.
+/// HELP over TLS: the names, one per line.
 async fn list(
     addr: (&str, u16),
     server_name: &str,
     tls: &TlsOptions,
     options: &Options,
 ) -> Result<(), Error> {
-    let connector = tokio_rustls::TlsConnector::from(tls.config()?);
-    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
-        .map_err(|_| Error::Tls(format!("{server_name:?} is not a valid server name")))?;
-    let socket = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(Error::Connect)?;
-    let limit = options.reply_timeout.unwrap_or(std::time::Duration::MAX);
-    let text = tokio::time::timeout(limit, async {
-        let mut stream = connector.connect(name, socket).await.map_err(certificate)?;
-        stream.write_all(b"help\r\n").await?;
-        let mut text = Vec::new();
-        stream.read_to_end(&mut text).await?;
-        Ok::<_, Error>(text)
-    })
-    .await
-    .map_err(|_| Error::ReplyTimeout)??;
-    for line in String::from_utf8_lossy(&text).lines() {
-        let line = line.trim_end_matches('\r');
-        if !line.is_empty() {
-            println!("{line}");
-        }
+    for name in tcpmux::tls::list_async(addr, server_name, tls, options).await? {
+        println!("{name}");
     }
     Ok(())
-}
-
-fn certificate(e: std::io::Error) -> Error {
-    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-        Some(rustls::Error::InvalidCertificate(why)) => Error::Certificate(why.to_string()),
-        Some(other) => Error::Tls(other.to_string()),
-        None => Error::Io(e),
-    }
 }
 
 /// stdin → TLS (then close_notify), TLS → stdout, until the server's end
