@@ -1,23 +1,41 @@
 #!/usr/bin/env bash
-# Memory per idle client: tcpmuxd's RSS with N connections that never send a
-# name, against its RSS at rest.   bench/idle.sh [N]
+# Memory per idle client, two kinds: connections that never send a name
+# (un-negotiated) and echo sessions that named `echo`, got `+` and then send
+# nothing (established). For each, a fresh tcpmuxd's RSS at rest, with N
+# clients held, and after they have left. BEFORE=<older tcpmuxd binary> adds
+# the same rows for it, in the same run.   bench/idle.sh [N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-10000}
 PORT=${PORT:-27200}
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
+. bench/lib.sh
 ulimit -n "$(ulimit -Hn)"  # as high as allowed; each side needs N descriptors
-WORK=$(mktemp -d)
 printf 'listen = ["127.0.0.1:%s"]\nnegotiation_timeout = "60s"\nmax_connections = %s\n' "$PORT" $((N + 100)) > "$WORK/t.toml"
-RUST_LOG=warn target/release/tcpmuxd --config "$WORK/t.toml" & DAEMON=$!
-trap 'kill $DAEMON 2>/dev/null || true; rm -rf "$WORK"' EXIT
-sleep 0.5
-rss() { awk '/VmRSS/ {print $2}' "/proc/$DAEMON/status"; }
-BEFORE=$(rss)
-target/release/tcpmux-bench idle --connect 127.0.0.1:$PORT --connections "$N" --hold 3 &
-BENCH=$!
-sleep 2
-DURING=$(rss)
-FDS=$(ls "/proc/$DAEMON/fd" | wc -l)
-wait $BENCH
-echo "idle clients: $N, daemon fds: $FDS, RSS at rest: $BEFORE KiB, with clients: $DURING KiB, per client: $(( (DURING - BEFORE) * 1024 / N )) bytes"
+rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+measure() { # measure LABEL BINARY [SERVICE]
+  RUST_LOG=warn "$2" --config "$WORK/t.toml" 2>/dev/null & local daemon=$!
+  PIDS+=("$daemon")
+  wait_port "$PORT"
+  sleep 0.3
+  local before during after fds
+  before=$(rss "$daemon")
+  target/release/tcpmux-bench idle --connect "127.0.0.1:$PORT" --connections "$N" --hold 3 ${3:+--service "$3"} > "$WORK/bench.out" &
+  local bench=$!
+  for _ in $(seq 200); do grep -q holding "$WORK/bench.out" 2>/dev/null && break; sleep 0.1; done
+  sleep 1
+  during=$(rss "$daemon"); fds=$(ls "/proc/$daemon/fd" | wc -l)
+  wait $bench
+  sleep 1
+  after=$(rss "$daemon")
+  printf '%-34s %6d fds  rest %7d KiB  held %7d KiB  after %7d KiB  %6d bytes each\n' \
+    "$1" "$fds" "$before" "$during" "$after" $(( (during - before) * 1024 / N ))
+  grep -h "still answered" "$WORK/bench.out" | sed 's/^/    /' || true
+  kill "$daemon"; wait "$daemon" 2>/dev/null || true
+}
+echo "# $N idle clients per row; RSS of the daemon (VmRSS)"
+for kind in "" echo; do
+  label=${kind:+established $kind}; label=${label:-un-negotiated}
+  measure "tcpmuxd, $label" target/release/tcpmuxd "$kind"
+  if [ -n "${BEFORE:-}" ]; then measure "before, $label" "$BEFORE" "$kind"; fi
+done

@@ -4,6 +4,7 @@
 # warn, against bench/c/limit.c, a minimal single-threaded C epoll server doing
 # the same exchange and nothing else. Rounds alternate; one event loop each.
 # With strace installed, also the system calls per connection of each.
+# BEFORE=<older tcpmuxd binary> adds its rows (log at warn), in the same run.
 #   bench/limit.sh [SECONDS] [CLIENTS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,17 +20,25 @@ C=$BASE INFO=$((BASE + 1)) WARN=$((BASE + 2))
 "$WORK/limit" $C & PIDS+=($!)
 target/release/tcpmuxd --listen 127.0.0.1:$INFO 2>/dev/null & PIDS+=($!); INFO_PID=$!
 RUST_LOG=warn target/release/tcpmuxd --listen 127.0.0.1:$WARN 2>/dev/null & PIDS+=($!); WARN_PID=$!
+OLD=$((BASE + 3))
+if [ -n "${BEFORE:-}" ]; then
+  RUST_LOG=warn "$BEFORE" --listen 127.0.0.1:$OLD 2>/dev/null & PIDS+=($!); OLD_PID=$!
+  wait_port $OLD
+fi
 for p in $C $INFO $WARN; do wait_port $p; done
 echo "# $(nproc) cores, $(uname -r), $SECS s x $CLIENTS clients per row"
 short() { $BENCH short --connect "127.0.0.1:$1" --service daytime --connections "$CLIENTS" --duration "$SECS" --label "$2"; }
 for round in $(seq "$ROUNDS"); do
   short $C "round $round, C epoll limit"
   short $WARN "round $round, tcpmuxd, log at warn"
+  if [ -n "${BEFORE:-}" ]; then short $OLD "round $round, before, log at warn"; fi
   short $INFO "round $round, tcpmuxd, log at info"
 done
 if command -v strace >/dev/null; then
   echo "## system calls per connection (strace -c -f on the server for 2 s; one shutdown per connection)"
-  for target in "$C:C epoll limit:${PIDS[0]}" "$WARN:tcpmuxd (warn):$WARN_PID"; do
+  targets=("$C:C epoll limit:${PIDS[0]}" "$WARN:tcpmuxd (warn):$WARN_PID")
+  if [ -n "${BEFORE:-}" ]; then targets+=("$OLD:before (warn):$OLD_PID"); fi
+  for target in "${targets[@]}"; do
     IFS=: read -r port label pid <<<"$target"
     strace -c -f -p "$pid" -o "$WORK/strace.$port" 2>/dev/null & S=$!
     sleep 0.5

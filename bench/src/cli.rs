@@ -136,12 +136,16 @@ pub enum Command {
         #[arg(long)]
         listen: SocketAddr,
     },
-    /// Idle clients: open C connections that never send a name, hold them, close.
+    /// Idle clients: open C connections that never send a name (or name
+    /// --service, then send nothing), hold them, close.
     Idle {
         #[arg(long)]
         connect: SocketAddr,
         #[arg(long, default_value_t = 10_000)]
         connections: usize,
+        /// Name this service first (e.g. echo): established idle sessions.
+        #[arg(long)]
+        service: Option<String>,
         /// Seconds to hold them open.
         #[arg(long, default_value_t = 5.0)]
         hold: f64,

@@ -1,24 +1,71 @@
-//! Idle clients: C connections that never send a name, held open, then closed;
-//! bench/idle.sh reads the daemon's memory while they are held.
+//! Idle clients: C connections that never send a name, or that name a service
+//! and then send nothing, held open, then closed; bench/idle.sh reads the
+//! daemon's memory while they are held and after they leave.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-pub fn idle(target: SocketAddr, connections: usize, hold: f64) -> Result<(), String> {
+/// Opens `connections` clients and holds them for `hold` seconds. With a
+/// `service`, each first names it and reads the `+` line, so the daemon holds
+/// established sessions, not negotiating ones; an `echo` session is then
+/// checked to still answer before it is closed.
+pub fn idle(
+    target: SocketAddr,
+    connections: usize,
+    hold: f64,
+    service: Option<&str>,
+) -> Result<(), String> {
     let mut open = Vec::with_capacity(connections);
     for i in 0..connections {
-        match TcpStream::connect(target) {
-            Ok(stream) => open.push(stream),
-            Err(e) => return Err(format!("connection {i}: {e} (raise ulimit -n?)")),
+        let stream = TcpStream::connect(target)
+            .map_err(|e| format!("connection {i}: {e} (raise ulimit -n?)"))?;
+        if let Some(name) = service {
+            negotiate(&stream, name).map_err(|e| format!("connection {i}: {e}"))?;
         }
+        open.push(stream);
     }
-    println!("holding {} idle connections for {hold} s", open.len());
+    let kind = service.map_or("un-negotiated".to_owned(), |s| format!("established {s}"));
+    println!("holding {} {kind} connections for {hold} s", open.len());
     let _ = io::stdout().flush();
     std::thread::sleep(Duration::from_secs_f64(hold.max(0.0)));
+    if service == Some("echo") {
+        let mut answered = 0;
+        for stream in &open {
+            let mut byte = [0u8; 1];
+            let ok = (&*stream).write_all(b"x").is_ok()
+                && (&*stream).read_exact(&mut byte).is_ok()
+                && byte == *b"x";
+            answered += usize::from(ok);
+        }
+        println!("{answered} of {} echo sessions still answered", open.len());
+    }
     // Each still-open connection proves the daemon kept it (reads would see EOF).
     drop(open);
     Ok(())
+}
+
+/// Sends `name` and reads the status line, which must be `+`.
+fn negotiate(stream: &TcpStream, name: &str) -> Result<(), String> {
+    (&*stream)
+        .write_all(format!("{name}\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\n") {
+        match (&*stream).read(&mut byte) {
+            Ok(0) => return Err("closed before the status line".into()),
+            Ok(_) => line.push(byte[0]),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    match line.first() {
+        Some(b'+') => Ok(()),
+        _ => Err(format!(
+            "refused: {}",
+            String::from_utf8_lossy(&line).trim_end()
+        )),
+    }
 }
 
 /// Silent connections to a Unix socket (the handoff control socket): opens up

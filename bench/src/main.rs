@@ -102,8 +102,9 @@ fn main() -> ExitCode {
         Command::Idle {
             connect,
             connections,
+            service,
             hold,
-        } => idle::idle(connect, connections, hold),
+        } => idle::idle(connect, connections, hold, service.as_deref()),
         Command::Sources {
             connect,
             service,

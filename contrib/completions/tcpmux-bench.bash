@@ -373,7 +373,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__idle)
-            opts="-h --connect --connections --hold --help"
+            opts="-h --connect --connections --service --hold --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -384,6 +384,10 @@ _tcpmux__bench() {
                     return 0
                     ;;
                 --connections)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --service)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -26,6 +26,8 @@ pub mod ops;
 pub mod server;
 
 mod admission;
+#[cfg(test)]
+mod heap;
 mod hub;
 mod outcome;
 mod pool;

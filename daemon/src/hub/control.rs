@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 
 use super::{Hub, Registration};
 use crate::model::{ControlLimits, Peer, ServiceKind};
-use crate::net::listener::Listener;
+use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
 use crate::registry::Registry;
 
@@ -44,7 +44,11 @@ pub async fn control_loop(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((Stream::Unix(stream), Peer::Unix { uid, .. })) => {
+                Ok(Accepted {
+                    stream: Stream::Unix(stream),
+                    peer: Peer::Unix { uid, .. },
+                    ..
+                }) => {
                     let (registry, limits) = current();
                     let total = limits.max_connections.min(reserve_cap);
                     let held = per_uid.get(&uid).copied().unwrap_or(0);

@@ -8,9 +8,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
-use super::stream::Stream;
+use super::buffers::{self, Lent};
+use super::stream::{Metered, Stream};
 use super::tls::{self, TlsConn};
 use crate::model::TlsClient;
 
@@ -49,6 +50,25 @@ impl Conn {
             Conn::Tls(tls) => tls.peek(buf).await,
             Conn::Gone => Ok(0),
         }
+    }
+}
+
+impl Metered<Conn> {
+    /// Waits for input holding no buffer, then reads it into one lent for the
+    /// moment (`buffers`); 0 bytes means EOF. A TLS session waits in the read:
+    /// its own record buffers dwarf the one lent here.
+    pub async fn read_lent(&mut self, len: usize) -> io::Result<(Lent, usize)> {
+        let (buf, n) = match self.get_mut() {
+            Conn::Plain(stream) => stream.read_lent(len).await?,
+            Conn::Tls(tls) => {
+                let mut buf = buffers::lend(len);
+                let n = tls.read(&mut buf).await?;
+                (buf, n)
+            }
+            Conn::Gone => (buffers::lend(0), 0),
+        };
+        self.bytes_in += n as u64;
+        Ok((buf, n))
     }
 }
 

@@ -27,7 +27,7 @@ pub struct BindError {
 /// A bound listening socket. A Unix socket's file is removed when it is dropped.
 #[derive(Debug)]
 pub enum Listener {
-    Tcp(TcpListener),
+    Tcp(TcpAcceptor),
     Unix {
         listener: UnixListener,
         path: PathBuf,
@@ -45,7 +45,10 @@ impl Listener {
             reason: explain(addr, &e),
         };
         match addr {
-            ListenAddr::Tcp(socket_addr) => bind_tcp(*socket_addr).map(Listener::Tcp).map_err(fail),
+            ListenAddr::Tcp(socket_addr) => bind_tcp(*socket_addr)
+                .and_then(TcpAcceptor::new)
+                .map(Listener::Tcp)
+                .map_err(fail),
             ListenAddr::Unix(path) => {
                 remove_stale_socket(path).map_err(|reason| BindError {
                     addr: addr.clone(),
@@ -73,7 +76,9 @@ impl Listener {
         ) {
             let listener = std::net::TcpListener::from(fd);
             listener.set_nonblocking(true)?;
-            return Ok(Listener::Tcp(TcpListener::from_std(listener)?));
+            return Ok(Listener::Tcp(TcpAcceptor::new(TcpListener::from_std(
+                listener,
+            )?)?));
         }
         let listener = std::os::unix::net::UnixListener::from(fd);
         listener.set_nonblocking(true)?;
@@ -93,7 +98,7 @@ impl Listener {
     /// The address actually bound (the real port when 0 was asked for).
     pub fn local_addr(&self) -> ListenAddr {
         match self {
-            Listener::Tcp(l) => match l.local_addr() {
+            Listener::Tcp(l) => match l.listener.local_addr() {
                 Ok(addr) => ListenAddr::Tcp(addr),
                 Err(_) => ListenAddr::Tcp(SocketAddr::from(([0, 0, 0, 0], 0))),
             },
@@ -103,15 +108,9 @@ impl Listener {
 
     /// Accepts the next client. Errors are returned for the caller to log; see
     /// [`accept_backoff`] for which ones call for a pause.
-    pub async fn accept(&self) -> io::Result<(Stream, Peer)> {
+    pub async fn accept(&self) -> io::Result<Accepted> {
         match self {
-            Listener::Tcp(l) => {
-                let (stream, peer) = l.accept().await?;
-                // Replies are written whole; without this, a reply written as two
-                // segments (status line, then data) waits on the client's delayed ACK.
-                stream.set_nodelay(true)?;
-                Ok((Stream::Tcp(stream), Peer::Tcp(peer)))
-            }
+            Listener::Tcp(l) => l.accept().await,
             Listener::Unix {
                 listener, label, ..
             } => {
@@ -122,9 +121,61 @@ impl Listener {
                     uid: cred.uid(),
                     gid: cred.gid(),
                 };
-                Ok((Stream::Unix(stream), peer))
+                Ok(Accepted {
+                    stream: Stream::Unix(stream),
+                    peer,
+                    local: None,
+                })
             }
         }
+    }
+}
+
+/// An accepted client, and the address it connected to (`None` for Unix).
+#[derive(Debug)]
+pub struct Accepted {
+    pub stream: Stream,
+    pub peer: Peer,
+    pub local: Option<SocketAddr>,
+}
+
+/// A listening TCP socket set up so that accepting costs no system call
+/// beyond accept4 itself.
+#[derive(Debug)]
+pub struct TcpAcceptor {
+    listener: TcpListener,
+    /// The bound address, when it is one address: then it is every client's
+    /// local address, and asking each socket (getsockname) would be wasted.
+    fixed_local: Option<SocketAddr>,
+}
+
+impl TcpAcceptor {
+    fn new(listener: TcpListener) -> io::Result<TcpAcceptor> {
+        // Replies are written whole; without TCP_NODELAY, a reply written as two
+        // segments (status line, then data) waits on the client's delayed ACK.
+        // Linux copies it from the listening socket to every accepted one.
+        socket2::SockRef::from(&listener).set_tcp_nodelay(true)?;
+        let fixed_local = listener.local_addr()?;
+        Ok(TcpAcceptor {
+            listener,
+            fixed_local: (!fixed_local.ip().is_unspecified()).then_some(fixed_local),
+        })
+    }
+
+    async fn accept(&self) -> io::Result<Accepted> {
+        let (stream, peer) = self.listener.accept().await?;
+        if !cfg!(target_os = "linux") {
+            stream.set_nodelay(true)?;
+        }
+        let local = match self.fixed_local {
+            Some(addr) => Some(addr),
+            None => Some(stream.local_addr()?),
+        };
+        Ok(Accepted {
+            stream: Stream::Tcp(stream),
+            peer: Peer::Tcp(peer),
+            local,
+        })
     }
 }
 
@@ -155,7 +206,7 @@ impl Drop for Listener {
 impl std::os::fd::AsFd for Listener {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         match self {
-            Listener::Tcp(l) => l.as_fd(),
+            Listener::Tcp(l) => l.listener.as_fd(),
             Listener::Unix { listener, .. } => listener.as_fd(),
         }
     }
@@ -328,5 +379,37 @@ fn set_int(socket: std::os::fd::BorrowedFd<'_>, name: libc::c_int, value: i32) -
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn accept_one(bind: &str, connect_ip: &str) -> Accepted {
+        let listener = Listener::bind(&ListenAddr::Tcp(bind.parse().unwrap())).unwrap();
+        let ListenAddr::Tcp(bound) = listener.local_addr() else {
+            panic!("a TCP listener")
+        };
+        let target = SocketAddr::new(connect_ip.parse().unwrap(), bound.port());
+        let client = tokio::net::TcpStream::connect(target).await.unwrap();
+        let accepted = listener.accept().await.unwrap();
+        assert_eq!(accepted.local, Some(client.peer_addr().unwrap()));
+        accepted
+    }
+
+    #[tokio::test]
+    async fn accepted_sockets_have_nodelay_without_a_call_each() {
+        let accepted = accept_one("127.0.0.1:0", "127.0.0.1").await;
+        let Stream::Tcp(stream) = &accepted.stream else {
+            panic!("a TCP stream")
+        };
+        assert!(stream.nodelay().unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_wildcard_listener_reports_the_address_the_client_reached() {
+        let accepted = accept_one("0.0.0.0:0", "127.0.0.2").await;
+        assert_eq!(accepted.local.map(|a| a.ip()), Some([127, 0, 0, 2].into()));
     }
 }

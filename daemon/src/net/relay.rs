@@ -29,8 +29,8 @@ pub struct Relayed {
 /// pages only as data flows, so an idle relay does not hold this much; on a
 /// 2-core loopback, 1 MiB moved 1.6x what 64 KiB did (docs/benchmarks.md).
 const PIPE_SIZE: usize = 1024 * 1024;
-/// The copy engine's buffer per direction: user memory held for the relay's life,
-/// so smaller than the pipe.
+/// The copy engine's buffer per direction, lent while bytes are in flight
+/// (`buffers`); smaller than the pipe, as it is user memory.
 const COPY_BUFFER: usize = 256 * 1024;
 
 /// Relays until both directions have seen EOF, an error, or `idle` passes with no
@@ -140,9 +140,8 @@ async fn copy_until_bulk(
     activity: &Activity,
     moved: &AtomicU64,
 ) -> io::Result<bool> {
-    let mut buf = vec![0u8; FIRST_COPY];
     loop {
-        match copy_once(from, to, &mut buf, activity, moved).await? {
+        match copy_once(from, to, FIRST_COPY, activity, moved).await? {
             0 => return Ok(false),
             FIRST_COPY => return Ok(true),
             _ => {}
@@ -219,28 +218,21 @@ async fn copy_one_way(
     activity: &Activity,
     moved: &AtomicU64,
 ) -> io::Result<()> {
-    let mut buf = vec![0u8; COPY_BUFFER];
-    loop {
-        if copy_once(from, to, &mut buf, activity, moved).await? == 0 {
-            return Ok(());
-        }
-    }
+    while copy_once(from, to, COPY_BUFFER, activity, moved).await? != 0 {}
+    Ok(())
 }
 
-/// One read from `from` into `buf` and all of it sent to `to`; returns the
-/// bytes moved (0: EOF).
+/// One read from `from` and all of it sent to `to`; returns the bytes moved
+/// (0: EOF). The buffer (`len` bytes) is lent only once `from` has input, so
+/// an idle relay holds none.
 async fn copy_once(
     from: &Stream,
     to: &Stream,
-    buf: &mut [u8],
+    len: usize,
     activity: &Activity,
     moved: &AtomicU64,
 ) -> io::Result<usize> {
-    let n = from
-        .async_io(Interest::READABLE, || {
-            rustix::io::read(from.as_fd(), &mut *buf).map_err(io::Error::from)
-        })
-        .await?;
+    let (buf, n) = from.read_lent(len).await?;
     if n > 0 {
         activity.touch();
     }
@@ -313,6 +305,60 @@ impl Activity {
                 return;
             }
             tokio::time::sleep(limit - quiet).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+    use crate::heap;
+    use crate::net::buffers::{kept_buffers, lent_out};
+
+    /// A connected pair: our end as the relay sees it, and the peer's end.
+    async fn pair() -> (Stream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (ours, _) = listener.accept().await.unwrap();
+        (Stream::Tcp(ours), peer)
+    }
+
+    async fn bounce(from: &mut TcpStream, to: &mut TcpStream, bytes: &[u8]) {
+        from.write_all(bytes).await.unwrap();
+        let mut got = vec![0u8; bytes.len()];
+        to.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, bytes);
+    }
+
+    #[tokio::test]
+    async fn an_idle_relay_holds_no_buffer_in_either_mode() {
+        let big = vec![5u8; 300_000];
+        for mode in [RelayMode::Copy, RelayMode::Splice] {
+            let (client_side, mut client) = pair().await;
+            let (backend_side, mut backend) = pair().await;
+            let before = heap::live() - kept_buffers();
+            let relay =
+                tokio::spawn(async move { relay(&client_side, &backend_side, mode, None).await.0 });
+            for bytes in [&b"request"[..], &big[..]] {
+                bounce(&mut client, &mut backend, bytes).await;
+                bounce(&mut backend, &mut client, bytes).await;
+                tokio::task::yield_now().await;
+                assert_eq!(lent_out(), 0, "{mode:?}");
+                // The splice pipe is the kernel's memory; ours is the task (two
+                // buffers of up to 256 KiB before).
+                let held = heap::live() - kept_buffers() - before;
+                assert!(held < 4096, "an idle {mode:?} relay holds {held} bytes");
+            }
+            client.shutdown().await.unwrap();
+            backend.shutdown().await.unwrap();
+            let moved = relay.await.unwrap();
+            assert_eq!(moved.client_to_backend, 300_007);
+            assert_eq!(moved.backend_to_client, 300_007);
         }
     }
 }

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
+use super::buffers::{self, Lent};
 use crate::model::Endpoint;
 
 /// A connected stream socket: a client, or a proxy's backend.
@@ -42,6 +43,30 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.async_io(interest, op).await,
             Stream::Unix(s) => s.async_io(interest, op).await,
+        }
+    }
+
+    /// Waits for input holding no buffer, then reads it into a buffer of `len`
+    /// bytes lent for the moment (`buffers`); 0 bytes means EOF. Idle
+    /// sessions that read this way hold no buffer memory.
+    pub async fn read_lent(&self, len: usize) -> io::Result<(Lent, usize)> {
+        loop {
+            match self {
+                Stream::Tcp(s) => s.readable().await?,
+                Stream::Unix(s) => s.readable().await?,
+            }
+            let mut buf = buffers::lend(len);
+            // A readiness that turns out stale clears here (WouldBlock), and the
+            // buffer goes back before the next wait.
+            let read = match self {
+                Stream::Tcp(s) => s.try_read(&mut buf),
+                Stream::Unix(s) => s.try_read(&mut buf),
+            };
+            match read {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+                Ok(n) => return Ok((buf, n)),
+            }
         }
     }
 

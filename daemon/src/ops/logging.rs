@@ -1,7 +1,8 @@
 //! Log output that cannot stall the event loop: each formatted event goes into a
-//! bounded queue, and one writer thread copies the queue to stderr. When stderr
-//! stops draining (a paused pager, a stuck journald), lines beyond the queue are
-//! counted and dropped, never waited for, and the count is logged once it drains.
+//! bounded queue, and one writer thread copies the queue to stderr, a batch per
+//! write. When stderr stops draining (a paused pager, a stuck journald), lines
+//! beyond the queue are counted and dropped, never waited for, and the count is
+//! logged once it drains.
 //!
 //! The writer thread starts only after the privilege drop, which needs the
 //! process to have one thread; lines logged before that wait in the queue.
@@ -97,28 +98,56 @@ pub fn start_writer() {
     });
 }
 
+/// How long the writer lets lines gather before writing them out together: the
+/// event loop then seldom has to wake it, and a busy daemon's log costs one
+/// write per batch, not one per line. Lines reach stderr at most this late.
+const GATHER: Duration = Duration::from_millis(5);
+
+/// A batch is written out once it holds this much.
+const BATCH_BYTES: usize = 64 * 1024;
+
 fn write_out(receiver: Receiver<Entry>) {
     let mut stderr = std::io::stderr();
-    // Said before the next line, or at a flush, so the count sits where the gap is.
-    let report_drops = |stderr: &mut std::io::Stderr| {
-        let dropped = queue().dropped.swap(0, Ordering::Relaxed);
-        if dropped > 0 {
-            let note = format!("tcpmuxd: {dropped} log lines dropped: stderr was not keeping up\n");
-            let _ = stderr.write_all(note.as_bytes());
-        }
-    };
-    for entry in receiver {
-        match entry {
-            Entry::Line(line) => {
-                report_drops(&mut stderr);
-                let _ = stderr.write_all(&line);
+    let mut batch = Vec::with_capacity(BATCH_BYTES);
+    // Blocks only when the queue is empty; then lets the next lines gather.
+    while let Ok(first) = receiver.recv() {
+        std::thread::sleep(GATHER);
+        let mut next = Some(first);
+        while let Some(entry) = next.take() {
+            match entry {
+                Entry::Line(line) => {
+                    // Said before the next line, so the count sits where the gap is.
+                    note_drops(&mut batch);
+                    batch.extend_from_slice(&line);
+                    if batch.len() >= BATCH_BYTES {
+                        write_batch(&mut stderr, &mut batch);
+                    }
+                }
+                Entry::Flush(done) => {
+                    note_drops(&mut batch);
+                    write_batch(&mut stderr, &mut batch);
+                    let _ = stderr.flush();
+                    let _ = done.send(());
+                }
             }
-            Entry::Flush(done) => {
-                report_drops(&mut stderr);
-                let _ = stderr.flush();
-                let _ = done.send(());
-            }
+            next = receiver.try_recv().ok();
         }
+        write_batch(&mut stderr, &mut batch);
+    }
+}
+
+fn note_drops(batch: &mut Vec<u8>) {
+    let dropped = queue().dropped.swap(0, Ordering::Relaxed);
+    if dropped > 0 {
+        let note = format!("tcpmuxd: {dropped} log lines dropped: stderr was not keeping up\n");
+        batch.extend_from_slice(note.as_bytes());
+    }
+}
+
+fn write_batch(stderr: &mut std::io::Stderr, batch: &mut Vec<u8>) {
+    if !batch.is_empty() {
+        let _ = stderr.write_all(batch);
+        batch.clear();
     }
 }
 

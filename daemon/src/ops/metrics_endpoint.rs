@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 use crate::net::close::close_gracefully;
-use crate::net::listener::Listener;
+use crate::net::listener::{Accepted, Listener};
 
 /// Longest request head read, and how long a client may take to send it.
 const MAX_REQUEST: usize = 8192;
@@ -24,7 +24,7 @@ pub async fn serve(listener: Listener, render: Arc<dyn Fn() -> String + Send + S
             accepted = listener.accept() => accepted,
             Some(_) = requests.join_next() => continue,
         };
-        let Ok((mut stream, _)) = accepted else {
+        let Ok(Accepted { mut stream, .. }) = accepted else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };

@@ -337,6 +337,9 @@ struct Sessions {
 impl Sessions {
     fn spawn(&self, session: impl Future<Output = ()> + Send + 'static) {
         let cancel = self.cancel.clone();
+        // Boxed: this block would otherwise hold the session future twice, as
+        // the value it captured and inside `select!`, for the session's life.
+        let session = Box::pin(session);
         self.tracker.spawn(async move {
             tokio::select! {
                 () = session => {}
@@ -370,10 +373,10 @@ async fn accept_loop(
 ) {
     loop {
         match listener.accept().await {
-            Ok((stream, peer)) => {
+            Ok(accepted) => {
                 // The options in force now: a reload may have changed them.
                 let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
-                let session = session::handle(Arc::clone(&shared), stream, peer, options);
+                let session = session::handle(Arc::clone(&shared), accepted, options);
                 sessions.spawn(session);
             }
             Err(e) => {

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use crate::hub::Adopted;
 use crate::model::ListenAddr;
-use crate::net::listener::Listener;
+use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
 
 /// Size of every frame, so frames never merge or split ambiguously.
@@ -157,7 +157,7 @@ fn receive_frame(stream: &StdUnixStream) -> io::Result<(Vec<u8>, Option<OwnedFd>
 pub(super) async fn accept_upgrades(listener: Listener, requests: mpsc::Sender<UnixStream>) {
     let me = rustix::process::geteuid().as_raw();
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
+        let Ok(Accepted { stream, peer, .. }) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };

@@ -3,7 +3,7 @@
 use std::io;
 use std::sync::OnceLock;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::net::conn::Conn;
 use crate::net::sendfile::FixedBytes;
@@ -103,16 +103,10 @@ async fn by_sendfile(stream: &Stream) -> (io::Result<()>, u64, u64) {
     // Input is discarded; its EOF does not stop the stream (a client may half-close
     // and keep reading), only a failed write does.
     let discard = async {
-        let mut buf = [0u8; 4096];
         loop {
-            let read = stream
-                .async_io(Interest::READABLE, || {
-                    rustix::io::read(stream, &mut buf).map_err(io::Error::from)
-                })
-                .await;
-            match read {
-                Ok(0) | Err(_) => break,
-                Ok(n) => received += n as u64,
+            match stream.read_lent(4096).await {
+                Ok((_, 0)) | Err(_) => break,
+                Ok((_, n)) => received += n as u64,
             }
         }
         std::future::pending::<()>().await

@@ -1,11 +1,14 @@
-//! discard (RFC 863): read and drop everything until the client's EOF.
+//! discard (RFC 863): read and drop everything until the client's EOF, with a
+//! buffer lent only while bytes are arriving.
 
 use std::io;
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use crate::net::conn::Conn;
+use crate::net::stream::Metered;
 
-pub async fn serve<S: AsyncRead + Unpin>(conn: &mut S) -> io::Result<()> {
-    let mut buf = vec![0u8; 64 * 1024];
-    while conn.read(&mut buf).await? != 0 {}
+const CHUNK: usize = 64 * 1024;
+
+pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
+    while conn.read_lent(CHUNK).await?.1 != 0 {}
     Ok(())
 }

@@ -1,13 +1,19 @@
-//! echo (RFC 862): every byte back, in order, until the client's EOF.
+//! echo (RFC 862): every byte back, in order, until the client's EOF. An idle
+//! session holds no buffer: one is lent only while bytes are in flight.
 
 use std::io;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut S) -> io::Result<()> {
-    let mut buf = vec![0u8; 16 * 1024];
+use crate::net::conn::Conn;
+use crate::net::stream::Metered;
+
+/// Most bytes taken per read: the size of a TLS record.
+const CHUNK: usize = 16 * 1024;
+
+pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
     loop {
-        let n = conn.read(&mut buf).await?;
+        let (buf, n) = conn.read_lent(CHUNK).await?;
         if n == 0 {
             return Ok(());
         }
@@ -17,17 +23,38 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut S) -> io::Resul
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
     use super::*;
+    use crate::heap;
+    use crate::net::buffers::{kept_buffers, lent_out};
+    use crate::net::stream::Stream;
 
     #[tokio::test]
-    async fn echoes_until_eof() {
-        let (mut client, mut server) = tokio::io::duplex(64);
-        let task = tokio::spawn(async move { serve(&mut server).await });
-        client.write_all(b"some bytes").await.unwrap();
+    async fn echoes_until_eof_holding_no_buffer_while_idle() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let mut conn = Metered::new(Conn::Plain(Stream::Tcp(server)));
+        let before = heap::live();
+        let session = tokio::spawn(async move { serve(&mut conn).await.map(|()| conn.bytes_in) });
+        for message in [&b"ping"[..], &[7u8; 40_000][..]] {
+            client.write_all(message).await.unwrap();
+            let mut back = vec![0u8; message.len()];
+            client.read_exact(&mut back).await.unwrap();
+            assert_eq!(back, message);
+            drop(back);
+            // The session waits for more input now, and holds nothing to read it
+            // into: its task and little else (a 16 KiB buffer before).
+            tokio::task::yield_now().await;
+            assert_eq!(lent_out(), 0);
+            let held = heap::live() - before - kept_buffers();
+            assert!(held < 1024, "an idle echo session holds {held} bytes");
+        }
         client.shutdown().await.unwrap();
-        let mut out = Vec::new();
-        client.read_to_end(&mut out).await.unwrap();
-        assert_eq!(out, b"some bytes");
-        task.await.unwrap().unwrap();
+        assert_eq!(session.await.unwrap().unwrap(), 40_004);
     }
 }

@@ -77,14 +77,21 @@ pub async fn serve(
             }
             Ok(Outcome::Served { backend: None })
         }
+        // The larger kinds are boxed, so that an echo session, say, is not
+        // sized by the relay's or a child process's state.
         ServiceKind::Proxy(settings) => {
             let pool = (service.name.as_str(), &*context.counts.pool);
-            proxy::serve(settings, pool, status, conn, client).await
+            Box::pin(proxy::serve(settings, pool, status, conn, client)).await
         }
-        ServiceKind::Handoff(_) => handoff::serve(service, status, context.hub, conn, client).await,
+        ServiceKind::Handoff(_) => {
+            Box::pin(handoff::serve(service, status, context.hub, conn, client)).await
+        }
         ServiceKind::Exec(settings) => {
             let instances = &context.counts.instances;
-            exec::serve(settings, service, status, conn, client, instances).await
+            Box::pin(exec::serve(
+                settings, service, status, conn, client, instances,
+            ))
+            .await
         }
     }
 }

@@ -18,7 +18,8 @@ use crate::admission::own_connections;
 use crate::model::{ClientInfo, ListenOptions, Peer, Routed, Service};
 use crate::net::close::close_gracefully;
 use crate::net::conn::Conn;
-use crate::net::stream::{Metered, Stream};
+use crate::net::listener::Accepted;
+use crate::net::stream::Metered;
 use crate::outcome::Outcome;
 use crate::services::{self, help, refuse};
 use crate::state::{Settings, Shared};
@@ -42,12 +43,16 @@ impl Answer {
 }
 
 /// Serves one accepted connection to its end, then logs and counts it.
-pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc<ListenOptions>) {
+pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenOptions>) {
     let started = Instant::now();
     let settings = shared.settings();
     // Counted from accept to close, so limits and the shutdown grace see it all.
     let mut admission = shared.gate.admit(&settings.limits);
-    let local = stream.local_addr();
+    let Accepted {
+        stream,
+        peer,
+        local,
+    } = accepted;
     let mut client = ClientInfo {
         local,
         peer,
@@ -70,7 +75,13 @@ pub async fn handle(shared: Arc<Shared>, stream: Stream, peer: Peer, listen: Arc
             let tls = listen.tls.as_ref().map(|t| Arc::clone(&t.server));
             let negotiation =
                 negotiate(&mut conn, expect_header, &mut client, admit, tls, detecting);
-            tokio::time::timeout(settings.negotiation_timeout, negotiation).await
+            // Boxed, so its buffers and the TLS handshake are gone from the
+            // session once it is over instead of sized into every session.
+            Box::pin(tokio::time::timeout(
+                settings.negotiation_timeout,
+                negotiation,
+            ))
+            .await
         }
     };
     let answer = match negotiated {
@@ -279,8 +290,8 @@ async fn serve_named(
         stats: &stats,
         counts: &counts,
     };
-    // Boxed: the largest service future (the relay, exec) would otherwise size
-    // every session future, including the idle ones still negotiating.
+    // Boxed: the service futures would otherwise size every session future,
+    // including the idle ones still negotiating.
     match Box::pin(services::serve(service, conn, client, &context, tcpmux)).await {
         Ok(outcome) => outcome,
         Err(e) => Outcome::ServiceError(e),
