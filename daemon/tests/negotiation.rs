@@ -96,6 +96,30 @@ fn bytes_pipelined_behind_the_name_reach_the_service() {
 }
 
 #[test]
+fn a_one_shot_answer_closes_cleanly_over_unread_bytes_and_logs_them() {
+    // daytime leaves its request line in the socket for the closing drain (a
+    // system call fewer): the answer must still arrive whole, end in FIN, not
+    // RST, and the log must count every byte the client sent.
+    let mut daemon = Daemon::start();
+    for (i, request) in [&b"daytime\r\n"[..], b"daytime\r\nand more bytes"]
+        .into_iter()
+        .enumerate()
+    {
+        let mut stream = daemon.connect();
+        let local = stream.local_addr().unwrap();
+        stream.write_all(request).unwrap();
+        let reply = read_all(&mut stream);
+        assert!(reply.starts_with(b"+\r\n") && reply.ends_with(b"\r\n"), "{i}: {reply:?}");
+        drop(stream);
+        let line = daemon
+            .wait_for_log(|l| l.contains(&format!("peer={local}")))
+            .expect("connection log line");
+        let bytes_in = format!("bytes_in={} ", request.len());
+        assert!(line.contains("outcome=served") && line.contains(&bytes_in), "{line}");
+    }
+}
+
+#[test]
 fn the_name_may_arrive_a_byte_at_a_time() {
     let daemon = Daemon::start();
     let mut stream = daemon.connect();

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The Performance II table (docs/benchmarks.md) in one run: each workload of
+# tcpmuxd against this machine's own limit for it, measured side by side.
+#  1. short connections: bench/limit.sh (the C epoll limit, p99.9, syscalls);
+#  2. sometext, 1,000,007 bytes per new connection, against a plain TCP source
+#     sending as much per connection; with TCP Fast Open too when run as root
+#     (net.ipv4.tcp_fastopen = 3 for the run, then put back);
+#  3. the relay, 1 and 4 connections, against direct: bench/relay_cost.sh;
+#  4. memory per idle session: bench/idle.sh.
+#   bench/table.sh [SECONDS] [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-5}
+ROUNDS=${2:-3}
+CLIENTS=8
+echo "# $(date -u +%F), $(nproc) cores, $(uname -r)"
+echo; echo "## 1. Short connections (bench/limit.sh $SECS $CLIENTS $ROUNDS)"
+bench/limit.sh "$SECS" "$CLIENTS" "$ROUNDS" | grep -v '^#'
+
+echo; echo "## 2. sometext, 1,000,007 bytes per new connection, $CLIENTS clients"
+cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
+. bench/lib.sh
+BENCH=target/release/tcpmux-bench
+BASE=${BASE_PORT:-27500}
+SRC=$BASE PLAIN=$((BASE + 1)) TFO=$((BASE + 2))
+TFO_OK=
+if [ "$(id -u)" = 0 ]; then
+  OLD_TFO=$(cat /proc/sys/net/ipv4/tcp_fastopen)
+  trap 'echo "$OLD_TFO" > /proc/sys/net/ipv4/tcp_fastopen; cleanup' EXIT
+  echo 3 > /proc/sys/net/ipv4/tcp_fastopen
+  TFO_OK=1
+fi
+$BENCH source --listen 127.0.0.1:$SRC --bytes 1000007 --tasks >/dev/null & PIDS+=($!)
+printf 'listen = ["127.0.0.1:%s", { address = "127.0.0.1:%s", fast_open = true }]\n' $PLAIN $TFO > "$WORK/t.toml"
+RUST_LOG=warn target/release/tcpmuxd --config "$WORK/t.toml" 2>/dev/null & PIDS+=($!)
+for p in $SRC $PLAIN $TFO; do wait_port $p; done
+mbs() { # LABEL PORT [--service NAME] [--fast-open]: connections/s and MB/s
+  local label=$1 port=$2; shift 2
+  $BENCH short --connect "127.0.0.1:$port" "$@" --connections $CLIENTS --duration "$SECS" --label "$label" \
+    | awk -F': ' '{ split($2, f, " "); printf "%s: %.0f MB/s (%s connections/s)\n", $1, f[1] * 1000007 / 1e6, f[1] }'
+}
+for round in $(seq "$ROUNDS"); do
+  mbs "round $round, plain TCP source" $SRC
+  mbs "round $round, tcpmuxd sometext" $PLAIN --service sometext
+  if [ -n "$TFO_OK" ]; then mbs "round $round, tcpmuxd sometext, fast open" $TFO --service sometext --fast-open; fi
+done
+cleanup; PIDS=()
+if [ -n "$TFO_OK" ]; then echo "$OLD_TFO" > /proc/sys/net/ipv4/tcp_fastopen; fi
+
+echo; echo "## 3. Relay against direct (bench/relay_cost.sh 2000000000 $ROUNDS 1, then 4 x 500000000)"
+bench/relay_cost.sh 2000000000 "$ROUNDS" 1 | grep -v '^#'
+bench/relay_cost.sh 500000000 "$ROUNDS" 4 | grep -v '^#'
+
+echo; echo "## 4. Memory per idle session (bench/idle.sh 10000)"
+bench/idle.sh 10000 | grep -v '^#'
