@@ -97,9 +97,9 @@ fn bytes_pipelined_behind_the_name_reach_the_service() {
 
 #[test]
 fn a_one_shot_answer_closes_cleanly_over_unread_bytes_and_logs_them() {
-    // daytime leaves its request line in the socket for the closing drain (a
-    // system call fewer): the answer must still arrive whole, end in FIN, not
-    // RST, and the log must count every byte the client sent.
+    // Bytes behind a one-shot answer's name are never read by the service:
+    // the answer must still arrive whole and end in FIN, not RST (which could
+    // destroy it), and the log must count every byte the client sent.
     let mut daemon = Daemon::start();
     for (i, request) in [&b"daytime\r\n"[..], b"daytime\r\nand more bytes"]
         .into_iter()

@@ -96,22 +96,6 @@ pub async fn serve(
     }
 }
 
-/// Whether the service reads from its client (or hands the socket on), so
-/// the request line must be consumed first; a one-shot answer only writes,
-/// and what the client sent is drained when the connection closes.
-pub fn reads_client(service: &Service) -> bool {
-    match service.kind {
-        ServiceKind::Builtin(
-            Builtin::Daytime | Builtin::Time | Builtin::Isotime | Builtin::Stats,
-        ) => false,
-        // chargen and sometext read (and drop) input straight from the socket.
-        ServiceKind::Builtin(
-            Builtin::Echo | Builtin::Discard | Builtin::Chargen | Builtin::Sometext,
-        ) => true,
-        ServiceKind::Proxy(_) | ServiceKind::Handoff(_) | ServiceKind::Exec(_) => true,
-    }
-}
-
 /// Sends the `+` line.
 async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::Result<()> {
     let mut line = Vec::new();

@@ -92,7 +92,7 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
         Ok(Err(e)) => Answer::new(Outcome::ReadError(e)),
         // Checked once a request has arrived: by then the proxy that made this
         // connection has registered it (it does so before relaying a byte).
-        Ok(Ok(Negotiated::Decided(..) | Negotiated::Routed(..))) if is_own(&via, local) => {
+        Ok(Ok(Negotiated::Decided(_) | Negotiated::Routed(..))) if is_own(&via, local) => {
             let reason = "proxy loop: this connection comes from tcpmuxd's own proxy";
             refuse(&mut conn, reason).await;
             Answer::new(Outcome::Refused(reason.into()))
@@ -143,11 +143,11 @@ async fn respond(
             refuse(conn, &format!("invalid PROXY protocol header: {e}")).await;
             Outcome::BadProxyHeader(e)
         }
-        Negotiated::Decided(Decision::Reject(e), _) => {
+        Negotiated::Decided(Decision::Reject(e)) => {
             refuse(conn, &e.to_string()).await;
             Outcome::BadRequest(e)
         }
-        Negotiated::Decided(Decision::Help, _) => {
+        Negotiated::Decided(Decision::Help) => {
             let text = help::answer(&settings.registry, &shared.hub);
             let outcome = match conn.write_all(&text).await {
                 Ok(()) => Outcome::Help,
@@ -158,12 +158,9 @@ async fn respond(
                 ..Answer::new(outcome)
             };
         }
-        Negotiated::Decided(Decision::Service(name), unread) => {
+        Negotiated::Decided(Decision::Service(name)) => {
             let outcome = match settings.registry.lookup(&name) {
-                Some(service) => {
-                    let start = Start::Tcpmux { unread };
-                    serve_named(service, conn, client, shared, settings, start).await
-                }
+                Some(service) => serve_named(service, conn, client, shared, settings, true).await,
                 None => {
                     let reason = format!("unknown service {name}; send HELP for the list");
                     refuse(conn, &reason).await;
@@ -178,9 +175,7 @@ async fn respond(
         Negotiated::Routed(name, routed) => {
             // Checked at load, but a reload may have removed it since.
             let outcome = match settings.registry.lookup(&name) {
-                Some(service) => {
-                    serve_named(service, conn, client, shared, settings, Start::Routed).await
-                }
+                Some(service) => serve_named(service, conn, client, shared, settings, false).await,
                 None => Outcome::Refused(format!("service {name} is no longer configured")),
             };
             return Answer {
@@ -259,28 +254,18 @@ fn report(
     );
 }
 
-/// How a client came to a service.
-#[derive(Clone, Copy)]
-enum Start {
-    /// It named it in a request line, and reads status lines; the line's last
-    /// `unread` bytes are still in the socket.
-    Tcpmux { unread: usize },
-    /// A detecting listener routed it by its first bytes, all still unread.
-    Routed,
-}
-
-/// Runs a service the client named or was routed to, once its access rules
-/// and connection cap allow. A routed client gets no status line, and a
-/// refusal closes its connection silently (the log has the reason).
+/// Runs a service the client named (`tcpmux`: it reads status lines) or was
+/// routed to, once its access rules and connection cap allow. A routed client
+/// gets no status line, and a refusal closes its connection silently (the log
+/// has the reason).
 async fn serve_named(
     service: &Service,
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
     shared: &Shared,
     settings: &Settings,
-    start: Start,
+    tcpmux: bool,
 ) -> Outcome {
-    let tcpmux = matches!(start, Start::Tcpmux { .. });
     if !service.access.permits_client(client) {
         if tcpmux {
             refuse(conn, "access denied").await;
@@ -307,13 +292,6 @@ async fn serve_named(
     };
     // Boxed: the service futures would otherwise size every session future,
     // including the idle ones still negotiating.
-    if let Start::Tcpmux { unread } = start {
-        if services::reads_client(service) {
-            if let Err(e) = negotiate::consume(conn, unread).await {
-                return Outcome::ReadError(e);
-            }
-        }
-    }
     match Box::pin(services::serve(service, conn, client, &context, tcpmux)).await {
         Ok(outcome) => outcome,
         Err(e) => Outcome::ServiceError(e),

@@ -24,12 +24,8 @@ const PEEK: usize = MAX_NAME_LEN + 2;
 
 /// What reading the start of the connection produced.
 pub(super) enum Negotiated {
-    /// The request line was read; the PROXY header before it is consumed, and
-    /// so is all of the line but its last `usize` bytes, still unread in the
-    /// socket: [`consume`] takes them before a service that reads its client,
-    /// while a one-shot answer or a refusal leaves them to the closing drain,
-    /// which saves a system call per connection.
-    Decided(Decision, usize),
+    /// The request line (and any PROXY header) has been consumed, nothing more.
+    Decided(Decision),
     /// A detecting listener chose the service from the client's first bytes,
     /// which are all still unread.
     Routed(ServiceName, Routed),
@@ -138,14 +134,6 @@ async fn read_proxy_header(
     }
 }
 
-/// Reads the `unread` end of a request line left in the socket by
-/// [`Negotiated::Decided`], so the service gets what follows it and not a byte
-/// of the line.
-pub(super) async fn consume(conn: &mut Metered<Conn>, unread: usize) -> io::Result<()> {
-    let mut scratch = [0u8; PEEK];
-    conn.read_exact(&mut scratch[..unread]).await.map(drop)
-}
-
 async fn read_request_line(conn: &mut Metered<Conn>) -> io::Result<Negotiated> {
     let mut scratch = [0u8; PEEK];
     let mut parser = RequestParser::new();
@@ -163,7 +151,8 @@ async fn read_request_line(conn: &mut Metered<Conn>) -> io::Result<Negotiated> {
         match parser.feed(&scratch[..n]) {
             Progress::NeedMore => conn.read_exact(&mut scratch[..n]).await.map(drop)?,
             Progress::Decided { decision, consumed } => {
-                return Ok(Negotiated::Decided(decision, consumed));
+                conn.read_exact(&mut scratch[..consumed]).await?;
+                return Ok(Negotiated::Decided(decision));
             }
         }
     }
