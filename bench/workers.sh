@@ -55,7 +55,8 @@ echo "| workers | daytime connections/s ($SHORT_CLIENTS clients) | vs 1 |"
 echo "|---:|---:|---:|"
 for w in "${WORKERS[@]}"; do echo "| $w | ${SHORT[$w]} | $(ratio "${SHORT[$w]}" "${SHORT[1]}") |"; done
 echo
-echo "| workers | $(printf '%s conns MB/s (vs 1) | ' "${CONNS[@]}")"
+header="| workers |"; for c in "${CONNS[@]}"; do header+=" $c conns MB/s (vs 1) |"; done
+echo "$header"
 echo "|---:|$(printf -- '---:|%.0s' "${CONNS[@]}")"
 for w in "${WORKERS[@]}"; do
   line="| $w |"

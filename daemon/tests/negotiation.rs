@@ -109,13 +109,19 @@ fn a_one_shot_answer_closes_cleanly_over_unread_bytes_and_logs_them() {
         let local = stream.local_addr().unwrap();
         stream.write_all(request).unwrap();
         let reply = read_all(&mut stream);
-        assert!(reply.starts_with(b"+\r\n") && reply.ends_with(b"\r\n"), "{i}: {reply:?}");
+        assert!(
+            reply.starts_with(b"+\r\n") && reply.ends_with(b"\r\n"),
+            "{i}: {reply:?}"
+        );
         drop(stream);
         let line = daemon
             .wait_for_log(|l| l.contains(&format!("peer={local}")))
             .expect("connection log line");
         let bytes_in = format!("bytes_in={} ", request.len());
-        assert!(line.contains("outcome=served") && line.contains(&bytes_in), "{line}");
+        assert!(
+            line.contains("outcome=served") && line.contains(&bytes_in),
+            "{line}"
+        );
     }
 }
 
