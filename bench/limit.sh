@@ -27,16 +27,27 @@ if [ -n "${BEFORE:-}" ]; then
 fi
 for p in $C $INFO $WARN; do wait_port $p; done
 echo "# $(nproc) cores, $(uname -r), $SECS s x $CLIENTS clients per row"
-short() { $BENCH short --connect "127.0.0.1:$1" --service daytime --connections "$CLIENTS" --duration "$SECS" --label "$2"; }
+C_PID=${PIDS[0]}
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# One row: the client's line, then the server's CPU (user + system, all its
+# threads) per connection.
+short() { # PORT PID LABEL
+  local before after line n
+  before=$(ticks "$2")
+  line=$($BENCH short --connect "127.0.0.1:$1" --service daytime --connections "$CLIENTS" --duration "$SECS" --label "$3")
+  after=$(ticks "$2")
+  n=$(sed -E 's/.*\(([0-9]+) in .*/\1/' <<<"$line")
+  echo "$line, server CPU $(( (after - before) * 1000000 / $(getconf CLK_TCK) / (n > 0 ? n : 1) )) us/connection"
+}
 for round in $(seq "$ROUNDS"); do
-  short $C "round $round, C epoll limit"
-  short $WARN "round $round, tcpmuxd, log at warn"
-  if [ -n "${BEFORE:-}" ]; then short $OLD "round $round, before, log at warn"; fi
-  short $INFO "round $round, tcpmuxd, log at info"
+  short $C $C_PID "round $round, C epoll limit"
+  short $WARN $WARN_PID "round $round, tcpmuxd, log at warn"
+  if [ -n "${BEFORE:-}" ]; then short $OLD $OLD_PID "round $round, before, log at warn"; fi
+  short $INFO $INFO_PID "round $round, tcpmuxd, log at info"
 done
 if command -v strace >/dev/null; then
   echo "## system calls per connection (strace -c -f on the server for 2 s; one shutdown per connection)"
-  targets=("$C:C epoll limit:${PIDS[0]}" "$WARN:tcpmuxd (warn):$WARN_PID")
+  targets=("$C:C epoll limit:$C_PID" "$WARN:tcpmuxd (warn):$WARN_PID")
   if [ -n "${BEFORE:-}" ]; then targets+=("$OLD:before (warn):$OLD_PID"); fi
   for target in "${targets[@]}"; do
     IFS=: read -r port label pid <<<"$target"

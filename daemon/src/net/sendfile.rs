@@ -1,6 +1,7 @@
-//! Fixed bytes (sometext's text, chargen's pattern) kept in a sealed memfd and
-//! sent with sendfile(2), so the kernel hands its pages to the socket instead of
-//! copying them from user space on every write; plain writes where it cannot.
+//! Fixed bytes (chargen's pattern; sometext's text, in memory only) kept in a
+//! sealed memfd and sent with sendfile(2), so the kernel hands its pages to the
+//! socket instead of copying them from user space on every write; plain writes
+//! where it cannot, or where that is faster (see `FixedBytes::in_memory`).
 //!
 //! The memfd is sealed against writes, so the pages a socket still references
 //! can never change under it, and one file serves every connection and worker
@@ -35,6 +36,12 @@ impl FixedBytes {
             }
         };
         FixedBytes { bytes, file }
+    }
+
+    /// The same bytes served by write(2) only: for short answers, where the
+    /// page references of sendfile cost more than the copy they save.
+    pub fn in_memory(bytes: Vec<u8>) -> FixedBytes {
+        FixedBytes { bytes, file: None }
     }
 
     pub fn as_slice(&self) -> &[u8] {
