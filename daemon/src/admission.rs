@@ -201,6 +201,8 @@ impl Buckets {
 #[derive(Default)]
 pub struct Gate {
     pub active: Counter,
+    /// The most connections open at once since [`Gate::take_peak`] last looked.
+    peak: AtomicUsize,
     per_address: Mutex<HashMap<IpAddr, usize>>,
     buckets: Mutex<Buckets>,
 }
@@ -233,6 +235,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Gate {
+    /// The most connections open at once since the last call, and the number
+    /// open now, from which the next call's high starts.
+    pub fn take_peak(&self) -> (usize, usize) {
+        let now = self.active.get();
+        (self.peak.swap(now, Ordering::Relaxed).max(now), now)
+    }
+
     /// Admits a new connection under the daemon-wide cap, at accept. The
     /// per-address limits come once the client's address is known
     /// ([`Admission::admit_address`]): after a trusted PROXY header, the
@@ -242,6 +251,11 @@ impl Gate {
             .active
             .acquire(limits.max_connections)
             .ok_or(Refusal::DaemonFull)?;
+        let open = self.active.get();
+        // A load, not a read-modify-write, except when a new high is set.
+        if open > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(open, Ordering::Relaxed);
+        }
         Ok(Admission {
             _active: active,
             address: None,
@@ -378,6 +392,18 @@ mod tests {
         }
         assert_eq!(slow.map.len(), 20_000);
         assert!(slow.prune_at >= slow.map.len() / 2 && slow.prune_at > PRUNE_AT);
+    }
+
+    #[test]
+    fn the_peak_is_the_most_open_at_once_since_the_last_look() {
+        let gate = Gate::default();
+        let limits = Limits::default();
+        let mut open: Vec<_> = (0..3).map(|_| gate.admit(&limits).unwrap()).collect();
+        open.truncate(1);
+        assert_eq!(gate.take_peak(), (3, 1));
+        assert_eq!(gate.take_peak(), (1, 1));
+        drop(open);
+        assert_eq!(gate.take_peak(), (1, 0));
     }
 
     #[test]

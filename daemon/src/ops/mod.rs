@@ -1,6 +1,6 @@
 //! Running the daemon as an operator sees it: counters and their HTTP endpoint,
-//! the log writer and its line format, systemd integration and the privilege
-//! drop.
+//! the log writer and its line format, systemd integration, the privilege
+//! drop, and giving memory back after a wave of clients.
 
 pub mod log_format;
 pub mod logging;
@@ -8,3 +8,4 @@ pub(crate) mod metrics;
 pub(crate) mod metrics_endpoint;
 pub mod privileges;
 pub mod systemd;
+pub(crate) mod trim;

@@ -236,6 +236,10 @@ impl Server {
         }
 
         let mut pools = pool_tasks(&shared);
+        let counted = Arc::clone(&shared);
+        let trim = tokio::spawn(crate::ops::trim::after_waves(move || {
+            counted.gate.take_peak()
+        }));
         live.store_in_systemd();
         systemd::notify("READY=1");
         let mut watchdog = systemd::watchdog_interval().map(tokio::time::interval);
@@ -286,6 +290,7 @@ impl Server {
         // Dropping the accept loops drops the listeners, which removes Unix socket files.
         live.shutdown().await;
         sessions.finish(grace).await;
+        trim.abort();
     }
 }
 
