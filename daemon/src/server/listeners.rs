@@ -13,7 +13,8 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::{accept_loop, bind_control_socket, Sessions};
+use super::bind_control_socket;
+use super::sessions::{accept_loop, Sessions};
 use crate::config::Config;
 use crate::hub::Adopted;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};

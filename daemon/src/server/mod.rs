@@ -1,10 +1,12 @@
 //! The server: binds what the configuration asks for, then accepts connections and
 //! hands each to a session until told to stop; reloads the configuration when
-//! told to, listeners included (`listeners.rs`). Signals are not its business:
+//! told to, listeners included (`listeners.rs`); the accept loop and the
+//! sessions it starts are in `sessions.rs`. Signals are not its business:
 //! `main.rs` turns them into the shutdown future and the reload channel, and
 //! tests pass their own.
 
 mod listeners;
+mod sessions;
 pub mod upgrade;
 
 use std::future::Future;
@@ -14,19 +16,17 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
-use crate::net::listener::{accept_backoff, BindError, Listener, Prebound};
+use crate::net::listener::{BindError, Listener, Prebound};
 use crate::ops::privileges::{drop_privileges, PrivilegeError};
 use crate::ops::{logging, systemd};
 use crate::pool::{discovery, health};
-use crate::session;
 pub use crate::state::Counters;
 use crate::state::Shared;
-use listeners::{Live, SharedOptions};
+use listeners::Live;
+use sessions::Sessions;
 use std::os::fd::{AsFd, OwnedFd};
 pub use upgrade::{take_over, Handed, UpgradeError};
 
@@ -329,70 +329,6 @@ fn pool_tasks(shared: &Shared) -> JoinSet<()> {
         }
     }
     tasks
-}
-
-/// The running sessions: tracked so that shutdown can wait for them without
-/// polling, and cancellable once the grace period is over.
-#[derive(Clone, Default)]
-struct Sessions {
-    tracker: TaskTracker,
-    cancel: CancellationToken,
-}
-
-impl Sessions {
-    fn spawn(&self, session: impl Future<Output = ()> + Send + 'static) {
-        let cancel = self.cancel.clone();
-        // Boxed: this block would otherwise hold the session future twice, as
-        // the value it captured and inside `select!`, for the session's life.
-        let session = Box::pin(session);
-        self.tracker.spawn(async move {
-            tokio::select! {
-                () = session => {}
-                () = cancel.cancelled() => {}
-            }
-        });
-    }
-
-    /// Waits up to `grace` for every session to end, then ends the rest.
-    async fn finish(&self, grace: std::time::Duration) {
-        self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                sessions = self.tracker.len(),
-                "grace period over; closing the remaining sessions"
-            );
-            self.cancel.cancel();
-            self.tracker.wait().await;
-        }
-    }
-}
-
-async fn accept_loop(
-    listener: Listener,
-    options: SharedOptions,
-    shared: Arc<Shared>,
-    sessions: Sessions,
-) {
-    loop {
-        match listener.accept().await {
-            Ok(accepted) => {
-                // The options in force now: a reload may have changed them.
-                let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
-                let session = session::handle(Arc::clone(&shared), accepted, options);
-                sessions.spawn(session);
-            }
-            Err(e) => {
-                let pause = accept_backoff(&e);
-                tracing::warn!(address = %listener.local_addr(), error = %e, "accept failed");
-                if let Some(pause) = pause {
-                    tokio::time::sleep(pause).await;
-                }
-            }
-        }
-    }
 }
 
 /// Load the file again: new connections get the new services, running

@@ -1,0 +1,78 @@
+//! The running sessions: the accept loop that starts one per client, and the
+//! tracker that lets shutdown wait for them and end those still running once
+//! the grace period is over.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::listeners::SharedOptions;
+use crate::net::listener::{accept_backoff, Listener};
+use crate::session;
+use crate::state::Shared;
+
+/// The running sessions: tracked so that shutdown can wait for them without
+/// polling, and cancellable once the grace period is over.
+#[derive(Clone, Default)]
+pub(super) struct Sessions {
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+}
+
+impl Sessions {
+    pub(super) fn spawn(&self, session: impl Future<Output = ()> + Send + 'static) {
+        let cancel = self.cancel.clone();
+        // Boxed: this block would otherwise hold the session future twice, as
+        // the value it captured and inside `select!`, for the session's life.
+        let session = Box::pin(session);
+        self.tracker.spawn(async move {
+            tokio::select! {
+                () = session => {}
+                () = cancel.cancelled() => {}
+            }
+        });
+    }
+
+    /// Waits up to `grace` for every session to end, then ends the rest.
+    pub(super) async fn finish(&self, grace: std::time::Duration) {
+        self.tracker.close();
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                sessions = self.tracker.len(),
+                "grace period over; closing the remaining sessions"
+            );
+            self.cancel.cancel();
+            self.tracker.wait().await;
+        }
+    }
+}
+
+pub(super) async fn accept_loop(
+    listener: Listener,
+    options: SharedOptions,
+    shared: Arc<Shared>,
+    sessions: Sessions,
+) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => {
+                // The options in force now: a reload may have changed them.
+                let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
+                let session = session::handle(Arc::clone(&shared), accepted, options);
+                sessions.spawn(session);
+            }
+            Err(e) => {
+                let pause = accept_backoff(&e);
+                tracing::warn!(address = %listener.local_addr(), error = %e, "accept failed");
+                if let Some(pause) = pause {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+}
