@@ -28,7 +28,6 @@ listen = ["127.0.0.1:$PLAIN", { address = "127.0.0.1:$TFO", fast_open = true }, 
 CFG
 RUST_LOG=warn target/release/tcpmuxd --config "$WORK/tcpmuxd.toml" & D=$!; PIDS+=($D)
 for p in $PLAIN $TFO $DEFER; do wait_port $p; done
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 row() { # LABEL PORT SERVICE [--fast-open]
   local before after line n
   before=$(cpu_ticks $D)

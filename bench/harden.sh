@@ -27,7 +27,6 @@ echo "# $(nproc) cores, $(uname -r), daemon: $DAEMON"
 peak_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 fds() { ls "/proc/$1/fd" | wc -l; }
 # utime + stime of a process, in clock ticks.
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 start() { # start PORT CONFIG [ARGS...]: the daemon, its PID in $DPID
   local port=$1 config=$2; shift 2
   printf '%s' "$config" > "$WORK/$port.toml"

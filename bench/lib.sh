@@ -5,6 +5,10 @@ PIDS=()
 cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
+# CPU time of a process, all its threads, user and system, in clock ticks
+# (getconf CLK_TCK per second): cpu_ticks PID
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 
 # One HAProxy TCP frontend/backend pair: haproxy_pair NAME PORT BACKEND_PORT [splice]

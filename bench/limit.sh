@@ -28,14 +28,13 @@ fi
 for p in $C $INFO $WARN; do wait_port $p; done
 echo "# $(nproc) cores, $(uname -r), $SECS s x $CLIENTS clients per row"
 C_PID=${PIDS[0]}
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # One row: the client's line, then the server's CPU (user + system, all its
 # threads) per connection.
 short() { # PORT PID LABEL
   local before after line n
-  before=$(ticks "$2")
+  before=$(cpu_ticks "$2")
   line=$($BENCH short --connect "127.0.0.1:$1" --service daytime --connections "$CLIENTS" --duration "$SECS" --label "$3")
-  after=$(ticks "$2")
+  after=$(cpu_ticks "$2")
   n=$(sed -E 's/.*\(([0-9]+) in .*/\1/' <<<"$line")
   echo "$line, server CPU $(( (after - before) * 1000000 / $(getconf CLK_TCK) / (n > 0 ? n : 1) )) us/connection"
 }

@@ -48,7 +48,6 @@ sleep 0.5
 
 # short SERVICE PORT LABEL: one tcpmux-bench short line, with the daemon's
 # ($D) CPU time per connection (utime + stime from /proc, in microseconds).
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 short() {
   local before after line n
   before=$(cpu_ticks $D)

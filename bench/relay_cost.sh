@@ -25,7 +25,7 @@ if command -v haproxy >/dev/null; then
 fi
 for p in $SRC $MUX; do wait_port $p; done
 busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
-own() { [ -n "$1" ] && awk '{ print $14 + $15 }' "/proc/$1/stat" || echo 0; }
+own() { if [ -n "$1" ]; then cpu_ticks "$1"; else echo 0; fi; }
 TICK=$(getconf CLK_TCK)
 echo "# $(nproc) cores, $(uname -r), $CONNS connection(s) x $BYTES bytes per row"
 echo "| round | path | MB/s | machine CPU ms per GB | relay's own CPU ms per GB |"
