@@ -17,9 +17,7 @@ BASE=${BASE_PORT:-27900}
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
 . bench/lib.sh
 BENCH=target/release/tcpmux-bench
-OLD_TFO=$(cat /proc/sys/net/ipv4/tcp_fastopen)
-trap 'echo "$OLD_TFO" > /proc/sys/net/ipv4/tcp_fastopen; cleanup' EXIT
-echo 3 > /proc/sys/net/ipv4/tcp_fastopen
+fast_open_on
 echo "# $(nproc) cores, $(uname -r), $SECS s x $CLIENTS clients per row, net.ipv4.tcp_fastopen = 3"
 
 PLAIN=$BASE TFO=$((BASE + 1)) DEFER=$((BASE + 2))

@@ -9,6 +9,15 @@ trap cleanup EXIT
 # (getconf CLK_TCK per second): cpu_ticks PID
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
+# TCP Fast Open on both sides for this run (net.ipv4.tcp_fastopen = 3, root
+# only), and the old value back on exit or at fast_open_restore.
+fast_open_on() {
+  OLD_TFO=$(cat /proc/sys/net/ipv4/tcp_fastopen)
+  trap 'fast_open_restore; cleanup' EXIT
+  echo 3 > /proc/sys/net/ipv4/tcp_fastopen
+}
+fast_open_restore() { if [ -n "${OLD_TFO:-}" ]; then echo "$OLD_TFO" > /proc/sys/net/ipv4/tcp_fastopen; fi; }
+
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 
 # One HAProxy TCP frontend/backend pair: haproxy_pair NAME PORT BACKEND_PORT [splice]

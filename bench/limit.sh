@@ -2,7 +2,8 @@
 # Short connections against the machine's own limit (issue "Performance II"):
 # tcpmuxd's `daytime`, with the default info log line per connection and at
 # warn, against bench/c/limit.c, a minimal single-threaded C epoll server doing
-# the same exchange and nothing else. Rounds alternate; one event loop each.
+# the same exchange and nothing else, each row with the server's CPU per
+# connection. Rounds alternate; one event loop each.
 # With strace installed, also the system calls per connection of each.
 # BEFORE=<older tcpmuxd binary> adds its rows (log at warn), in the same run.
 #   bench/limit.sh [SECONDS] [CLIENTS] [ROUNDS]

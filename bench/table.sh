@@ -25,9 +25,7 @@ BASE=${BASE_PORT:-27500}
 SRC=$BASE PLAIN=$((BASE + 1)) TFO=$((BASE + 2))
 TFO_OK=
 if [ "$(id -u)" = 0 ]; then
-  OLD_TFO=$(cat /proc/sys/net/ipv4/tcp_fastopen)
-  trap 'echo "$OLD_TFO" > /proc/sys/net/ipv4/tcp_fastopen; cleanup' EXIT
-  echo 3 > /proc/sys/net/ipv4/tcp_fastopen
+  fast_open_on
   TFO_OK=1
 fi
 $BENCH source --listen 127.0.0.1:$SRC --bytes 1000007 --tasks >/dev/null & PIDS+=($!)
@@ -45,7 +43,7 @@ for round in $(seq "$ROUNDS"); do
   if [ -n "$TFO_OK" ]; then mbs "round $round, tcpmuxd sometext, fast open" $TFO --service sometext --fast-open; fi
 done
 cleanup; PIDS=()
-if [ -n "$TFO_OK" ]; then echo "$OLD_TFO" > /proc/sys/net/ipv4/tcp_fastopen; fi
+fast_open_restore
 
 echo; echo "## 3. Relay against direct (bench/relay_cost.sh 2000000000 $ROUNDS 1, then 4 x 500000000)"
 bench/relay_cost.sh 2000000000 "$ROUNDS" 1 | grep -v '^#'

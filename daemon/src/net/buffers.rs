@@ -53,6 +53,9 @@ impl Drop for Lent {
         #[cfg(test)]
         OUT.with(|out| out.set(out.get() - 1));
         let buf = std::mem::take(&mut self.0);
+        if buf.is_empty() {
+            return;
+        }
         // try_with: a thread being torn down just frees it.
         let _ = FREE.try_with(|free| {
             let mut free = free.borrow_mut();
