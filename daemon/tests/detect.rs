@@ -142,3 +142,22 @@ fn an_http_request_with_no_service_gets_a_404() {
     let answer = send_and_receive(&mut daemon.connect(), b"SSH-2.0-x\r\n".to_vec());
     assert_eq!(answer, b"-no ssh service on this listener\r\n");
 }
+
+#[test]
+fn an_opening_cut_short_by_fin_is_answered_like_a_cut_name() {
+    let daemon = daemon();
+    let hello = build(Some("db.example.com"), &[], 0, 16384);
+    for (sent, answer) in [
+        (&b"G"[..], "-incomplete request line"),
+        (b"GET / HTTP/1.1\r\nHo", "-incomplete HTTP request head"),
+        (&hello[..hello.len() - 1], "-incomplete TLS ClientHello"),
+    ] {
+        let mut stream = daemon.connect();
+        stream.write_all(sent).unwrap();
+        stream.shutdown(Shutdown::Write).unwrap();
+        let got = String::from_utf8(read_all(&mut stream)).unwrap();
+        assert!(got.starts_with(answer), "{sent:?}: {got}");
+    }
+    // The daemon still answers: nothing spun on the half-closed sockets.
+    assert_eq!(daemon.exchange(b"time\r\n")[..3], *b"+\r\n");
+}

@@ -12,6 +12,14 @@ use tokio::net::{TcpStream, UnixStream};
 use super::buffers::{self, Lent};
 use crate::model::Endpoint;
 
+/// What [`Stream::peek_beyond`] saw: `len` bytes waiting, and whether the
+/// client has ended its side (then no more will come).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peeked {
+    pub len: usize,
+    pub ended: bool,
+}
+
 /// A connected stream socket: a client, or a proxy's backend.
 #[derive(Debug)]
 pub enum Stream {
@@ -78,6 +86,42 @@ impl Stream {
                 .map_err(io::Error::from)
         })
         .await
+    }
+
+    /// Peeks into `buf` once more than `seen` bytes are waiting, or `buf` is
+    /// full, or the client has ended its side (FIN or RST: then the bytes
+    /// still queued, perhaps just `seen`, come back with `ended`). A peek
+    /// consumes nothing, so "no more than before" is told apart from the end
+    /// by the socket's read-closed readiness, never by the count alone: a
+    /// loop that took an unchanged count for "would block" after FIN would
+    /// find the socket readable again at once, for ever.
+    pub async fn peek_beyond(&self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
+        use tokio::io::Interest;
+        loop {
+            let ready = match self {
+                Stream::Tcp(s) => s.ready(Interest::READABLE).await?,
+                Stream::Unix(s) => s.ready(Interest::READABLE).await?,
+            };
+            let mut peek = || {
+                let (n, _) = rustix::net::recv(self, &mut *buf, rustix::net::RecvFlags::PEEK)
+                    .map_err(io::Error::from)?;
+                let ended = n == 0 || ready.is_read_closed();
+                if n > seen || n == buf.len() || ended {
+                    Ok(Peeked { len: n, ended })
+                } else {
+                    // Clears this readiness: the next wait is for new bytes.
+                    Err(io::ErrorKind::WouldBlock.into())
+                }
+            };
+            let peeked = match self {
+                Stream::Tcp(s) => s.try_io(Interest::READABLE, &mut peek),
+                Stream::Unix(s) => s.try_io(Interest::READABLE, &mut peek),
+            };
+            match peeked {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
     }
 
     /// Sends FIN: the peer reads EOF, and may still send to us.

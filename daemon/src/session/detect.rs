@@ -8,7 +8,6 @@ use std::io;
 
 use tcpmux_proto::sniff::{classify, client_hello, http, Protocol};
 use tcpmux_proto::ServiceName;
-use tokio::io::Interest;
 
 use crate::model::{Detect, Routed};
 use crate::net::stream::Stream;
@@ -24,6 +23,8 @@ const MAX_HEAD: usize = 8 * 1024;
 const HELLO_PEEK: usize = MAX_HELLO + 8 * 1024;
 /// Bytes peeked to tell the protocol.
 const FIRST_PEEK: usize = 16;
+/// The smallest peek buffer once the protocol is known.
+const MIN_ROOM: usize = 512;
 
 /// How a detecting listener answers a client it has no service for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +48,8 @@ pub(super) enum Detected {
         reason: String,
         reply: Reply,
     },
+    /// The client ended its side in the middle of what is named.
+    Incomplete(&'static str),
     Closed,
 }
 
@@ -56,8 +59,8 @@ pub(super) async fn detect(
     registry: &Registry,
 ) -> io::Result<Detected> {
     let mut buf = Vec::new();
-    let first = tokio::time::timeout(options.timeout, peek_more(stream, &mut buf, 0, FIRST_PEEK));
-    let mut seen = match first.await {
+    let first = tokio::time::timeout(options.timeout, peek_more(stream, &mut buf, FIRST_PEEK));
+    let mut more = match first.await {
         Err(_silent) => {
             return Ok(match &options.silent {
                 Some(name) => Detected::Service(name.clone(), Routed::Silent),
@@ -67,13 +70,18 @@ pub(super) async fn detect(
         Ok(peeked) => peeked?,
     };
     let protocol = loop {
-        if seen == 0 {
+        if buf.is_empty() {
             return Ok(Detected::Closed);
         }
-        if let Some(protocol) = classify(&buf[..seen]) {
+        if let Some(protocol) = classify(&buf) {
             break protocol;
         }
-        seen = peek_more(stream, &mut buf, seen, FIRST_PEEK).await?;
+        if !more {
+            // Too short to tell, and no more will come: whatever it is, it is
+            // a prefix of a TCPMUX name too, and gets what a cut name gets.
+            return Ok(Detected::Tcpmux);
+        }
+        more = peek_more(stream, &mut buf, FIRST_PEEK).await?;
     };
     Ok(match protocol {
         Protocol::Tcpmux => Detected::Tcpmux,
@@ -85,8 +93,8 @@ pub(super) async fn detect(
                 Reply::Line,
             ),
         },
-        Protocol::Tls => route_tls(stream, &mut buf, seen, options, registry).await?,
-        Protocol::Http => route_http(stream, &mut buf, seen, options, registry).await?,
+        Protocol::Tls => route_tls(stream, &mut buf, options, registry).await?,
+        Protocol::Http => route_http(stream, &mut buf, options, registry).await?,
     })
 }
 
@@ -101,19 +109,18 @@ fn unrouted(routed: Routed, reason: String, reply: Reply) -> Detected {
 async fn route_tls(
     stream: &Stream,
     buf: &mut Vec<u8>,
-    seen: usize,
     options: &Detect,
     registry: &Registry,
 ) -> io::Result<Detected> {
     let parse = |bytes: &[u8]| client_hello::parse(bytes, MAX_HELLO);
-    let hello = match peek_parsed(stream, buf, seen, HELLO_PEEK, parse).await? {
+    let hello = match peek_parsed(stream, buf, HELLO_PEEK, parse).await? {
         Parsed::Done(hello) => hello,
         Parsed::Failed(e) => return Ok(unrouted(Routed::Sni, e.to_string(), Reply::Close)),
         Parsed::Full => {
             let reason = "ClientHello split into too many records".into();
             return Ok(unrouted(Routed::Sni, reason, Reply::Close));
         }
-        Parsed::Closed => return Ok(Detected::Closed),
+        Parsed::Ended => return Ok(Detected::Incomplete("TLS ClientHello")),
     };
     let service = hello
         .server_name
@@ -139,16 +146,15 @@ async fn route_tls(
 async fn route_http(
     stream: &Stream,
     buf: &mut Vec<u8>,
-    seen: usize,
     options: &Detect,
     registry: &Registry,
 ) -> io::Result<Detected> {
     // The parser refuses a head as long as MAX_HEAD, so the peek never fills.
     let parse = |bytes: &[u8]| http::parse(bytes, MAX_HEAD);
-    let head = match peek_parsed(stream, buf, seen, MAX_HEAD, parse).await? {
+    let head = match peek_parsed(stream, buf, MAX_HEAD, parse).await? {
         Parsed::Done(head) => head,
         Parsed::Failed(e) => return Ok(unrouted(Routed::Http, e.to_string(), Reply::Http)),
-        Parsed::Full | Parsed::Closed => return Ok(Detected::Closed),
+        Parsed::Full | Parsed::Ended => return Ok(Detected::Incomplete("HTTP request head")),
     };
     let service = head
         .host
@@ -177,54 +183,49 @@ enum Parsed<T, E> {
     Failed(E),
     /// `cap` bytes seen and the parser still wants more.
     Full,
-    Closed,
+    /// The client ended its side before the parser could decide.
+    Ended,
 }
 
 /// Peeks (up to `cap` bytes) until `parse` decides on what has arrived.
 async fn peek_parsed<T, E>(
     stream: &Stream,
     buf: &mut Vec<u8>,
-    mut seen: usize,
     cap: usize,
     parse: impl Fn(&[u8]) -> Result<Option<T>, E>,
 ) -> io::Result<Parsed<T, E>> {
     loop {
-        match parse(&buf[..seen]) {
+        match parse(buf) {
             Ok(Some(done)) => return Ok(Parsed::Done(done)),
             Err(e) => return Ok(Parsed::Failed(e)),
-            Ok(None) if seen >= cap => return Ok(Parsed::Full),
+            Ok(None) if buf.len() >= cap => return Ok(Parsed::Full),
             Ok(None) => {}
         }
-        seen = peek_more(stream, buf, seen, cap).await?;
-        if seen == 0 {
-            return Ok(Parsed::Closed);
+        if !peek_more(stream, buf, cap).await? {
+            return Ok(Parsed::Ended);
         }
     }
 }
 
-/// Peeks up to `cap` bytes into `buf` once more than `seen` are waiting (or
-/// the client closed: 0). Nothing is consumed, so waiting for more is waiting
-/// for new readiness, which tokio's `async_io` provides when the peek says
-/// there is nothing new.
-async fn peek_more(
-    stream: &Stream,
-    buf: &mut Vec<u8>,
-    seen: usize,
-    cap: usize,
-) -> io::Result<usize> {
-    if buf.len() < cap {
-        buf.resize(cap, 0);
+/// Waits until more than the `buf.len()` bytes already seen have arrived (up
+/// to `cap`), and leaves every byte waiting in `buf`; `false` when the client
+/// ended its side and nothing new came. The buffer grows with what arrived
+/// (twice the bytes seen, at least `MIN_ROOM`), so a client that sends a few
+/// bytes and stalls costs a few bytes, not `cap`.
+async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+    let seen = buf.len();
+    let mut room = (seen * 2).clamp(MIN_ROOM.min(cap), cap);
+    loop {
+        buf.resize(room, 0);
+        let peeked = stream.peek_beyond(buf, seen).await;
+        let len = peeked.as_ref().map_or(seen, |p| p.len);
+        buf.truncate(len);
+        peeked?;
+        if len == room && room < cap {
+            // Full: more may be waiting already.
+            room = (room * 2).min(cap);
+            continue;
+        }
+        return Ok(len > seen);
     }
-    let window = &mut buf[..cap];
-    stream
-        .async_io(Interest::READABLE, || {
-            let (n, _) = rustix::net::recv(stream, &mut *window, rustix::net::RecvFlags::PEEK)
-                .map_err(io::Error::from)?;
-            if n == 0 || n > seen || n == window.len() {
-                Ok(n)
-            } else {
-                Err(io::ErrorKind::WouldBlock.into())
-            }
-        })
-        .await
 }

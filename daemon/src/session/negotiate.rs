@@ -90,6 +90,7 @@ pub(super) async fn negotiate(
                     reply,
                 })
             }
+            Detected::Incomplete(what) => return Ok(Negotiated::Incomplete(what)),
             Detected::Closed => return Ok(Negotiated::Closed),
         }
     }
