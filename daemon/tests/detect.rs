@@ -161,3 +161,28 @@ fn an_opening_cut_short_by_fin_is_answered_like_a_cut_name() {
     // The daemon still answers: nothing spun on the half-closed sockets.
     assert_eq!(daemon.exchange(b"time\r\n")[..3], *b"+\r\n");
 }
+
+#[test]
+fn client_supplied_names_are_cut_in_the_log() {
+    let mut daemon = Daemon::with_config(
+        "listen = [{ address = \"127.0.0.1:0\", detect = true }]\n\
+         [service.app]\nbuiltin = \"echo\"\nhttp_host = [\"app.example.com\"]\n",
+    );
+    // A 60 KB server name is no host name: refused as malformed, not logged.
+    let sni = format!("{}.example", "s".repeat(60_000));
+    let answer = send_and_receive(&mut daemon.connect(), build(Some(&sni), &[], 0, 16384));
+    assert_eq!(answer, b"");
+    let line = daemon
+        .wait_for_log(|l| l.contains("server name longer than 255 bytes"))
+        .expect("refused as malformed");
+    assert!(!line.contains("sssss"), "{line}");
+    // A 4,000-byte Host is cut to 256 bytes in the line (and the 404).
+    let host = format!("{}.example", "h".repeat(4_000));
+    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    send_and_receive(&mut daemon.connect(), request.into_bytes());
+    let line = daemon
+        .wait_for_log(|l| l.contains("no service for HTTP host"))
+        .expect("logged");
+    assert!(line.contains(&format!("{}...", "h".repeat(256))), "{line}");
+    assert!(!line.contains(&"h".repeat(257)), "{line}");
+}

@@ -118,6 +118,24 @@ impl Visit for Quoting<'_> {
     }
 }
 
+/// The most bytes of one client-supplied value (an SNI, a Host, a name) that
+/// a log line carries: a client must not make every line it causes 60 KB.
+pub const MAX_CLIENT_VALUE: usize = 256;
+
+/// A client-supplied `value` for a log line: whole when it is at most
+/// [`MAX_CLIENT_VALUE`] bytes, else cut there (on a character boundary) and
+/// marked with `...`. The formatter escapes what it holds.
+pub fn clipped(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.len() <= MAX_CLIENT_VALUE {
+        return value.into();
+    }
+    let mut end = MAX_CLIENT_VALUE;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &value[..end]).into()
+}
+
 /// `value` as is, or in quotes when it would not read back as one value.
 pub fn quoted(value: &str) -> std::borrow::Cow<'_, str> {
     let plain = !value.is_empty()
@@ -160,6 +178,18 @@ mod tests {
         assert_eq!(quoted("k=v"), "\"k=v\"");
         assert_eq!(quoted(""), "\"\"");
         assert_eq!(quoted("line\nbreak"), "\"line\\nbreak\"");
+    }
+
+    #[test]
+    fn client_values_are_cut_on_a_character_boundary() {
+        assert_eq!(clipped("app.example.com"), "app.example.com");
+        let long = "é".repeat(200);
+        let cut = clipped(&long);
+        assert!(
+            cut.ends_with("...") && cut.len() <= MAX_CLIENT_VALUE + 3,
+            "{cut}"
+        );
+        assert!(long.starts_with(cut.trim_end_matches("...")));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use tcpmux_proto::ServiceName;
 
 use crate::model::{Detect, Routed};
 use crate::net::stream::Stream;
+use crate::ops::log_format::clipped;
 use crate::registry::Registry;
 
 /// The largest ClientHello accepted (post-quantum key shares make them 2 to 10
@@ -132,7 +133,7 @@ async fn route_tls(
         (Some(name), _) => Detected::Service(name, Routed::Sni),
         (None, Some(sni)) => unrouted(
             Routed::Sni,
-            format!("no service for SNI {sni}"),
+            format!("no service for SNI {}", clipped(&sni)),
             Reply::Close,
         ),
         (None, None) => unrouted(
@@ -166,7 +167,7 @@ async fn route_http(
         (Some(name), _) => Detected::Service(name, Routed::Http),
         (None, Some(host)) => unrouted(
             Routed::Http,
-            format!("no service for HTTP host {host}"),
+            format!("no service for HTTP host {}", clipped(&host)),
             Reply::Http,
         ),
         (None, None) => unrouted(

@@ -192,6 +192,10 @@ fn server_name(data: &[u8]) -> Result<Option<String>, HelloError> {
                 .ok_or(HelloError::Malformed(
                     "server name is not an ASCII host name",
                 ))?;
+            // A DNS name is at most 255 bytes (RFC 1035); longer is no host name.
+            if name.len() > 255 {
+                return Err(HelloError::Malformed("server name longer than 255 bytes"));
+            }
             return Ok(Some(name.trim_end_matches('.').to_ascii_lowercase()));
         }
     }

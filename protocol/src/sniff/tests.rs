@@ -109,6 +109,18 @@ fn hellos_that_cannot_be_routed_are_refused_with_the_reason() {
         client_hello::parse(&short, HELLO_LIMIT),
         Err(HelloError::Malformed(_))
     ));
+    // A server name of 255 bytes is a name; of 256, malformed.
+    let longest = format!("{}.example", "a".repeat(255 - 8));
+    let hello = client_hello::parse(&build(Some(&longest), &[], 0, 16384), HELLO_LIMIT);
+    assert_eq!(
+        hello.map(|h| h.map(|h| h.server_name)),
+        Ok(Some(Some(longest)))
+    );
+    let too_long = format!("{}.example", "a".repeat(256 - 8));
+    assert_eq!(
+        client_hello::parse(&build(Some(&too_long), &[], 0, 16384), HELLO_LIMIT),
+        Err(HelloError::Malformed("server name longer than 255 bytes"))
+    );
 }
 
 #[test]
