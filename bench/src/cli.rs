@@ -144,8 +144,12 @@ pub enum Command {
         #[arg(long, default_value_t = 10_000)]
         connections: usize,
         /// Name this service first (e.g. echo): established idle sessions.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "partial")]
         service: Option<String>,
+        /// Send the start of an opening instead, then stall (for a listener
+        /// with `detect = true`): what a stalled detecting client costs.
+        #[arg(long, value_enum)]
+        partial: Option<Partial>,
         /// Seconds to hold them open.
         #[arg(long, default_value_t = 5.0)]
         hold: f64,
@@ -246,3 +250,12 @@ pub fn probe_bytes(spec: &str) -> Result<Probe, String> {
 /// The bytes of a `--probe` (one value, not a list of numbers).
 #[derive(Clone)]
 pub struct Probe(pub Vec<u8>);
+
+/// The start of an opening that `idle --partial` sends before it stalls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Partial {
+    /// The first 3,000 bytes of a 16 KB ClientHello.
+    ClientHello,
+    /// The first 1,000 bytes of an HTTP request head.
+    HttpHead,
+}

@@ -6,16 +6,23 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use tcpmux_proto::sniff::client_hello::build;
+
+use crate::cli::Partial;
+
 /// Opens `connections` clients and holds them for `hold` seconds. With a
 /// `service`, each first names it and reads the `+` line, so the daemon holds
 /// established sessions, not negotiating ones; an `echo` session is then
-/// checked to still answer before it is closed.
+/// checked to still answer before it is closed. With `partial`, each sends the
+/// start of an opening and stalls, as a slow or hostile client does.
 pub fn idle(
     target: SocketAddr,
     connections: usize,
     hold: f64,
     service: Option<&str>,
+    partial: Option<Partial>,
 ) -> Result<(), String> {
+    let opening = partial.map(opening_start);
     let mut open = Vec::with_capacity(connections);
     for i in 0..connections {
         let stream = TcpStream::connect(target)
@@ -23,9 +30,18 @@ pub fn idle(
         if let Some(name) = service {
             negotiate(&stream, name).map_err(|e| format!("connection {i}: {e}"))?;
         }
+        if let Some(bytes) = &opening {
+            (&stream)
+                .write_all(bytes)
+                .map_err(|e| format!("connection {i}: {e}"))?;
+        }
         open.push(stream);
     }
-    let kind = service.map_or("un-negotiated".to_owned(), |s| format!("established {s}"));
+    let kind = match (service, partial) {
+        (Some(s), _) => format!("established {s}"),
+        (None, Some(p)) => format!("stalled after a partial {p:?}"),
+        (None, None) => "un-negotiated".to_owned(),
+    };
     println!("holding {} {kind} connections for {hold} s", open.len());
     let _ = io::stdout().flush();
     std::thread::sleep(Duration::from_secs_f64(hold.max(0.0)));
@@ -43,6 +59,24 @@ pub fn idle(
     // Each still-open connection proves the daemon kept it (reads would see EOF).
     drop(open);
     Ok(())
+}
+
+/// The bytes `--partial` sends: a proper prefix of a valid opening.
+fn opening_start(partial: Partial) -> Vec<u8> {
+    match partial {
+        Partial::ClientHello => {
+            let mut hello = build(Some("app.example.com"), &["h2"], 16_000, 16384);
+            hello.truncate(3_000);
+            hello
+        }
+        Partial::HttpHead => {
+            let mut head = b"GET /index.html HTTP/1.1\r\nHost: app.example.com\r\n\
+                User-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\nAccept: */*\r\nCookie: "
+                .to_vec();
+            head.resize(1_000, b'c');
+            head
+        }
+    }
 }
 
 /// Sends `name` and reads the status line, which must be `+`.

@@ -103,8 +103,9 @@ fn main() -> ExitCode {
             connect,
             connections,
             service,
+            partial,
             hold,
-        } => idle::idle(connect, connections, hold, service.as_deref()),
+        } => idle::idle(connect, connections, hold, service.as_deref(), partial),
         Command::Sources {
             connect,
             service,

@@ -373,7 +373,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__idle)
-            opts="-h --connect --connections --service --hold --help"
+            opts="-h --connect --connections --service --partial --hold --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -389,6 +389,10 @@ _tcpmux__bench() {
                     ;;
                 --service)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --partial)
+                    COMPREPLY=($(compgen -W "client-hello http-head" -- "${cur}"))
                     return 0
                     ;;
                 --hold)

@@ -24,8 +24,6 @@ const MAX_HEAD: usize = 8 * 1024;
 const HELLO_PEEK: usize = MAX_HELLO + 8 * 1024;
 /// Bytes peeked to tell the protocol.
 const FIRST_PEEK: usize = 16;
-/// The smallest peek buffer once the protocol is known.
-const MIN_ROOM: usize = 512;
 
 /// How a detecting listener answers a client it has no service for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,23 +208,31 @@ async fn peek_parsed<T, E>(
 
 /// Waits until more than the `buf.len()` bytes already seen have arrived (up
 /// to `cap`), and leaves every byte waiting in `buf`; `false` when the client
-/// ended its side and nothing new came. The buffer grows with what arrived
-/// (twice the bytes seen, at least `MIN_ROOM`), so a client that sends a few
-/// bytes and stalls costs a few bytes, not `cap`.
+/// ended its side and nothing new came. While it waits, `buf` holds one byte
+/// more than was seen (a full peek says more came); then it takes what the
+/// kernel says is queued. A client that sends part of an opening and stalls
+/// costs what it sent, not `cap`.
 async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
     let seen = buf.len();
-    let mut room = (seen * 2).clamp(MIN_ROOM.min(cap), cap);
+    let mut room = (seen + 1).min(cap);
     loop {
-        buf.resize(room, 0);
+        resize_exact(buf, room);
         let peeked = stream.peek_beyond(buf, seen).await;
         let len = peeked.as_ref().map_or(seen, |p| p.len);
         buf.truncate(len);
         peeked?;
         if len == room && room < cap {
-            // Full: more may be waiting already.
-            room = (room * 2).min(cap);
+            // Full: more is queued. One more peek takes it all.
+            let queued = rustix::io::ioctl_fionread(stream).map_or(cap, |q| q as usize);
+            room = queued.clamp(room + 1, cap);
             continue;
         }
         return Ok(len > seen);
     }
+}
+
+/// Sets `buf`'s length to `len`, growing its capacity to exactly that.
+fn resize_exact(buf: &mut Vec<u8>, len: usize) {
+    buf.reserve_exact(len.saturating_sub(buf.len()));
+    buf.resize(len, 0);
 }
