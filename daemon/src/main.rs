@@ -99,15 +99,16 @@ fn daemon_main() -> ExitCode {
     event_loop(
         config,
         args.config.clone(),
-        Start::Fresh(inherited, Counters::default()),
+        Start::Fresh(inherited, Counters::default(), 0),
     )
 }
 
 /// One event loop on the calling thread.
 /// Where an event loop's sockets come from.
 enum Start {
-    /// Bound here, or inherited from systemd or `--workers`' prebinding.
-    Fresh(Vec<Prebound>, Counters),
+    /// Bound here, or inherited from systemd or `--workers`' prebinding; the
+    /// daemon's counters, and which worker this is.
+    Fresh(Vec<Prebound>, Counters, usize),
     /// Handed over by the daemon this one replaces.
     Upgrade((std::os::unix::net::UnixStream, tcpmuxd::server::Handed)),
 }
@@ -126,8 +127,8 @@ fn event_loop(config: Config, path: Option<PathBuf>, start: Start) -> ExitCode {
             Err(e) => return fail(format!("cannot install signal handlers: {e}")),
         };
         let bound = match start {
-            Start::Fresh(inherited, counters) => {
-                Server::bind_sharing(config, inherited, path, counters)
+            Start::Fresh(inherited, counters, worker) => {
+                Server::bind_sharing(config, inherited, path, counters).map(|s| s.worker(worker))
             }
             Start::Upgrade((predecessor, handed)) => {
                 Server::bind_upgrading(config, handed, predecessor, path)
@@ -232,7 +233,7 @@ fn run_workers(
             let (path, counters) = (path.clone(), counters.clone());
             std::thread::Builder::new()
                 .name(format!("tcpmuxd-worker-{index}"))
-                .spawn(move || event_loop(config, path, Start::Fresh(set, counters)))
+                .spawn(move || event_loop(config, path, Start::Fresh(set, counters, index)))
         })
         .collect();
     let mut status = ExitCode::SUCCESS;

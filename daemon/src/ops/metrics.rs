@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use super::lag::Lag;
+
 /// One service's connections by (outcome, how they were routed).
 type Counts = BTreeMap<(&'static str, &'static str), u64>;
 
@@ -17,6 +19,8 @@ pub struct Metrics {
     connections: Mutex<BTreeMap<String, Counts>>,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
+    /// How late each event loop runs.
+    pub lag: Lag,
 }
 
 impl Metrics {
@@ -104,6 +108,7 @@ impl Metrics {
             );
         }
         render_backends(&mut out, backends);
+        self.lag.render(&mut out);
         out
     }
 }

@@ -1,7 +1,9 @@
 //! Running the daemon as an operator sees it: counters and their HTTP endpoint,
 //! the log writer and its line format, systemd integration, the privilege
-//! drop, and giving memory back after a wave of clients.
+//! drop, giving memory back after a wave of clients, and how late each event
+//! loop runs.
 
+pub(crate) mod lag;
 pub mod log_format;
 pub mod logging;
 pub(crate) mod metrics;

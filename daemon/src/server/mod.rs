@@ -64,6 +64,8 @@ pub struct Server {
     predecessor: Option<std::os::unix::net::UnixStream>,
     /// Handoff registrations the predecessor handed over.
     adopted: Vec<crate::hub::Adopted>,
+    /// Which of the daemon's event loops this is (0 when it has one).
+    worker: usize,
 }
 
 impl Server {
@@ -191,7 +193,16 @@ impl Server {
             upgrade,
             predecessor,
             adopted: std::mem::take(&mut handed.backends),
+            worker: 0,
         })
+    }
+
+    /// Marks this server as event loop `index` of a daemon with several
+    /// (`--workers`): its lag is reported under that index, and only loop 0
+    /// runs the tasks the daemon needs once (health checks, DNS).
+    pub fn worker(mut self, index: usize) -> Server {
+        self.worker = index;
+        self
     }
 
     /// The TCPMUX addresses actually bound (real ports where 0 was asked for).
@@ -235,7 +246,18 @@ impl Server {
             tracing::info!("upgrade: took over from the running daemon");
         }
 
-        let mut pools = pool_tasks(&shared);
+        // The pools are the daemon's, shared by every worker: one set of
+        // tasks checks and resolves them.
+        let first = self.worker == 0;
+        let mut pools = if first {
+            pool_tasks(&shared)
+        } else {
+            JoinSet::new()
+        };
+        let lag = tokio::spawn(crate::ops::lag::watch(
+            Arc::clone(&shared.metrics),
+            self.worker,
+        ));
         let counted = Arc::clone(&shared);
         let trim = tokio::spawn(crate::ops::trim::after_waves(move || {
             counted.gate.take_peak()
@@ -256,7 +278,9 @@ impl Server {
                     reload_config(&shared, &mut live, &sessions, self.config_path.as_deref()).await;
                     // Checks and lookups follow the configuration in force.
                     pools.abort_all();
-                    pools = pool_tasks(&shared);
+                    if first {
+                        pools = pool_tasks(&shared);
+                    }
                     systemd::notify("READY=1");
                 }
                 Some(successor) = upgrades.recv() => {
@@ -291,6 +315,7 @@ impl Server {
         live.shutdown().await;
         sessions.finish(grace).await;
         trim.abort();
+        lag.abort();
     }
 }
 

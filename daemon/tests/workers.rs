@@ -1,0 +1,70 @@
+//! What a daemon with several event loops (`--workers N`) does once for all of
+//! them (health checks, DNS), and what it reports for each (event-loop lag).
+
+mod common;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use common::{Daemon, PATIENCE};
+
+/// `stats` until `pred` holds for it (bounded by PATIENCE).
+fn stats_until(daemon: &Daemon, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let stats = String::from_utf8_lossy(&daemon.exchange(b"stats\r\n")).into_owned();
+        if pred(&stats) || Instant::now() > deadline {
+            return stats;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn every_event_loop_reports_its_lag() {
+    let daemon = Daemon::start_with(None, &["--workers", "2"]);
+    let series = |w: usize| format!("tcpmuxd_event_loop_lag_seconds_count{{worker=\"{w}\"}} ");
+    let stats = stats_until(&daemon, |s| {
+        s.contains(&series(0)) && s.contains(&series(1))
+    });
+    for worker in [0, 1] {
+        assert!(stats.contains(&series(worker)), "worker {worker}:\n{stats}");
+        let bucket =
+            format!("tcpmuxd_event_loop_lag_seconds_bucket{{worker=\"{worker}\",le=\"+Inf\"}} ");
+        assert!(stats.contains(&bucket), "worker {worker}:\n{stats}");
+    }
+    assert!(stats.contains("# TYPE tcpmuxd_event_loop_lag_seconds histogram"));
+}
+
+#[test]
+fn health_checks_run_once_per_daemon_whatever_the_workers() {
+    let backend = TcpListener::bind("127.0.0.1:0").expect("bind the backend");
+    let addr = backend.local_addr().expect("its address");
+    let interval = Duration::from_millis(200);
+    let _daemon = Daemon::start_with(
+        Some(&format!(
+            "[service.app]\nproxy = \"{addr}\"\n\
+             health_check = {{ interval = \"{}ms\", timeout = \"1s\", rise = 1, fall = 3 }}\n",
+            interval.as_millis()
+        )),
+        &["--workers", "2"],
+    );
+    // Every check is one connect. Eleven of them span ten intervals when one
+    // set of checks runs (a busy machine only makes it longer); with one set
+    // per worker they come twice as fast.
+    backend.set_nonblocking(true).expect("non-blocking");
+    let deadline = Instant::now() + PATIENCE;
+    let mut checks = Vec::new();
+    while checks.len() < 11 && Instant::now() < deadline {
+        match backend.accept() {
+            Ok(_probe) => checks.push(Instant::now()),
+            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    assert_eq!(checks.len(), 11, "the health checks arrive");
+    let span = checks[10] - checks[0];
+    assert!(
+        span >= interval * 9,
+        "11 checks in {span:?}: more than one set of health checks runs"
+    );
+}
