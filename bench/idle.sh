@@ -35,7 +35,7 @@ measure() { # measure LABEL BINARY CONFIG [tcpmux-bench idle ARGS...]
   printf '%-46s %6d fds  rest %7d KiB  held %7d KiB  after %7d KiB  %6d bytes each\n' \
     "$label" "$fds" "$before" "$during" "$after" $(( (during - before) * 1024 / N ))
   grep -h "still answered" "$WORK/bench.out" | sed 's/^/    /' || true
-  kill "$daemon"; wait "$daemon" 2>/dev/null || true
+  stop_pid "$daemon"
 }
 echo "# $N idle clients per row; RSS of the daemon (VmRSS)"
 row() { # row LABEL CONFIG [ARGS...]: this tree's daemon, then BEFORE's

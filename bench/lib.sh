@@ -18,6 +18,15 @@ fast_open_on() {
 }
 fast_open_restore() { if [ -n "${OLD_TFO:-}" ]; then echo "$OLD_TFO" > /proc/sys/net/ipv4/tcp_fastopen; fi; }
 
+# SIGTERM, then SIGKILL after 5 s: a daemon that ignores SIGTERM (a frozen
+# event loop) must not hang the script. Says so when it had to.
+stop_pid() {
+  kill "$1" 2>/dev/null || return 0
+  for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || { wait "$1" 2>/dev/null || true; return 0; }; sleep 0.1; done
+  echo "    (pid $1 ignored SIGTERM for 5 s: killed)"
+  kill -9 "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true
+}
+
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 
 # One HAProxy TCP frontend/backend pair: haproxy_pair NAME PORT BACKEND_PORT [splice]
