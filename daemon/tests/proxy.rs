@@ -566,6 +566,49 @@ fn a_backend_that_keeps_refusing_is_ejected_and_then_refused_at_once() {
 }
 
 #[test]
+fn a_backend_that_accepts_and_resets_is_ejected_like_one_that_refuses() {
+    let good = common::echo_backend();
+    let bad = TcpListener::bind("127.0.0.1:0").unwrap();
+    let bad_addr = bad.local_addr().unwrap();
+    std::thread::spawn(move || {
+        // Accepted, reads the client's first bytes, then resets before
+        // sending one (SO_LINGER 0 and close).
+        for mut conn in bad.incoming().flatten() {
+            let _ = conn.read(&mut [0u8; 4]);
+            let _ = socket2::SockRef::from(&conn).set_linger(Some(std::time::Duration::ZERO));
+        }
+    });
+    let mut daemon = Daemon::with_config(&format!(
+        "[service.app]\nbalance = \"round-robin\"\nproxy = [\"{good}\", \"{bad_addr}\"]\n"
+    ));
+    let mut failed = 0;
+    for _ in 0..100 {
+        let mut stream = daemon.connect();
+        stream.write_all(b"app\r\nping").unwrap();
+        // The client keeps its side open, as one waiting for an answer does.
+        let mut reply = [0u8; 7];
+        let mut got = 0;
+        while got < reply.len() {
+            match stream.read(&mut reply[got..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        if reply[..got] != *b"+\r\nping" {
+            failed += 1;
+        }
+    }
+    // Three in a row eject it for 10 s: no more clients are sent there.
+    assert!(
+        failed <= 3,
+        "{failed} of 100 clients got + and then nothing"
+    );
+    daemon
+        .wait_for_log(|l| l.contains("backend ejected") && l.contains(&bad_addr.to_string()))
+        .expect("the backend that resets is ejected");
+}
+
+#[test]
 fn health_checks_take_a_dead_backend_out_and_bring_it_back() {
     let first = TcpListener::bind("127.0.0.1:0").unwrap();
     let first_addr = first.local_addr().unwrap();

@@ -5,9 +5,10 @@
 //! Both engines run on tokio's readiness (`Stream::async_io`), so a
 //! relay costs no thread and no task beyond the session's own.
 
+use std::future::Future;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::net::{send, SendFlags};
@@ -23,6 +24,23 @@ use crate::model::RelayMode;
 pub struct Relayed {
     pub client_to_backend: u64,
     pub backend_to_client: u64,
+    /// The backend's direction ended (EOF or a read error) before it sent a
+    /// byte, while the client's was still open.
+    pub backend_quit: bool,
+    /// The client's direction reached its EOF.
+    pub client_finished: bool,
+}
+
+impl Relayed {
+    /// Whether the backend accepted and then failed the client: it closed or
+    /// reset before its first byte while the client was still there
+    /// (HAProxy's `observe layer4` counts that a failure too). A reset often
+    /// surfaces first as an error writing to the backend, so a relay that
+    /// failed with nothing from the backend asks `backend_ended`.
+    pub fn backend_failed(&self, failed: bool, backend_ended: impl FnOnce() -> bool) -> bool {
+        let silent = self.backend_to_client == 0 && !self.client_finished;
+        self.backend_quit || (silent && failed && backend_ended())
+    }
 }
 
 /// Pipe size asked for, and most bytes one splice moves. The kernel allocates pipe
@@ -46,8 +64,8 @@ pub async fn relay(
     let activity = Activity::new();
     let both = async {
         tokio::try_join!(
-            one_way(client, backend, mode, &activity, &activity.up),
-            one_way(backend, client, mode, &activity, &activity.down)
+            activity.client_side(one_way(client, backend, mode, &activity, &activity.up)),
+            activity.backend_side(one_way(backend, client, mode, &activity, &activity.down))
         )
         .map(|_| ())
     };
@@ -72,8 +90,8 @@ where
     let (b_read, b_write) = tokio::io::split(b);
     let both = async {
         tokio::try_join!(
-            pump(a_read, b_write, &activity, &activity.up),
-            pump(b_read, a_write, &activity, &activity.down)
+            activity.client_side(pump(a_read, b_write, &activity, &activity.up)),
+            activity.backend_side(pump(b_read, a_write, &activity, &activity.down))
         )
         .map(|_| ())
     };
@@ -256,6 +274,9 @@ struct Activity {
     last_ms: AtomicU64,
     up: AtomicU64,
     down: AtomicU64,
+    /// The client's direction reached EOF.
+    client_done: AtomicBool,
+    backend_quit: AtomicBool,
 }
 
 impl Activity {
@@ -265,7 +286,32 @@ impl Activity {
             last_ms: AtomicU64::new(0),
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
+            client_done: AtomicBool::new(false),
+            backend_quit: AtomicBool::new(false),
         }
+    }
+
+    /// The client-to-backend direction, noting when the client has finished.
+    async fn client_side(&self, direction: impl Future<Output = io::Result<()>>) -> io::Result<()> {
+        let result = direction.await;
+        if result.is_ok() {
+            self.client_done.store(true, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// The backend-to-client direction, noting a backend that ended (EOF or
+    /// an error reading it) before its first byte while the client was open.
+    async fn backend_side(
+        &self,
+        direction: impl Future<Output = io::Result<()>>,
+    ) -> io::Result<()> {
+        let result = direction.await;
+        let silent = self.down.load(Ordering::Relaxed) == 0;
+        if silent && !self.client_done.load(Ordering::Relaxed) {
+            self.backend_quit.store(true, Ordering::Relaxed);
+        }
+        result
     }
 
     fn touch(&self) {
@@ -292,6 +338,8 @@ impl Activity {
         let relayed = Relayed {
             client_to_backend: self.up.load(Ordering::Relaxed),
             backend_to_client: self.down.load(Ordering::Relaxed),
+            backend_quit: self.backend_quit.load(Ordering::Relaxed),
+            client_finished: self.client_done.load(Ordering::Relaxed),
         };
         (relayed, result)
     }

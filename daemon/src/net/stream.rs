@@ -124,6 +124,17 @@ impl Stream {
         }
     }
 
+    /// Whether the peer has closed or reset the connection, by a peek that
+    /// does not wait (bytes waiting, or nothing yet, mean it has not).
+    pub fn has_ended(&self) -> bool {
+        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+        match rustix::net::recv(self, &mut [0u8; 1], flags) {
+            Ok((0, _)) => true,
+            Ok(_) => false,
+            Err(e) => e != rustix::io::Errno::AGAIN && e != rustix::io::Errno::INTR,
+        }
+    }
+
     /// Sends FIN: the peer reads EOF, and may still send to us.
     pub fn shutdown_write(&self) -> io::Result<()> {
         socket2::SockRef::from(self).shutdown(std::net::Shutdown::Write)

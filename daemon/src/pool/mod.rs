@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
 use crate::model::{Balance, Endpoint, Member, Proxy};
+use crate::net::relay::Relayed;
 use crate::ops::metrics::BackendLine;
 
 /// Connect failures in a row that take a backend out of the pool, and for how
@@ -82,6 +83,19 @@ struct Health {
     connect_failures: u64,
     bytes_in: u64,
     bytes_out: u64,
+}
+
+impl Health {
+    /// One more failure in a row; enough of them eject the backend.
+    fn failed(&mut self, service: &str, endpoint: &Endpoint) {
+        let now = Instant::now();
+        self.failures += 1;
+        let ejected = self.ejected_until.is_some_and(|t| now < t);
+        if self.failures >= EJECT_AFTER && !ejected {
+            self.ejected_until = Some(now + COOL_DOWN);
+            tracing::warn!(service, backend = %endpoint, failures = EJECT_AFTER, cool_down = ?COOL_DOWN, "backend ejected");
+        }
+    }
 }
 
 /// One connection held by a backend; dropping it gives the count back.
@@ -223,33 +237,34 @@ impl Pool {
     /// Once ejected, the first client after the cool-down is the probe: if it
     /// fails too, the backend is out again at once.
     pub fn connect_failed(&self, service: &str, endpoint: &Endpoint) {
-        let now = Instant::now();
         let mut health = lock(&self.health);
         let state = health.entry(endpoint.clone()).or_default();
-        state.failures += 1;
         state.connect_failures += 1;
-        let ejected = state.ejected_until.is_some_and(|t| now < t);
-        if state.failures >= EJECT_AFTER && !ejected {
-            state.ejected_until = Some(now + COOL_DOWN);
-            tracing::warn!(service, backend = %endpoint, failures = EJECT_AFTER, cool_down = ?COOL_DOWN, "backend ejected");
-        }
+        state.failed(service, endpoint);
     }
 
-    /// A client connected to `endpoint`: its failure run is over.
+    /// A client connected to `endpoint`. Its failure run ends only once the
+    /// session shows the backend serves ([`Pool::relayed`]): a backend that
+    /// accepts and then closes fails its clients as surely as one that refuses.
     pub fn connected(&self, endpoint: &Endpoint) {
         let mut health = lock(&self.health);
-        let state = health.entry(endpoint.clone()).or_default();
-        state.failures = 0;
-        state.ejected_until = None;
-        state.connections += 1;
+        health.entry(endpoint.clone()).or_default().connections += 1;
     }
 
-    /// Bytes a finished relay moved through `endpoint`.
-    pub fn relayed(&self, endpoint: &Endpoint, bytes_in: u64, bytes_out: u64) {
+    /// A finished relay through `endpoint`: its bytes, and whether the backend
+    /// `failed` the client (quit before its first byte: a failure, like a
+    /// refused connect) or served (its failure run is over).
+    pub fn relayed(&self, service: &str, endpoint: &Endpoint, relayed: &Relayed, failed: bool) {
         let mut health = lock(&self.health);
         let state = health.entry(endpoint.clone()).or_default();
-        state.bytes_in += bytes_in;
-        state.bytes_out += bytes_out;
+        state.bytes_in += relayed.client_to_backend;
+        state.bytes_out += relayed.backend_to_client;
+        if failed {
+            state.failed(service, endpoint);
+        } else {
+            state.failures = 0;
+            state.ejected_until = None;
+        }
     }
 
     /// Each member's figures, for the metrics.
@@ -375,144 +390,4 @@ fn usable(health: Option<&Health>, now: Instant) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{Backend, RelayMode};
-
-    fn proxy(balance: Balance, weights: &[u32]) -> Proxy {
-        Proxy {
-            backends: (0..weights.len())
-                .map(|i| {
-                    format!("127.0.0.1:{}", 1000 + i)
-                        .parse::<Backend>()
-                        .unwrap()
-                })
-                .collect(),
-            weights: weights.to_vec(),
-            balance,
-            health_check: None,
-            connect_timeout: Duration::from_secs(1),
-            idle_timeout: None,
-            send_proxy: None,
-            relay: RelayMode::Splice,
-        }
-    }
-
-    fn pool_for(proxy: &Proxy) -> (Pool, Arc<Members>) {
-        let pool = Pool::default();
-        pool.configure(&Arc::new(proxy.clone()));
-        let members = pool.current(proxy).expect("IP backends are ready at once");
-        (pool, members)
-    }
-
-    #[test]
-    fn round_robin_honours_weights_exactly_over_a_cycle() {
-        let proxy = proxy(Balance::RoundRobin, &[1, 2, 3]);
-        let (pool, members) = pool_for(&proxy);
-        let mut firsts = [0; 3];
-        for _ in 0..600 {
-            firsts[pool.order(proxy.balance, &members)[0]] += 1;
-        }
-        assert_eq!(firsts, [100, 200, 300]);
-    }
-
-    #[test]
-    fn least_connections_and_random_two_avoid_the_busy_backend() {
-        for balance in [Balance::LeastConnections, Balance::RandomTwo] {
-            let proxy = proxy(balance, &[1, 1]);
-            let (pool, members) = pool_for(&proxy);
-            let busy = &members.list[0].endpoint;
-            let _busy: Vec<Held> = (0..5).map(|_| pool.hold(busy)).collect();
-            for _ in 0..50 {
-                let order = pool.order(balance, &members);
-                // random-two may draw the busy one twice; then it is all it has.
-                if balance == Balance::LeastConnections {
-                    assert_eq!(order[0], 1);
-                }
-                assert_eq!(order.len(), 2);
-            }
-        }
-    }
-
-    #[test]
-    fn checks_take_a_backend_down_after_fall_and_up_after_rise() {
-        let proxy = proxy(Balance::First, &[1, 1]);
-        let (pool, members) = pool_for(&proxy);
-        let order = || pool.order(Balance::First, &members);
-        let a = &members.list[0].endpoint;
-        pool.checked("s", a, false, 2, 2);
-        assert_eq!(order(), [0, 1], "one failure is not enough");
-        pool.checked("s", a, true, 2, 2);
-        pool.checked("s", a, false, 2, 2);
-        assert_eq!(order(), [0, 1], "a pass between resets the run");
-        pool.checked("s", a, false, 2, 2);
-        assert_eq!(order(), [1], "down after two in a row");
-        pool.checked("s", a, true, 2, 2);
-        assert_eq!(order(), [1]);
-        pool.checked("s", a, true, 2, 2);
-        assert_eq!(order(), [0, 1], "up after two passes");
-        // Passive: three failed client connects eject it.
-        for _ in 0..3 {
-            pool.connect_failed("s", a);
-        }
-        assert_eq!(order(), [1]);
-        // Still failing after the cool-down: out again after one more failure.
-        let expire = |pool: &Pool| {
-            let mut health = lock(&pool.health);
-            let state = health.get_mut(a).unwrap();
-            state.ejected_until = Some(Instant::now() - Duration::from_millis(1));
-        };
-        expire(&pool);
-        assert_eq!(order(), [0, 1], "tried again after the cool-down");
-        pool.connect_failed("s", a);
-        assert_eq!(order(), [1], "one more failure ejects it again");
-        expire(&pool);
-        pool.connected(a);
-        assert_eq!(order(), [0, 1]);
-        pool.connect_failed("s", a);
-        assert_eq!(order(), [0, 1], "a success starts the count over");
-    }
-
-    fn member(port: u16, weight: u32, priority: u16) -> Member {
-        Member {
-            endpoint: Endpoint::Tcp(([127, 0, 0, 1], port).into()),
-            weight,
-            priority,
-        }
-    }
-
-    #[test]
-    fn the_best_srv_priority_is_balanced_and_the_rest_kept_for_failover() {
-        let mut proxy = proxy(Balance::RoundRobin, &[1]);
-        proxy.backends = vec!["srv:_x._tcp.test".parse().unwrap()];
-        let pool = Pool::default();
-        pool.configure(&Arc::new(proxy.clone()));
-        assert!(
-            pool.current(&proxy).is_none(),
-            "not ready before DNS answers"
-        );
-        let list = vec![member(1, 1, 20), member(2, 1, 10), member(3, 3, 10)];
-        assert!(pool.publish(&proxy, list));
-        let members = pool.current(&proxy).unwrap();
-        let mut firsts = [0; 3];
-        for _ in 0..400 {
-            let order = pool.order(Balance::RoundRobin, &members);
-            assert_eq!(order.len(), 3);
-            assert_eq!(order[2], 0, "priority 20 only after both of priority 10");
-            firsts[order[0]] += 1;
-        }
-        assert_eq!(firsts, [0, 100, 300], "weights 1:3 within priority 10");
-        // With priority 10 down, 20 takes the clients.
-        for e in [1, 2] {
-            for _ in 0..3 {
-                pool.connect_failed("s", &members.list[e].endpoint);
-            }
-        }
-        assert_eq!(pool.order(Balance::RoundRobin, &members), [0]);
-        // A reload to other backends makes the old answers stale.
-        let mut other = proxy.clone();
-        other.backends = vec!["srv:_y._tcp.test".parse().unwrap()];
-        pool.configure(&Arc::new(other));
-        assert!(!pool.publish(&proxy, vec![member(1, 1, 0)]));
-    }
-}
+mod tests;

@@ -66,7 +66,8 @@ pub async fn serve(
     };
     conn.bytes_in += relayed.client_to_backend;
     conn.bytes_out += relayed.backend_to_client;
-    pool.relayed(&used, relayed.client_to_backend, relayed.backend_to_client);
+    let failed = relayed.backend_failed(result.is_err(), || backend.has_ended());
+    pool.relayed(service, &used, &relayed, failed);
     result.map(|()| Outcome::Served {
         backend: Some(used.to_string()),
     })
