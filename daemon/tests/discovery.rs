@@ -203,6 +203,75 @@ fn srv_records_give_ports_weights_and_priorities_and_are_followed() {
 }
 
 #[test]
+#[ignore = "needs dnsmasq (Debian's dnsmasq-base)"]
+fn an_srv_target_without_an_address_is_left_out_not_fatal() {
+    let record = |target: &str, port: u16| format!("_pool._tcp.test.internal,{target},{port},10,1");
+    // NXDOMAIN for the bad target (a server authoritative for the zone), then
+    // REFUSED (one that knows nothing else).
+    for extra in [&["--local=/test.internal/"][..], &[]] {
+        let dir = common::scratch_dir();
+        let a = tagged_echo(SocketAddr::from(([127, 0, 0, 1], 0)), "A");
+        let dns_port = free_port();
+        let records = [
+            record("node.test.internal", a.port()),
+            record("gone.test.internal", a.port()),
+        ];
+        let hosts = "127.0.0.1 node.test.internal\n";
+        let _dns = Dnsmasq::start_with(&dir, dns_port, hosts, &records, extra);
+        let mut daemon = Daemon::with_config(&format!(
+            "resolvers = [\"127.0.0.1:{dns_port}\"]\n\
+             [service.pool]\nproxy = \"srv:_pool._tcp.test.internal\"\n"
+        ));
+        let counts = tally(&daemon, 20);
+        assert_eq!(counts.get("A"), Some(&20), "{extra:?}: {counts:?}");
+        let warning = daemon
+            .wait_for_log(|l| l.contains("SRV target does not resolve"))
+            .expect("the bad target is named");
+        assert!(warning.contains("gone.test.internal"), "{warning}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+#[ignore = "needs dnsmasq (Debian's dnsmasq-base)"]
+fn an_srv_answer_too_large_for_udp_is_read_over_tcp() {
+    let dir = common::scratch_dir();
+    let a = tagged_echo(SocketAddr::from(([127, 0, 0, 1], 0)), "A");
+    // 1,000 records, one target (dnsmasq 2.90 writes a bad compression
+    // pointer past 16 KiB when it adds a thousand targets' addresses): the
+    // real backend first by priority, 999 more ports behind it.
+    let records: Vec<String> = (0..1000u16)
+        .map(|i| match i {
+            0 => format!(
+                "_pool._tcp.test.internal,node.test.internal,{},5,1",
+                a.port()
+            ),
+            i => format!(
+                "_pool._tcp.test.internal,node.test.internal,{},10,1",
+                20_000 + i
+            ),
+        })
+        .collect();
+    let dns_port = free_port();
+    let hosts = "127.0.0.1 node.test.internal\n";
+    let _dns = Dnsmasq::start(&dir, dns_port, hosts, &records);
+    let mut daemon = Daemon::with_config(&format!(
+        "resolvers = [\"127.0.0.1:{dns_port}\"]\n\
+         [service.pool]\nproxy = \"srv:_pool._tcp.test.internal\"\n"
+    ));
+    let answer = daemon
+        .wait_for_log(|l| l.contains("DNS answer"))
+        .unwrap_or_else(|| panic!("no answer logged: {:?}", daemon.logs()));
+    assert_eq!(
+        answer.matches("127.0.0.1:").count(),
+        1000,
+        "every record is a member"
+    );
+    assert_eq!(tag_of(&daemon), "A");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn localhost_resolves_from_etc_hosts_without_a_dns_server() {
     let backend = tagged_echo(SocketAddr::from(([127, 0, 0, 1], 0)), "L");
     // A name server that never answers: /etc/hosts alone must do.

@@ -48,6 +48,8 @@ struct Answer {
     members: Option<Vec<Member>>,
     due: Option<Instant>,
     failing: bool,
+    /// SRV targets that did not resolve last time (warned about once).
+    skipped: Vec<String>,
 }
 
 /// Looks up `proxy`'s DNS backends as their answers expire and publishes the
@@ -66,7 +68,7 @@ pub async fn follow(
             if backend.fixed().is_some() || answer.due.is_some_and(|due| due > now) {
                 continue;
             }
-            match lookup(&resolver, backend).await {
+            match lookup(&resolver, backend, &mut answer.skipped).await {
                 Ok((members, valid_until)) => {
                     let ttl = valid_until
                         .saturating_duration_since(now)
@@ -78,11 +80,9 @@ pub async fn follow(
                     } else if answer.failing {
                         tracing::info!(service, %backend, "DNS lookups answer again");
                     }
-                    *answer = Answer {
-                        members: Some(members),
-                        due: Some(now + ttl),
-                        failing: false,
-                    };
+                    answer.members = Some(members);
+                    answer.due = Some(now + ttl);
+                    answer.failing = false;
                 }
                 Err(error) => {
                     if !answer.failing {
@@ -124,6 +124,7 @@ fn members(proxy: &Proxy, answers: &[Answer]) -> Vec<Member> {
 async fn lookup(
     resolver: &TokioResolver,
     backend: &Backend,
+    skipped: &mut Vec<String>,
 ) -> Result<(Vec<Member>, Instant), ResolveError> {
     match backend {
         Backend::Tcp { host, port } => {
@@ -138,7 +139,7 @@ async fn lookup(
                 .collect();
             Ok((members, until))
         }
-        Backend::Srv(name) => srv(resolver, name).await,
+        Backend::Srv(name) => srv(resolver, name, skipped).await,
         // Never looked up: a socket path is its own member (`fixed_member`).
         Backend::Unix(_) => Ok((Vec::new(), Instant::now())),
     }
@@ -159,23 +160,44 @@ async fn addresses(
 
 /// An SRV name's records, each target's addresses a member with the record's
 /// priority and weight (a weight of 0 counts as 1, so it still gets clients).
-async fn srv(resolver: &TokioResolver, name: &str) -> Result<(Vec<Member>, Instant), ResolveError> {
+/// A target that does not resolve is left out, with a warning naming it the
+/// first time, so one bad record cannot take the service down; only when no
+/// target resolves does the lookup fail (and the last answer stand).
+async fn srv(
+    resolver: &TokioResolver,
+    name: &str,
+    skipped: &mut Vec<String>,
+) -> Result<(Vec<Member>, Instant), ResolveError> {
     let records = resolver.srv_lookup(name).await?;
     let mut until = records.as_lookup().valid_until();
     let mut members = Vec::new();
+    let mut failed = Vec::new();
     for record in records.iter() {
         // A target of "." says the service is not offered there (RFC 2782).
         if record.target().is_root() {
             continue;
         }
-        let (addrs, valid) =
-            addresses(resolver, &record.target().to_ascii(), record.port()).await?;
+        let target = record.target().to_ascii();
+        let (addrs, valid) = match addresses(resolver, &target, record.port()).await {
+            Ok(found) => found,
+            Err(error) => {
+                if !skipped.contains(&target) {
+                    tracing::warn!(srv = name, %target, %error, "SRV target does not resolve; left out of the pool");
+                }
+                failed.push(target);
+                continue;
+            }
+        };
         until = until.min(valid);
         members.extend(addrs.into_iter().map(|addr| Member {
             endpoint: Endpoint::Tcp(addr),
             weight: u32::from(record.weight().max(1)),
             priority: record.priority(),
         }));
+    }
+    *skipped = failed;
+    if members.is_empty() && !skipped.is_empty() {
+        return Err(format!("no SRV target resolves ({})", skipped.join(", ")).into());
     }
     members.sort_by(|a, b| (a.priority, &a.endpoint).cmp(&(b.priority, &b.endpoint)));
     Ok((members, until))

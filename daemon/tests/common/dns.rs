@@ -17,6 +17,18 @@ pub struct Dnsmasq {
 
 impl Dnsmasq {
     pub fn start(dir: &Path, port: u16, hosts: &str, srv: &[String]) -> Dnsmasq {
+        Dnsmasq::start_with(dir, port, hosts, srv, &[])
+    }
+
+    /// [`Dnsmasq::start`] with more of dnsmasq's options: `--local=/test/`
+    /// makes it answer NXDOMAIN for unknown names there (else REFUSED).
+    pub fn start_with(
+        dir: &Path,
+        port: u16,
+        hosts: &str,
+        srv: &[String],
+        extra: &[&str],
+    ) -> Dnsmasq {
         super::require_program("dnsmasq", "--version", "dnsmasq-base");
         let path = dir.join("hosts");
         std::fs::write(&path, hosts).unwrap();
@@ -42,6 +54,7 @@ impl Dnsmasq {
         for record in srv {
             command.arg(format!("--srv-host={record}"));
         }
+        command.args(extra);
         let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
