@@ -5,7 +5,6 @@
 //! Both engines run on tokio's readiness (`Stream::async_io`), so a
 //! relay costs no thread and no task beyond the session's own.
 
-use std::future::Future;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,9 +62,19 @@ pub async fn relay(
 ) -> (Relayed, io::Result<()>) {
     let activity = Activity::new();
     let both = async {
+        // Built inside the blocks, so that each direction's future is stored
+        // once (an async fn taking it as an argument would hold two slots).
         tokio::try_join!(
-            activity.client_side(one_way(client, backend, mode, &activity, &activity.up)),
-            activity.backend_side(one_way(backend, client, mode, &activity, &activity.down))
+            async {
+                let result = one_way(client, backend, mode, &activity, &activity.up).await;
+                activity.client_ended(&result);
+                result
+            },
+            async {
+                let result = one_way(backend, client, mode, &activity, &activity.down).await;
+                activity.backend_ended();
+                result
+            }
         )
         .map(|_| ())
     };
@@ -90,8 +99,16 @@ where
     let (b_read, b_write) = tokio::io::split(b);
     let both = async {
         tokio::try_join!(
-            activity.client_side(pump(a_read, b_write, &activity, &activity.up)),
-            activity.backend_side(pump(b_read, a_write, &activity, &activity.down))
+            async {
+                let result = pump(a_read, b_write, &activity, &activity.up).await;
+                activity.client_ended(&result);
+                result
+            },
+            async {
+                let result = pump(b_read, a_write, &activity, &activity.down).await;
+                activity.backend_ended();
+                result
+            }
         )
         .map(|_| ())
     };
@@ -291,27 +308,21 @@ impl Activity {
         }
     }
 
-    /// The client-to-backend direction, noting when the client has finished.
-    async fn client_side(&self, direction: impl Future<Output = io::Result<()>>) -> io::Result<()> {
-        let result = direction.await;
+    /// The client-to-backend direction ended: at the client's EOF, the
+    /// client has finished.
+    fn client_ended(&self, result: &io::Result<()>) {
         if result.is_ok() {
             self.client_done.store(true, Ordering::Relaxed);
         }
-        result
     }
 
-    /// The backend-to-client direction, noting a backend that ended (EOF or
-    /// an error reading it) before its first byte while the client was open.
-    async fn backend_side(
-        &self,
-        direction: impl Future<Output = io::Result<()>>,
-    ) -> io::Result<()> {
-        let result = direction.await;
+    /// The backend-to-client direction ended (EOF or an error): before its
+    /// first byte, with the client still open, the backend quit.
+    fn backend_ended(&self) {
         let silent = self.down.load(Ordering::Relaxed) == 0;
         if silent && !self.client_done.load(Ordering::Relaxed) {
             self.backend_quit.store(true, Ordering::Relaxed);
         }
-        result
     }
 
     fn touch(&self) {
