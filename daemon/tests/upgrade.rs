@@ -21,11 +21,16 @@ struct Successor {
 
 impl Successor {
     fn start(config: &std::path::Path) -> Successor {
+        Successor::start_with_env(config, &[])
+    }
+
+    fn start_with_env(config: &std::path::Path, envs: &[(&str, &str)]) -> Successor {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
             .arg("--config")
             .arg(config)
             .arg("--upgrade")
             .env("RUST_LOG", "info")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -234,6 +239,120 @@ impl Tally {
             }
         }
     }
+}
+
+#[test]
+fn a_changed_upgrade_socket_is_applied_on_reload() {
+    let dir = common::scratch_dir();
+    let (first, second) = (dir.join("first.sock"), dir.join("second.sock"));
+    let config = |socket: &std::path::Path| {
+        format!(
+            "listen = [\"127.0.0.1:0\"]\nupgrade_socket = \"{}\"\n",
+            socket.display()
+        )
+    };
+    let mut old = Daemon::binary(&config(&first));
+    std::fs::write(old.config_path(), config(&second)).unwrap();
+    old.signal("HUP");
+    old.wait_for_log(|l| l.contains("upgrade socket") && l.contains("second.sock"))
+        .expect("the new upgrade socket is served");
+    old.wait_for_log(|l| l.contains("upgrade socket closed") && l.contains("first.sock"))
+        .expect("the old one is closed");
+    assert!(!first.exists(), "the old socket file is removed");
+    // A successor finds the daemon at the new path and takes over.
+    let successor = Successor::start(&old.config_path());
+    successor.wait_for_log("took over from the running daemon");
+    assert!(
+        old.wait_exit().is_some_and(|s| s.success()),
+        "the old daemon exits"
+    );
+}
+
+#[test]
+fn the_successor_tells_systemd_it_is_the_main_process() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = common::scratch_dir();
+    let path = dir.join("notify.sock");
+    let notify = UnixDatagram::bind(&path).unwrap();
+    notify.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    let notices = || -> Vec<String> {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 512];
+        notify.set_nonblocking(true).unwrap();
+        while let Ok(n) = notify.recv(&mut buf) {
+            all.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        notify.set_nonblocking(false).unwrap();
+        all
+    };
+    let envs = [("NOTIFY_SOCKET", path.to_str().unwrap())];
+    let socket = dir.join("upgrade.sock");
+    let mut old = Daemon::start_full(
+        Some(&format!(
+            "listen = [\"127.0.0.1:0\"]\nupgrade_socket = \"{}\"\n",
+            socket.display()
+        )),
+        &[],
+        &envs,
+    );
+    let successor = Successor::start_with_env(&old.config_path(), &envs);
+    successor.wait_for_log("took over from the running daemon");
+    assert!(
+        old.wait_exit().is_some_and(|s| s.success()),
+        "the old daemon exits"
+    );
+    // Every notice of the old daemon is queued by now (it has exited); the
+    // successor's READY comes once it serves.
+    let main_pid = format!("MAINPID={}\nREADY=1", successor.child.id());
+    let deadline = Instant::now() + common::PATIENCE;
+    let mut seen = Vec::new();
+    while !seen.contains(&main_pid) && Instant::now() < deadline {
+        seen.extend(notices());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(seen.contains(&main_pid), "{seen:?}");
+    // The service goes on in the successor: the old one must not say STOPPING.
+    assert!(!seen.iter().any(|n| n.contains("STOPPING=1")), "{seen:?}");
+}
+
+#[test]
+fn a_stalled_upgrade_peer_holds_up_no_signal() {
+    let dir = common::scratch_dir();
+    let socket = dir.join("upgrade.sock");
+    let mut daemon = Daemon::binary(&format!(
+        "upgrade_socket = \"{}\"\nshutdown_grace = \"3s\"\n",
+        socket.display()
+    ));
+    // A peer that connects and says nothing: the exchange waits for it, the
+    // daemon does not. A reload is applied at once.
+    let _silent = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    daemon
+        .wait_for_log(|l| l.contains("a successor connected"))
+        .expect("the exchange started");
+    let asked = Instant::now();
+    daemon.signal("HUP");
+    daemon
+        .wait_for_log(|l| l.contains("configuration reloaded"))
+        .expect("reloaded while the peer is silent");
+    let reload = asked.elapsed();
+    // Until the request times out and the next peer is served: it asks for
+    // the sockets and never says READY. SIGTERM still stops the daemon.
+    let mut stalled = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    stalled.write_all(b"UPGRADE\n").unwrap();
+    let mut frame = [0u8; 512];
+    std::io::Read::read_exact(&mut stalled, &mut frame).expect("the first frame comes");
+    let asked = Instant::now();
+    daemon.signal("TERM");
+    let status = daemon.wait_exit().expect("exits");
+    let stop = asked.elapsed();
+    assert!(status.success(), "{status:?}");
+    // Before, each waited for the exchange: up to 30 s. The bound is loose for
+    // a busy machine; what matters is that neither waits for the peer.
+    assert!(
+        reload < Duration::from_secs(2),
+        "the reload took {reload:?}"
+    );
+    assert!(stop < Duration::from_secs(2), "SIGTERM took {stop:?}");
 }
 
 fn echo_once(addr: &str, seed: u64) -> Result<(), String> {

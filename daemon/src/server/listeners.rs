@@ -6,14 +6,13 @@
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::bind_control_socket;
 use super::sessions::{accept_loop, Sessions};
 use crate::config::Config;
 use crate::hub::Adopted;
@@ -44,7 +43,9 @@ pub(super) struct Live {
     tcpmux: Vec<Tcpmux>,
     metrics: Option<(SocketAddr, AbortHandle, Option<OwnedFd>)>,
     control: Option<(PathBuf, AbortHandle, Option<OwnedFd>)>,
-    upgrade: Option<(PathBuf, Option<OwnedFd>)>,
+    upgrade: Option<(PathBuf, AbortHandle, Option<OwnedFd>)>,
+    /// Where successors on any upgrade socket are passed (the run loop).
+    upgrade_requests: Option<mpsc::Sender<UnixStream>>,
     /// Whether a reloaded file's `listen` applies: not when the command line
     /// (`--listen`), systemd or `--workers` chose the sockets.
     follow_file: bool,
@@ -59,6 +60,7 @@ pub(super) struct Staged {
     /// `Some(None)`: the endpoint is to close.
     metrics: Option<Option<Listener>>,
     control: Option<Option<Listener>>,
+    upgrade: Option<Option<Listener>>,
 }
 
 impl Live {
@@ -69,6 +71,7 @@ impl Live {
             metrics: None,
             control: None,
             upgrade: None,
+            upgrade_requests: None,
             follow_file,
             options_follow_file,
         }
@@ -167,18 +170,23 @@ impl Live {
         self.control = Some((path, task, fd));
     }
 
-    /// Serves successors on the upgrade socket, passing them to `requests`.
-    pub(super) fn serve_upgrades(
-        &mut self,
-        path: PathBuf,
-        listener: Listener,
-        requests: mpsc::Sender<UnixStream>,
-    ) {
+    /// Where successors are to be passed, on this upgrade socket and any a
+    /// reload opens.
+    pub(super) fn pass_upgrades_to(&mut self, requests: mpsc::Sender<UnixStream>) {
+        self.upgrade_requests = Some(requests);
+    }
+
+    /// Serves successors on the upgrade socket, passing them to the run loop.
+    pub(super) fn serve_upgrades(&mut self, path: PathBuf, listener: Listener) {
+        let Some(requests) = self.upgrade_requests.clone() else {
+            return;
+        };
         tracing::info!(address = %listener.local_addr(), "upgrade socket");
         let fd = listener.as_fd().try_clone_to_owned().ok();
-        self.accepting
+        let task = self
+            .accepting
             .spawn(super::upgrade::accept_upgrades(listener, requests));
-        self.upgrade = Some((path, fd));
+        self.upgrade = Some((path, task, fd));
     }
 
     /// Every socket in service, for a successor: its kind, what it was
@@ -196,7 +204,7 @@ impl Live {
         if let Some((path, _, Some(fd))) = &self.control {
             sockets.push(("CONTROL", path.display().to_string(), fd.as_fd()));
         }
-        if let Some((path, Some(fd))) = &self.upgrade {
+        if let Some((path, _, Some(fd))) = &self.upgrade {
             sockets.push(("UPGRADE", path.display().to_string(), fd.as_fd()));
         }
         sockets
@@ -224,13 +232,23 @@ impl Live {
             &config.handoff_socket,
         ) {
             (true, _) => None,
-            (false, Some(path)) => Some(Some(bind_control_socket(path)?)),
+            (false, Some(path)) => Some(Some(bind_unix_socket(path, UnixSocket::Control)?)),
+            (false, None) => Some(None),
+        };
+        let current = self.upgrade.as_ref().map(|(path, _, _)| path.as_path());
+        let upgrade = match (
+            current == config.upgrade_socket.as_deref(),
+            &config.upgrade_socket,
+        ) {
+            (true, _) => None,
+            (false, Some(path)) => Some(Some(bind_unix_socket(path, UnixSocket::Upgrade)?)),
             (false, None) => Some(None),
         };
         Ok(Staged {
             tcpmux,
             metrics,
             control,
+            upgrade,
         })
     }
 
@@ -306,6 +324,16 @@ impl Live {
                 self.serve_control(path.clone(), listener, shared, Vec::new());
             }
         }
+        if let Some(upgrade) = staged.upgrade {
+            let old = self
+                .upgrade
+                .take()
+                .map(|(path, task, _)| (path.display().to_string(), task));
+            close(old, "upgrade socket");
+            if let (Some(listener), Some(path)) = (upgrade, &config.upgrade_socket) {
+                self.serve_upgrades(path.clone(), listener);
+            }
+        }
     }
 
     /// Closes every socket: accepting stops at once.
@@ -336,4 +364,32 @@ fn apply_accept_options(
     if let Err(e) = crate::net::listener::set_accept_options(socket, options, defer) {
         tracing::warn!(address = %addr, error = %e, "cannot set fast_open or defer_accept; serving without them");
     }
+}
+
+/// The two Unix sockets of the daemon's own, by who may connect.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum UnixSocket {
+    /// Open to every local user: authorization is per name, by the
+    /// connecting process's credentials, not by file permissions (0666).
+    Control,
+    /// For the daemon's own user (0600).
+    Upgrade,
+}
+
+/// Binds the handoff control or the upgrade socket at `path`, with its mode.
+pub(super) fn bind_unix_socket(path: &Path, kind: UnixSocket) -> Result<Listener, BindError> {
+    use std::os::unix::fs::PermissionsExt;
+    let (mode, why) = match kind {
+        UnixSocket::Control => (0o666, "cannot make the control socket connectable"),
+        UnixSocket::Upgrade => (0o600, "cannot restrict the upgrade socket to its owner"),
+    };
+    let addr = ListenAddr::Unix(path.to_owned());
+    let listener = Listener::bind(&addr)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+        BindError {
+            addr,
+            reason: format!("{why}: {e}"),
+        }
+    })?;
+    Ok(listener)
 }

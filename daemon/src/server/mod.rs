@@ -25,7 +25,7 @@ use crate::ops::{logging, systemd};
 use crate::pool::{discovery, health};
 pub use crate::state::Counters;
 use crate::state::Shared;
-use listeners::Live;
+use listeners::{bind_unix_socket, Live, UnixSocket};
 use sessions::Sessions;
 use std::os::fd::{AsFd, OwnedFd};
 pub use upgrade::{take_over, Handed, UpgradeError};
@@ -148,7 +148,7 @@ impl Server {
             Some(path) => {
                 let listener = match handed.control.take().filter(|(p, _)| p == path) {
                     Some((_, fd)) => adopt_one(fd)?,
-                    None => bind_control_socket(path)?,
+                    None => bind_unix_socket(path, UnixSocket::Control)?,
                 };
                 Some((path.clone(), listener))
             }
@@ -158,7 +158,7 @@ impl Server {
             Some(path) => {
                 let listener = match handed.upgrade.take().filter(|(p, _)| p == path) {
                     Some((_, fd)) => adopt_one(fd)?,
-                    None => bind_upgrade_socket(path)?,
+                    None => bind_unix_socket(path, UnixSocket::Upgrade)?,
                 };
                 Some((path.clone(), listener))
             }
@@ -237,9 +237,11 @@ impl Server {
             live.serve_tcpmux(configured, listener, options, &shared, &sessions);
         }
         let (upgrade_requests, mut upgrades) = mpsc::channel(1);
+        live.pass_upgrades_to(upgrade_requests);
         if let Some((path, listener)) = self.upgrade {
-            live.serve_upgrades(path, listener, upgrade_requests);
+            live.serve_upgrades(path, listener);
         }
+        let took_over = self.predecessor.is_some();
         if let Some(predecessor) = self.predecessor {
             // Serving on every socket now: the old daemon may stop accepting.
             upgrade::ready(predecessor);
@@ -263,8 +265,16 @@ impl Server {
             counted.gate.take_peak()
         }));
         live.store_in_systemd();
-        systemd::notify("READY=1");
+        if took_over {
+            // The service's main process from now on: systemd follows it
+            // (the unit needs NotifyAccess=all to hear a second process).
+            systemd::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+        } else {
+            systemd::notify("READY=1");
+        }
         let mut watchdog = systemd::watchdog_interval().map(tokio::time::interval);
+        let mut handing: Option<tokio::task::JoinHandle<std::io::Result<bool>>> = None;
+        let mut handed_over = false;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -283,31 +293,41 @@ impl Server {
                     }
                     systemd::notify("READY=1");
                 }
-                Some(successor) = upgrades.recv() => {
-                    let registrations = shared.hub.registrations();
-                    let mut sockets = live.sockets();
-                    for r in &registrations {
-                        let names: Vec<&str> = r.names.iter().map(|n| n.as_str()).collect();
-                        let value = format!("{} {} {} {}", r.uid, r.gid, r.pid, names.join(","));
-                        if value.len() > upgrade::MAX_VALUE {
-                            tracing::warn!(pid = r.pid, "upgrade: a registration too long to hand over stays here");
-                            continue;
+                // The exchange runs as a task of its own: a successor that
+                // stalls cannot keep signals, reloads or the watchdog waiting.
+                Some(successor) = upgrades.recv(), if handing.is_none() => {
+                    match upgrade_sockets(&shared, &live) {
+                        Ok(sockets) => {
+                            tracing::info!(sockets = sockets.len(), "upgrade: a successor connected; handing over");
+                            handing = Some(tokio::spawn(upgrade::hand_over(successor, sockets)));
                         }
-                        sockets.push(("BACKEND", value, r.control.as_fd()));
+                        Err(e) => tracing::warn!(error = %e, "upgrade failed: cannot share the sockets; still serving"),
                     }
-                    match upgrade::hand_over(successor, sockets).await {
-                        Ok(true) => {
+                }
+                Some(done) = async { Some(handing.as_mut()?.await) }, if handing.is_some() => {
+                    handing = None;
+                    match done {
+                        Ok(Ok(true)) => {
                             tracing::info!("upgrade: the new daemon serves; stopping this one");
                             crate::net::listener::keep_socket_files();
+                            handed_over = true;
                             break;
                         }
-                        Ok(false) => tracing::warn!("upgrade: the new daemon did not take over; still serving"),
+                        Ok(Ok(false)) => tracing::warn!("upgrade: the new daemon did not take over; still serving"),
+                        Ok(Err(e)) => tracing::warn!(error = %e, "upgrade failed; still serving"),
                         Err(e) => tracing::warn!(error = %e, "upgrade failed; still serving"),
                     }
                 }
             }
         }
-        systemd::notify("STOPPING=1");
+        if let Some(exchange) = handing {
+            exchange.abort();
+        }
+        // After a handover the service goes on in the successor: telling
+        // systemd STOPPING would have it stop the successor too.
+        if !handed_over {
+            systemd::notify("STOPPING=1");
+        }
 
         let grace = shared.settings().shutdown_grace;
         tracing::info!(active = shared.gate.active.get(), grace = ?grace, "shutting down");
@@ -317,6 +337,29 @@ impl Server {
         trim.abort();
         lag.abort();
     }
+}
+
+/// Every socket a successor takes over, as descriptors of its own (the
+/// exchange runs beside the loop that keeps serving on them), and each handoff
+/// backend's registration with its control connection. A registration too
+/// long for one frame cannot travel: its control connection is closed, so the
+/// backend registers again (its library reconnects) rather than being lost.
+fn upgrade_sockets(shared: &Shared, live: &Live) -> std::io::Result<Vec<upgrade::Socket>> {
+    let mut sockets = Vec::new();
+    for (kind, value, fd) in live.sockets() {
+        sockets.push((kind, value, fd.try_clone_to_owned()?));
+    }
+    for r in shared.hub.registrations() {
+        let names: Vec<&str> = r.names.iter().map(|n| n.as_str()).collect();
+        let value = format!("{} {} {} {}", r.uid, r.gid, r.pid, names.join(","));
+        if value.len() > upgrade::MAX_VALUE {
+            tracing::warn!(pid = r.pid, names = names.len(), "upgrade: a registration too long for one frame; closing its control connection so the backend registers again");
+            let _ = rustix::net::shutdown(&r.control, rustix::net::Shutdown::Both);
+            continue;
+        }
+        sockets.push(("BACKEND", value, r.control.as_fd().try_clone_to_owned()?));
+    }
+    Ok(sockets)
 }
 
 /// The tasks that keep proxy pools current for the settings in force: one
@@ -415,20 +458,6 @@ fn adopt_one(fd: OwnedFd) -> Result<Listener, RunError> {
     Listener::from_inherited(fd, true).map_err(RunError::Inherited)
 }
 
-/// The upgrade socket is for the daemon's own user: mode 0600.
-fn bind_upgrade_socket(path: &Path) -> Result<Listener, BindError> {
-    use std::os::unix::fs::PermissionsExt;
-    let addr = ListenAddr::Unix(path.to_owned());
-    let listener = Listener::bind(&addr)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
-        BindError {
-            addr,
-            reason: format!("cannot restrict the upgrade socket to its owner: {e}"),
-        }
-    })?;
-    Ok(listener)
-}
-
 /// Listeners from systemd; each keeps the options of the configured address it
 /// matches, if any.
 fn adopt(inherited: Vec<Prebound>, configured: &[ListenSpec]) -> Result<Vec<Bound>, RunError> {
@@ -457,19 +486,4 @@ fn adopt(inherited: Vec<Prebound>, configured: &[ListenSpec]) -> Result<Vec<Boun
             Ok(((addr, prebound.name), listener, options))
         })
         .collect()
-}
-
-/// The control socket is open to every local user: authorization is per name, by
-/// the connecting process's credentials, not by file permissions.
-fn bind_control_socket(path: &Path) -> Result<Listener, BindError> {
-    use std::os::unix::fs::PermissionsExt;
-    let addr = ListenAddr::Unix(path.to_owned());
-    let listener = Listener::bind(&addr)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(|e| {
-        BindError {
-            addr,
-            reason: format!("cannot make the control socket connectable: {e}"),
-        }
-    })?;
-    Ok(listener)
 }

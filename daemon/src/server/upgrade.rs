@@ -13,7 +13,7 @@
 use std::io::{self, IoSlice, IoSliceMut, Write};
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,7 +22,7 @@ use rustix::net::{
     recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
 };
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Interest};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
@@ -175,33 +175,61 @@ pub(super) async fn accept_upgrades(listener: Listener, requests: mpsc::Sender<U
     }
 }
 
+/// One socket for a successor: its frame kind, its value, and a descriptor.
+pub(super) type Socket = (&'static str, String, OwnedFd);
+
+/// How long each step of the old daemon's side may take: the request, each
+/// frame, and the successor's READY (which waits for it to bind and start).
+const REQUEST_WAIT: Duration = Duration::from_secs(5);
+const FRAME_WAIT: Duration = Duration::from_secs(5);
+const READY_WAIT: Duration = PATIENCE;
+
 /// The old daemon's side: reads the request, hands `sockets` over, and waits
-/// for the successor's READY. `Ok(true)`: the successor serves.
-pub(super) async fn hand_over(
-    mut stream: UnixStream,
-    sockets: Vec<(&'static str, String, BorrowedFd<'_>)>,
-) -> io::Result<bool> {
+/// for the successor's READY. `Ok(true)`: the successor serves. Every step is
+/// bounded, and it runs as a task of its own beside the serving loop.
+pub(super) async fn hand_over(mut stream: UnixStream, sockets: Vec<Socket>) -> io::Result<bool> {
     let mut request = [0u8; 8];
-    tokio::time::timeout(PATIENCE, stream.read_exact(&mut request))
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no upgrade request"))??;
+    step(
+        REQUEST_WAIT,
+        "the upgrade request",
+        stream.read_exact(&mut request),
+    )
+    .await?;
     if &request != b"UPGRADE\n" {
         return Ok(false);
     }
-    let std = stream.into_std()?;
-    std.set_nonblocking(false)?;
-    std.set_write_timeout(Some(PATIENCE))?;
     for (kind, value, fd) in &sockets {
-        send_frame(&std, &format!("{kind} {value}"), Some(*fd))?;
+        let frame = format!("{kind} {value}");
+        step(
+            FRAME_WAIT,
+            "a frame",
+            send_frame(&stream, &frame, Some(fd.as_fd())),
+        )
+        .await?;
     }
-    send_frame(&std, "END", None)?;
-    std.set_nonblocking(true)?;
-    let mut lines = BufReader::new(UnixStream::from_std(std)?).lines();
-    let answer = tokio::time::timeout(PATIENCE, lines.next_line()).await;
-    Ok(matches!(answer, Ok(Ok(Some(line))) if line == "READY"))
+    step(FRAME_WAIT, "a frame", send_frame(&stream, "END", None)).await?;
+    let mut lines = BufReader::new(stream).lines();
+    let answer = step(READY_WAIT, "READY", lines.next_line()).await?;
+    Ok(answer.as_deref() == Some("READY"))
 }
 
-fn send_frame(stream: &StdUnixStream, text: &str, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+/// `io` within `limit`, else a timeout naming `what` was awaited.
+async fn step<T>(
+    limit: Duration,
+    what: &str,
+    io: impl std::future::Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match tokio::time::timeout(limit, io).await {
+        Ok(result) => result,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the successor sent or took nothing for {limit:?} (waiting for {what})"),
+        )),
+    }
+}
+
+/// One frame of exactly [`FRAME`] bytes, `fd` passed with its first bytes.
+async fn send_frame(stream: &UnixStream, text: &str, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
     if text.len() >= FRAME {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -211,19 +239,26 @@ fn send_frame(stream: &StdUnixStream, text: &str, fd: Option<BorrowedFd<'_>>) ->
     let mut frame = [b' '; FRAME];
     frame[..text.len()].copy_from_slice(text.as_bytes());
     frame[FRAME - 1] = b'\n';
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
     let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
-    if !fds.is_empty() {
-        control.push(SendAncillaryMessage::ScmRights(&fds));
-    }
-    let sent = sendmsg(
-        stream,
-        &[IoSlice::new(&frame)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )?;
+    let mut sent = stream
+        .async_io(Interest::WRITABLE, || {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            if !fds.is_empty() {
+                control.push(SendAncillaryMessage::ScmRights(&fds));
+            }
+            let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+            sendmsg(stream, &[IoSlice::new(&frame)], &mut control, flags).map_err(io::Error::from)
+        })
+        .await?;
     // The descriptor went with the first bytes; the rest of the frame follows.
-    let mut writer = stream;
-    writer.write_all(&frame[sent..])
+    while sent < FRAME {
+        sent += stream
+            .async_io(Interest::WRITABLE, || {
+                let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+                rustix::net::send(stream, &frame[sent..], flags).map_err(io::Error::from)
+            })
+            .await?;
+    }
+    Ok(())
 }
