@@ -12,33 +12,60 @@ const CHECK: Duration = Duration::from_secs(1);
 const WAVE: usize = 1024;
 
 /// Runs for the life of the event loop: trims once the open connections fall
-/// to a quarter of the most open at once since the last trim, when that was at
-/// least [`WAVE`]. `counts` gives the most open at once since it was last
-/// called (a high-water mark, so a wave between two looks still counts) and
-/// the number open now.
+/// to a quarter of the most open at once, when that was at least [`WAVE`],
+/// and again as the rest of the wave leaves (each further eighth of it, and
+/// its last connection): under load the first quarter can take a while to
+/// close, and what it frees after the first trim would otherwise stay.
+/// `counts` gives the most open at once since it was last called (a
+/// high-water mark, so a wave between two looks still counts) and the number
+/// open now.
 pub async fn after_waves(counts: impl Fn() -> (usize, usize)) {
-    let mut peak = 0;
+    let mut wave = Wave::default();
     let mut tick = tokio::time::interval(CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
         let (high, now) = counts();
-        peak = peak.max(high);
-        if should_trim(peak, now) {
+        if wave.should_trim(high, now) {
             let released = release_free_memory();
             tracing::debug!(
-                peak,
+                peak = wave.peak,
                 now,
                 released,
                 "returned free heap memory to the system"
             );
-            peak = now;
         }
     }
 }
 
-fn should_trim(peak: usize, now: usize) -> bool {
-    peak >= WAVE && now <= peak / 4
+/// One wave of connections: its peak, and the count at the last trim.
+#[derive(Debug, Default)]
+struct Wave {
+    peak: usize,
+    trimmed_at: Option<usize>,
+}
+
+impl Wave {
+    /// Whether to trim now, with `high` the most open since the last look
+    /// and `now` the number open; notes the trim.
+    fn should_trim(&mut self, high: usize, now: usize) -> bool {
+        self.peak = self.peak.max(high);
+        if self.peak < WAVE || now > self.peak / 4 {
+            return false;
+        }
+        let trim = match self.trimmed_at {
+            None => true,
+            Some(last) => last.saturating_sub(now) >= self.peak / 8 || (now == 0 && last > 0),
+        };
+        if trim {
+            self.trimmed_at = Some(now);
+        }
+        if now == 0 {
+            // The wave is over: the next one is measured afresh.
+            *self = Wave::default();
+        }
+        trim
+    }
 }
 
 /// Whether glibc gave any memory back (always false elsewhere).
@@ -61,9 +88,26 @@ mod tests {
 
     #[test]
     fn only_the_end_of_a_large_wave_trims() {
-        assert!(!should_trim(500, 0), "a small wave is left alone");
-        assert!(!should_trim(4000, 1500), "most of the wave is still here");
-        assert!(should_trim(4000, 1000));
-        assert!(should_trim(WAVE, 0));
+        assert!(
+            !Wave::default().should_trim(500, 0),
+            "a small wave is left alone"
+        );
+        assert!(
+            !Wave::default().should_trim(4000, 1500),
+            "most of the wave is still here"
+        );
+        assert!(Wave::default().should_trim(4000, 1000));
+        assert!(Wave::default().should_trim(WAVE, 0));
+    }
+
+    #[test]
+    fn the_rest_of_a_slow_wave_is_trimmed_as_it_leaves() {
+        let mut wave = Wave::default();
+        assert!(wave.should_trim(3000, 700), "a quarter left");
+        assert!(!wave.should_trim(700, 600), "too few have left since");
+        assert!(wave.should_trim(600, 300), "another eighth left");
+        assert!(wave.should_trim(300, 0), "the last one left");
+        assert!(!wave.should_trim(0, 0), "nothing more to give back");
+        assert!(!wave.should_trim(800, 0), "a new wave, too small");
     }
 }
