@@ -10,7 +10,15 @@
 #  10. rate limiter: the daemon's CPU time per connection for 40,000 short
 #      connections from 20,000 source addresses, with connection_rate_per_ip
 #      = 1 and without, and the ratio.
+# From the issue "One packet must never stop the daemon":
+#  p4. memory per stalled client on a detect = true listener: 2,000 clients
+#      that sent 3,000 bytes of a 16 KB ClientHello, or 1,000 bytes of an HTTP
+#      head, and stall;
+#  p5. a plain echo client's latency (p99) beside a tls listener: alone,
+#      during a flood of full handshakes (8 clients, tls-short), and during a
+#      burst of 2,000 ClientHellos at once; with the handshake rate.
 #   bench/harden.sh            # this tree's tcpmuxd
+#   SECTIONS="p4 p5" bench/harden.sh                 # some sections only
 #   TCPMUXD=/path/to/other/tcpmuxd bench/harden.sh   # another build (e.g. an
 #                                                    # older one), same tools
 # Loopback only; every process it starts is stopped by PID on exit.
@@ -20,6 +28,9 @@ BASE=${BASE_PORT:-27600}
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench -p tcpmux
 . bench/lib.sh
 DAEMON=${TCPMUXD:-target/release/tcpmuxd}
+SECTIONS=${SECTIONS:-1 5 8 10 p4 p5}
+want() { case " $SECTIONS " in *" $1 "*) return 0;; *) return 1;; esac; }
+ulimit -n "$(ulimit -Hn)"  # p4 and p5 hold 2,000 clients
 BENCH=target/release/tcpmux-bench
 echo "# $(nproc) cores, $(uname -r), daemon: $DAEMON"
 
@@ -34,7 +45,13 @@ start() { # start PORT CONFIG [ARGS...]: the daemon, its PID in $DPID
     2> "$WORK/$port.log" & DPID=$!; PIDS+=($DPID)
   wait_port "$port"
 }
+start_file() { # start_file PORT CONFIG: the daemon on the config's own listen
+  printf '%s' "$2" > "$WORK/$1.toml"
+  RUST_LOG=warn "$DAEMON" --config "$WORK/$1.toml" 2> "$WORK/$1.log" & DPID=$!; PIDS+=($DPID)
+  wait_port "$1"
+}
 
+if want 1; then
 # 1. exec stderr.
 P=$BASE
 start $P $'[service.spill]\nexec = ["/bin/sh", "-c", "cat >&2"]\n'
@@ -45,7 +62,9 @@ sleep 0.5
 after=$(peak_kib $DPID)
 echo "1. exec stderr, 200 MiB without a newline: peak RSS $before -> $after KiB (grew $(( (after - before) / 1024 )) MiB)"
 kill $DPID
+fi
 
+if want 5; then
 # 5. control-socket flood.
 P=$((BASE + 1))
 chmod 755 "$WORK"  # uid 65534 must reach the socket
@@ -65,7 +84,9 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && command -v prlimit >/d
 else
   echo "5. control flood: skipped (needs root, setpriv and prlimit)"
 fi
+fi
 
+if want 8; then
 # 8. proxy loop, through --listen (the file cannot know the address).
 P=$((BASE + 2))
 start $P "[service.loop]"$'\n'"proxy = \"127.0.0.1:$P\""$'\n'
@@ -77,7 +98,9 @@ during=$(fds $DPID)
 exec 3>&-
 echo "8. proxy loop, one client sending 'loop' 3,000 times: descriptors $idle_fds -> $during"
 kill $DPID
+fi
 
+if want 10; then
 # 10. rate limiter with many sources.
 for rate in none 1; do
   P=$((BASE + 3))
@@ -93,3 +116,51 @@ for rate in none 1; do
   kill $DPID; wait $DPID 2>/dev/null || true
 done
 awk -v a="$US_1" -v b="$US_none" 'BEGIN { printf "10. ratio with/without the rate limit: %.2fx\n", a / b }'
+fi
+
+rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+
+if want p4; then
+# p4. stalled clients on a detecting listener.
+P=$((BASE + 4))
+for partial in client-hello http-head; do
+  start_file $P $'listen = [{ address = "127.0.0.1:'$P$'", detect = true }]\nnegotiation_timeout = "60s"\nmax_connections = 5000\n'
+  before=$(rss $DPID)
+  $BENCH idle --connect "127.0.0.1:$P" --connections 2000 --hold 2 --partial $partial > "$WORK/p4.out" &
+  IDLE=$!
+  for _ in $(seq 200); do grep -q holding "$WORK/p4.out" 2>/dev/null && break; sleep 0.1; done
+  sleep 0.5
+  held=$(rss $DPID)
+  wait $IDLE
+  echo "p4. 2,000 stalled after a partial $partial: RSS $before -> $held KiB, $(( (held - before) * 1024 / 2000 )) bytes each"
+  stop_pid $DPID
+done
+fi
+
+if want p5; then
+# p5. TLS handshakes beside a plain echo client.
+P=$((BASE + 5)) T=$((BASE + 6))
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=bench CA" \
+  -keyout "$WORK/ca.key" -out "$WORK/ca.pem" -days 2 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
+  -keyout "$WORK/key.pem" -out "$WORK/server.csr" 2>/dev/null
+printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n' > "$WORK/ext"
+openssl x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial \
+  -out "$WORK/cert.pem" -days 1 -extfile "$WORK/ext" 2>/dev/null
+start_file $P "listen = [\"127.0.0.1:$P\", { address = \"127.0.0.1:$T\", tls = { cert = \"$WORK/cert.pem\", key = \"$WORK/key.pem\" } }]"$'\nmax_connections = 5000\n'
+# An open loop, one request every 5 ms: a stall delays every request due in it.
+probe() { $BENCH rpc --connect "127.0.0.1:$P" --service echo --size 64 --interval-ms 5 --duration "$1" --label "$2"; }
+echo "p5. $(probe 3 'echo alone')"
+$BENCH tls-short --connect "127.0.0.1:$T" --ca "$WORK/ca.pem" --connections 8 --duration 6 --service daytime --label "handshake flood" > "$WORK/flood.out" &
+FLOOD=$!
+sleep 1
+echo "p5. $(probe 4 'echo during the handshake flood')"
+wait $FLOOD
+echo "p5. $(cat "$WORK/flood.out")"
+$BENCH tls-burst --connect "127.0.0.1:$T" --ca "$WORK/ca.pem" --connections 2000 > "$WORK/burst.out" &
+BURST=$!
+echo "p5. $(probe 2 'echo during a burst of 2,000 ClientHellos')"
+wait $BURST
+echo "p5. burst: $(cat "$WORK/burst.out")"
+stop_pid $DPID
+fi

@@ -101,6 +101,10 @@ pub enum Command {
         connections: usize,
         #[arg(long, default_value_t = 5.0)]
         duration: f64,
+        /// Start a request every this many milliseconds per client (an open
+        /// loop: latency counts from when it was due), instead of back to back.
+        #[arg(long)]
+        interval_ms: Option<f64>,
         #[command(flatten)]
         report: Report,
     },
@@ -195,6 +199,17 @@ pub enum Command {
         duration: f64,
         #[arg(long, default_value = "target")]
         label: String,
+    },
+    /// A burst of ClientHellos: C connections each send a full handshake's
+    /// ClientHello at once; reports how long until every server flight came.
+    TlsBurst {
+        #[arg(long)]
+        connect: SocketAddr,
+        /// PEM CA that the server's certificate (for `localhost`) chains to.
+        #[arg(long)]
+        ca: std::path::PathBuf,
+        #[arg(long, default_value_t = 2000)]
+        connections: usize,
     },
     /// TLS bulk download on one connection, read to its end; median of runs.
     TlsBulk {

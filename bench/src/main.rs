@@ -77,6 +77,7 @@ fn main() -> ExitCode {
             size,
             connections,
             duration,
+            interval_ms,
             report,
         } => requests::rpc(
             connect,
@@ -84,6 +85,7 @@ fn main() -> ExitCode {
             size,
             connections.max(1),
             duration,
+            interval_ms.map(|ms| std::time::Duration::from_secs_f64(ms.max(0.01) / 1e3)),
             &report.label,
             report.json,
         ),
@@ -117,6 +119,11 @@ fn main() -> ExitCode {
             connections,
             hold,
         } => idle::idle_unix(&path, connections, hold),
+        Command::TlsBurst {
+            connect,
+            ca,
+            connections,
+        } => tls::burst(connect, &ca, connections),
         Command::TlsShort {
             connect,
             ca,

@@ -23,6 +23,22 @@ pub(crate) fn run_clients<F>(
 where
     F: Fn(&mut Vec<u8>) -> io::Result<bool> + Send + Sync + 'static,
 {
+    paced_clients(clients, duration, None, what, exchange)
+}
+
+/// [`run_clients`], each client starting an exchange every `interval` if
+/// given (an open loop: a latency counts from when the exchange was due, so
+/// a server stall shows in full, not only in the one exchange that met it).
+pub(crate) fn paced_clients<F>(
+    clients: usize,
+    duration: f64,
+    interval: Option<Duration>,
+    what: &str,
+    exchange: F,
+) -> Result<Summary, String>
+where
+    F: Fn(&mut Vec<u8>) -> io::Result<bool> + Send + Sync + 'static,
+{
     let duration = Duration::from_secs_f64(duration.max(0.1));
     let exchange = Arc::new(exchange);
     let done = Arc::new(AtomicU64::new(0));
@@ -35,8 +51,17 @@ where
             std::thread::spawn(move || {
                 let mut latencies = Latencies::new();
                 let mut buf = Vec::with_capacity(256);
+                let mut due = Instant::now();
                 while Instant::now() < deadline {
-                    let t0 = Instant::now();
+                    let t0 = match interval {
+                        Some(interval) => {
+                            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                            let t0 = due;
+                            due += interval;
+                            t0
+                        }
+                        None => Instant::now(),
+                    };
                     match exchange(&mut buf) {
                         Ok(true) => {
                             latencies.record(t0.elapsed());
@@ -133,18 +158,20 @@ fn rpc_once(
     Ok(buf == payload)
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn rpc(
     target: SocketAddr,
     service: Option<&str>,
     size: usize,
     connections: usize,
     duration: f64,
+    interval: Option<Duration>,
     label: &str,
     json: bool,
 ) -> Result<(), String> {
     let payload: Arc<[u8]> = (0..size).map(|i| (i % 253) as u8).collect();
     let service = service.map(str::to_owned);
-    let summary = run_clients(connections, duration, "requests", move |buf| {
+    let summary = paced_clients(connections, duration, interval, "requests", move |buf| {
         buf.resize(payload.len(), 0);
         rpc_once(target, service.as_deref(), &payload, buf)
     })?;

@@ -1,6 +1,7 @@
 //! TLS workloads, for TLS termination compared across servers: `tls-short`
-//! (a full handshake, no resumption, then a short answer read to the end) and
-//! `tls-bulk` (one connection's download through TLS). The client offers one
+//! (a full handshake, no resumption, then a short answer read to the end),
+//! `tls-bulk` (one connection's download through TLS) and `tls-burst` (many
+//! ClientHellos at once, each costing the server a full handshake). The client offers one
 //! cipher suite, TLS_AES_128_GCM_SHA256, so every server uses the same.
 
 use std::io::{self, Read, Write};
@@ -121,6 +122,42 @@ pub fn bulk(
         rates[rates.len() / 2],
         rates.len(),
         all.join(", ")
+    );
+    Ok(())
+}
+
+/// Sends `connections` ClientHellos as fast as it can connect, then waits for
+/// each server flight (the server's handshake computation done), and closes.
+pub fn burst(target: SocketAddr, ca: &Path, connections: usize) -> Result<(), String> {
+    let config = config(ca)?;
+    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let mut open = Vec::with_capacity(connections);
+    for i in 0..connections {
+        let mut socket = TcpStream::connect(target).map_err(|e| format!("connection {i}: {e}"))?;
+        socket.set_nodelay(true).map_err(|e| e.to_string())?;
+        socket
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(|e| e.to_string())?;
+        let mut session =
+            ClientConnection::new(Arc::clone(&config), name.clone()).map_err(|e| e.to_string())?;
+        while session.wants_write() {
+            session
+                .write_tls(&mut socket)
+                .map_err(|e| format!("connection {i}: {e}"))?;
+        }
+        open.push(socket);
+    }
+    let sent = started.elapsed();
+    let mut answered = 0;
+    for socket in &mut open {
+        let mut first = [0u8; 1];
+        answered += usize::from(socket.read(&mut first).is_ok_and(|n| n > 0));
+    }
+    println!(
+        "{connections} ClientHellos sent in {:.3} s; {answered} server flights by {:.3} s",
+        sent.as_secs_f64(),
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }

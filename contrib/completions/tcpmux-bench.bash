@@ -55,6 +55,9 @@ _tcpmux__bench() {
             tcpmux__bench,tls-bulk)
                 cmd="tcpmux__bench__subcmd__tls__subcmd__bulk"
                 ;;
+            tcpmux__bench,tls-burst)
+                cmd="tcpmux__bench__subcmd__tls__subcmd__burst"
+                ;;
             tcpmux__bench,tls-short)
                 cmd="tcpmux__bench__subcmd__tls__subcmd__short"
                 ;;
@@ -97,6 +100,9 @@ _tcpmux__bench() {
             tcpmux__bench__subcmd__help,tls-bulk)
                 cmd="tcpmux__bench__subcmd__help__subcmd__tls__subcmd__bulk"
                 ;;
+            tcpmux__bench__subcmd__help,tls-burst)
+                cmd="tcpmux__bench__subcmd__help__subcmd__tls__subcmd__burst"
+                ;;
             tcpmux__bench__subcmd__help,tls-short)
                 cmd="tcpmux__bench__subcmd__help__subcmd__tls__subcmd__short"
                 ;;
@@ -107,7 +113,7 @@ _tcpmux__bench() {
 
     case "${cmd}" in
         tcpmux__bench)
-            opts="-h -V --help --version source sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-bulk bulk help"
+            opts="-h -V --help --version source sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-burst tls-bulk bulk help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -163,7 +169,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__help)
-            opts="source sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-bulk bulk help"
+            opts="source sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-burst tls-bulk bulk help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -358,6 +364,20 @@ _tcpmux__bench() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tcpmux__subcmd__bench__subcmd__help__subcmd__tls__subcmd__burst)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tcpmux__subcmd__bench__subcmd__help__subcmd__tls__subcmd__short)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -507,7 +527,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__rpc)
-            opts="-h --connect --service --size --connections --duration --label --json --help"
+            opts="-h --connect --service --size --connections --duration --interval-ms --label --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -530,6 +550,10 @@ _tcpmux__bench() {
                     return 0
                     ;;
                 --duration)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --interval-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -700,6 +724,32 @@ _tcpmux__bench() {
                     return 0
                     ;;
                 --label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tcpmux__subcmd__bench__subcmd__tls__subcmd__burst)
+            opts="-h --connect --ca --connections --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --connect)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connections)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -440,3 +440,52 @@ fn a_stalled_handshake_counts_against_the_negotiation_timeout() {
         .wait_for_log(|l| l.contains("negotiation timeout"))
         .expect("logged as a negotiation timeout");
 }
+
+/// CPU time (ticks) of each thread of `pid`, by thread name.
+fn thread_cpu(pid: u32) -> Vec<(String, u64)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
+        let ticks: u64 = rest
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|f| f.parse::<u64>().ok())
+            .sum();
+        threads.push((name.trim().to_owned(), ticks));
+    }
+    threads
+}
+
+#[test]
+fn handshakes_are_computed_off_the_event_loop() {
+    let setup = Setup::new();
+    let daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", {} }}]\n",
+        setup.tls_table("")
+    ));
+    for _ in 0..300 {
+        let mut daytime = connect(&daemon, "daytime", &setup.trust()).unwrap();
+        read_to_end(&mut daytime).unwrap();
+    }
+    // The event loop is the main thread, named after the binary; the
+    // handshakes' key exchanges and signatures ran on the pool's threads.
+    let threads = thread_cpu(daemon.pid());
+    let cpu = |named: &dyn Fn(&str) -> bool| -> u64 {
+        let matching = threads.iter().filter(|(name, _)| named(name));
+        matching.map(|(_, ticks)| ticks).sum()
+    };
+    let pool = cpu(&|name| name.starts_with("tcpmuxd-tls"));
+    let event_loop = cpu(&|name| name == "tcpmuxd");
+    assert!(
+        pool > event_loop,
+        "pool {pool} ticks, event loop {event_loop}: {threads:?}"
+    );
+}

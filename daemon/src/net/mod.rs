@@ -5,6 +5,7 @@
 pub(crate) mod buffers;
 pub(crate) mod close;
 pub(crate) mod conn;
+pub(crate) mod handshakes;
 pub mod listener;
 pub(crate) mod proxy_protocol;
 pub(crate) mod relay;

@@ -27,14 +27,15 @@ impl std::fmt::Debug for TlsConn {
     }
 }
 
-/// Runs the server handshake on `stream`; the error says why it failed.
+/// Runs the server handshake on `stream`, its computation on the handshake
+/// pool (`handshakes.rs`); the error says why it failed.
 pub async fn accept(
     stream: Stream,
     config: Arc<rustls::ServerConfig>,
 ) -> io::Result<(TlsConn, TlsClient)> {
-    let stream = tokio_rustls::TlsAcceptor::from(config)
-        .accept(stream)
-        .await?;
+    // Even the session's setup (rustls's buffers) is left to the pool.
+    let handshake = async move { tokio_rustls::TlsAcceptor::from(config).accept(stream).await };
+    let stream = super::handshakes::run(handshake).await?;
     let session = stream.get_ref().1;
     let mut client = TlsClient {
         version: match session.protocol_version() {

@@ -1,0 +1,74 @@
+//! The TLS handshake pool: a handshake's computation (the key exchange and
+//! the certificate's signature, about 0.4 ms each) runs on a few threads of
+//! its own instead of the event loops, so a flood of handshakes delays no
+//! other client. The sockets stay registered with their event loop, which
+//! only wakes the handshake when bytes arrive; the pool polls it.
+//!
+//! The pool's threads are few (all cores but one); handshakes waiting for one
+//! wait in its queue, never on an event loop. Their number is bounded by the
+//! daemon's connection limits, not here: a handshake waiting for its client
+//! holds no thread, so a bound on handshakes in flight would only let slow
+//! clients lock the fast ones out.
+//!
+//! One pool per process, shared by every worker: that is why it is a global,
+//! started on the first handshake (after the privilege drop, which needs a
+//! single-threaded process).
+
+use std::future::Future;
+use std::io;
+use std::sync::OnceLock;
+
+use tokio::runtime::Runtime;
+
+static POOL: OnceLock<Option<Runtime>> = OnceLock::new();
+
+/// Threads for handshakes: all cores but one, which the event loop keeps.
+fn threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.saturating_sub(1).clamp(1, 8)
+}
+
+fn pool() -> Option<&'static Runtime> {
+    POOL.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads())
+            .thread_name("tcpmuxd-tls")
+            .build();
+        match runtime {
+            Ok(runtime) => Some(runtime),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the TLS handshake threads; handshakes run on the event loop");
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
+/// Aborts the handshake when its session gives up on it (the negotiation
+/// timeout, shutdown), so the pool never works for a client that is gone.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs `handshake` to its end on the pool (or here, if there is none).
+pub async fn run<T, F>(handshake: F) -> io::Result<T>
+where
+    F: Future<Output = io::Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let Some(pool) = pool() else {
+        return handshake.await;
+    };
+    let mut task = AbortOnDrop(pool.spawn(handshake));
+    match (&mut task.0).await {
+        Ok(result) => result,
+        Err(e) => Err(io::Error::other(format!(
+            "the TLS handshake task failed: {e}"
+        ))),
+    }
+}
