@@ -246,7 +246,11 @@ fn a_second_ctrl_c_ends_the_daemon_at_once() {
     daemon
         .wait_for_log(|l| l.contains("shutting down"))
         .expect("the first stops accepting");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Still running, and its session still served: it waits for the grace.
+    session.write_all(b"still there").unwrap();
+    let mut echoed = [0u8; 11];
+    std::io::Read::read_exact(&mut session, &mut echoed).unwrap();
+    assert_eq!(&echoed, b"still there");
     assert!(
         std::process::Command::new("kill")
             .args(["-0", &daemon.pid().to_string()])

@@ -15,7 +15,7 @@ fn daemon() -> Daemon {
     let backend = common::echo_backend();
     Daemon::with_config(&format!(
         "listen = [{{ address = \"127.0.0.1:0\", detect = true, ssh = \"echo\", http = \"fallback\", \
-         silent = \"daytime\", detect_timeout = \"150ms\" }}]\n\
+         silent = \"daytime\", detect_timeout = \"1s\" }}]\n\
          [service.db]\nproxy = \"{backend}\"\nsni = [\"db.example.com\", \"*.example.org\"]\n\
          [service.app]\nproxy = \"{backend}\"\nhttp_host = [\"app.example.com\"]\n\
          [service.fallback]\nbuiltin = \"isotime\"\n"

@@ -240,8 +240,9 @@ fn programs_are_killed_on_shutdown_by_default() {
 
 #[test]
 fn programs_can_be_left_running_on_shutdown() {
-    let (pid, _daemon) = program_pid_then_stop_daemon("leave");
-    std::thread::sleep(Duration::from_millis(300));
+    let (pid, mut daemon) = program_pid_then_stop_daemon("leave");
+    // The daemon has finished its shutdown (a kill would have come before).
+    assert!(daemon.wait_exit().is_some(), "the daemon stops");
     let alive = running(pid);
     // It was ours (started through our daemon): stop it by its PID.
     let _ = std::process::Command::new("kill")

@@ -630,10 +630,13 @@ fn health_checks_take_a_dead_backend_out_and_bring_it_back() {
     // A backend that answers the check comes up.
     let pong = TcpListener::bind("127.0.0.1:0").unwrap();
     let pong_addr = pong.local_addr().unwrap();
+    let checks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&checks);
     std::thread::spawn(move || {
         for conn in pong.incoming() {
             let Ok(mut conn) = conn else { return };
             let _ = conn.write_all(b"PONG\n");
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
     std::fs::write(
@@ -648,8 +651,13 @@ fn health_checks_take_a_dead_backend_out_and_bring_it_back() {
     daemon
         .wait_for_log(|l| l.contains("configuration reloaded"))
         .expect("reloaded");
-    // Up from the start, and staying up: clients reach it.
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Up from the start, and staying up through several checks (fall = 1: a
+    // failed one would take it down at once): clients reach it.
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while checks.load(std::sync::atomic::Ordering::Relaxed) < 5 {
+        assert!(std::time::Instant::now() < deadline, "the checks run");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     assert!(!daemon
         .logs()
         .iter()
@@ -737,9 +745,11 @@ fn killing_one_of_three_backends_under_load_fails_no_client_it_was_not_serving()
     daemon
         .wait_for_log(|l| l.contains("backend down") && l.contains(&killed_addr.to_string()))
         .expect("the checks take it down");
-    // Down: no client tries it any more.
+    // Down: no client tries it any more, over the next 30 clients served.
     let before = failures_of(&daemon, killed_addr);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let served = |l: &str| l.contains("outcome=served");
+    let so_far = daemon.logs().iter().filter(|l| served(l)).count();
+    assert!(daemon.wait_for_lines(so_far + 30, served) >= so_far + 30);
     assert_eq!(failures_of(&daemon, killed_addr), before);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (ok, failed) = load.join().unwrap();

@@ -224,7 +224,12 @@ fn a_renewed_certificate_is_served_after_sighup_while_old_sessions_go_on() {
     // A broken file fails the reload and keeps the renewed one.
     std::fs::write(&setup.server.key, "not a key").unwrap();
     daemon.signal("HUP");
-    std::thread::sleep(Duration::from_millis(300));
+    let failed = |l: &str| l.contains("reload failed, keeping the running configuration");
+    assert_eq!(
+        daemon.wait_for_lines(1, failed),
+        1,
+        "the reload ran and failed"
+    );
     let still = connect(&daemon, "daytime", &setup.trust()).unwrap();
     assert_eq!(serial(&still), [2]);
 

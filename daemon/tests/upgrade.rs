@@ -66,15 +66,20 @@ impl Drop for Successor {
     }
 }
 
+/// An address for a daemon that must be named in its file (an upgrade's
+/// successor and reloads read it): a free port on 127.0.0.`host`, an address
+/// no other test binds, so that no one takes the port between this look and
+/// the daemon's bind.
+fn free_address(host: u8) -> String {
+    let probe = std::net::TcpListener::bind(("127.0.0.".to_owned() + &host.to_string(), 0))
+        .expect("a free port on a loopback address of its own");
+    probe.local_addr().expect("its address").to_string()
+}
+
 #[test]
 fn upgrades_refuse_no_client_and_let_running_sessions_finish() {
     let dir = common::scratch_dir();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_address(101);
     let mut old = Daemon::binary(&format!(
         "listen = [\"{addr}\"]\nupgrade_socket = \"{}\"\nshutdown_grace = \"20s\"\n",
         dir.join("upgrade.sock").display()
@@ -406,17 +411,7 @@ fn hup(pid: u32) {
 #[test]
 fn five_upgrades_and_five_reloads_under_load_lose_nothing() {
     let dir = common::scratch_dir();
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (main, extra) = (
-        format!("127.0.0.1:{}", free()),
-        format!("127.0.0.1:{}", free()),
-    );
+    let (main, extra) = (free_address(102), free_address(103));
     let backend = common::echo_backend();
     let config = |with_extra: bool| {
         let listen = if with_extra {

@@ -33,6 +33,7 @@ fn pool() -> Option<&'static Runtime> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads())
             .thread_name("tcpmuxd-tls")
+            .on_thread_start(yield_to_event_loops)
             .build();
         match runtime {
             Ok(runtime) => Some(runtime),
@@ -43,6 +44,14 @@ fn pool() -> Option<&'static Runtime> {
         }
     })
     .as_ref()
+}
+
+/// A lower priority (nice 10) for a handshake thread: when it and an event
+/// loop both want a core, the loop, whose clients wait on it, goes first. A
+/// failure (a kernel that refuses) leaves it at the loop's priority.
+fn yield_to_event_loops() {
+    let me = rustix::thread::gettid();
+    let _ = rustix::process::setpriority_process(Some(me), 10);
 }
 
 /// Aborts the handshake when its session gives up on it (the negotiation

@@ -216,6 +216,16 @@ impl Daemon {
         None
     }
 
+    /// Waits (up to PATIENCE) until `n` log lines match `pred`; how many did.
+    pub fn wait_for_lines(&self, n: usize, pred: impl Fn(&str) -> bool) -> usize {
+        let count = || self.logs.lock().unwrap().iter().filter(|l| pred(l)).count();
+        let deadline = Instant::now() + PATIENCE;
+        while count() < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        count()
+    }
+
     /// The binary's pid; an in-process daemon has none of its own.
     pub fn pid(&self) -> u32 {
         match &self.process {
