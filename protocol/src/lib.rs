@@ -8,8 +8,9 @@
 //! for `HELP`, which is answered by the list of names with no status line.
 //! [`RequestParser`] is the server's half, [`ReplyParser`] the client's.
 //! [`proxy_header`] is the PROXY protocol header a trusted load balancer puts
-//! before the request, [`handoff`] the daemon's frames to handoff backends, and
-//! [`sniff`] tells other protocols (TLS, SSH, HTTP) apart from a TCPMUX name.
+//! before the request, [`handoff`] the daemon's frames to handoff backends,
+//! [`upgrade`] the frames of a binary upgrade, and [`sniff`] tells other
+//! protocols (TLS, SSH, HTTP) apart from a TCPMUX name.
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
@@ -19,6 +20,7 @@ pub mod proxy_header;
 mod reply;
 mod request;
 pub mod sniff;
+pub mod upgrade;
 
 pub use name::{NameError, ServiceName, MAX_NAME_LEN};
 pub use reply::{encode_reply, ReplyError, ReplyLine, ReplyParser, ReplyProgress, MAX_REPLY_LINE};

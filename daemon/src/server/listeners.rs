@@ -4,8 +4,9 @@
 //! change; removed sockets are closed, so new connects to them are refused,
 //! while the sessions they accepted go on.
 
+use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -14,12 +15,14 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
 use super::sessions::{accept_loop, Sessions};
+use super::upgrade::encoded;
 use crate::config::Config;
 use crate::hub::Adopted;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
 use crate::net::listener::{BindError, Listener};
 use crate::ops::metrics_endpoint;
 use crate::state::Shared;
+use tcpmux_proto::upgrade::Frame;
 
 /// A listener's options, which a reload may change for new connections.
 pub(super) type SharedOptions = Arc<RwLock<Arc<ListenOptions>>>;
@@ -189,25 +192,30 @@ impl Live {
         self.upgrade = Some((path, task, fd));
     }
 
-    /// Every socket in service, for a successor: its kind, what it was
-    /// configured as, and a descriptor of it.
-    pub(super) fn sockets(&self) -> Vec<(&'static str, String, BorrowedFd<'_>)> {
+    /// Every socket in service, for a successor: its frame (what it was
+    /// configured as) and a descriptor of its own, for the exchange that
+    /// runs beside this loop.
+    pub(super) fn sockets(&self) -> io::Result<Vec<super::upgrade::Socket>> {
         let mut sockets = Vec::new();
         for live in &self.tcpmux {
             if let Some(fd) = &live.fd {
-                sockets.push(("LISTEN", live.bound.to_string(), fd.as_fd()));
+                let addr = live.bound.to_string();
+                sockets.push((encoded(&Frame::Listen(&addr))?, fd.try_clone()?));
             }
         }
         if let Some((addr, _, Some(fd))) = &self.metrics {
-            sockets.push(("METRICS", addr.to_string(), fd.as_fd()));
+            let addr = addr.to_string();
+            sockets.push((encoded(&Frame::Metrics(&addr))?, fd.try_clone()?));
         }
         if let Some((path, _, Some(fd))) = &self.control {
-            sockets.push(("CONTROL", path.display().to_string(), fd.as_fd()));
+            let path = path.display().to_string();
+            sockets.push((encoded(&Frame::Control(&path))?, fd.try_clone()?));
         }
         if let Some((path, _, Some(fd))) = &self.upgrade {
-            sockets.push(("UPGRADE", path.display().to_string(), fd.as_fd()));
+            let path = path.display().to_string();
+            sockets.push((encoded(&Frame::Upgrade(&path))?, fd.try_clone()?));
         }
-        sockets
+        Ok(sockets)
     }
 
     /// Binds what `config` adds to the sockets in service, changing nothing.

@@ -345,19 +345,24 @@ impl Server {
 /// long for one frame cannot travel: its control connection is closed, so the
 /// backend registers again (its library reconnects) rather than being lost.
 fn upgrade_sockets(shared: &Shared, live: &Live) -> std::io::Result<Vec<upgrade::Socket>> {
-    let mut sockets = Vec::new();
-    for (kind, value, fd) in live.sockets() {
-        sockets.push((kind, value, fd.try_clone_to_owned()?));
-    }
+    use tcpmux_proto::upgrade::{encode, Frame, Registration};
+    let mut sockets = live.sockets()?;
     for r in shared.hub.registrations() {
         let names: Vec<&str> = r.names.iter().map(|n| n.as_str()).collect();
-        let value = format!("{} {} {} {}", r.uid, r.gid, r.pid, names.join(","));
-        if value.len() > upgrade::MAX_VALUE {
-            tracing::warn!(pid = r.pid, names = names.len(), "upgrade: a registration too long for one frame; closing its control connection so the backend registers again");
-            let _ = rustix::net::shutdown(&r.control, rustix::net::Shutdown::Both);
-            continue;
+        let count = names.len();
+        let frame = Frame::Backend(Registration {
+            uid: r.uid,
+            gid: r.gid,
+            pid: r.pid,
+            names,
+        });
+        match encode(&frame) {
+            Ok(bytes) => sockets.push((bytes, r.control.as_fd().try_clone_to_owned()?)),
+            Err(e) => {
+                tracing::warn!(pid = r.pid, names = count, error = %e, "upgrade: a registration that cannot travel; closing its control connection so the backend registers again");
+                let _ = rustix::net::shutdown(&r.control, rustix::net::Shutdown::Both);
+            }
         }
-        sockets.push(("BACKEND", value, r.control.as_fd().try_clone_to_owned()?));
     }
     Ok(sockets)
 }

@@ -5,10 +5,10 @@
 //! client connecting during the upgrade is served by one or the other.
 //!
 //! The exchange, over a Unix stream socket: the successor sends `UPGRADE\n`;
-//! the running daemon answers with frames of exactly [`FRAME`] bytes, `KIND
-//! VALUE\n` padded with spaces, each of `LISTEN addr`, `METRICS addr`,
-//! `CONTROL path` and `UPGRADE path` carrying its socket (SCM_RIGHTS), then an
-//! `END` frame; the successor answers `READY\n` once it serves.
+//! the running daemon answers with one frame per socket, each carrying it
+//! (SCM_RIGHTS), then an `END` frame with the exchange's version (the frames
+//! are pure code in `tcpmux_proto::upgrade`); the successor answers
+//! `READY\n` once it serves.
 
 use std::io::{self, IoSlice, IoSliceMut, Write};
 use std::mem::MaybeUninit;
@@ -26,15 +26,13 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Interest};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
+use tcpmux_proto::upgrade::{self, Frame, FrameError, FRAME, VERSION};
+
 use crate::hub::Adopted;
 use crate::model::ListenAddr;
 use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
 
-/// Size of every frame, so frames never merge or split ambiguously.
-const FRAME: usize = 512;
-/// The longest value a frame holds after its kind.
-pub(super) const MAX_VALUE: usize = FRAME - 16;
 /// How long a successor may take to ask, and to say it serves.
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -45,8 +43,12 @@ pub enum UpgradeError {
     Connect { path: PathBuf, source: io::Error },
     #[error("the upgrade exchange with the running tcpmuxd failed: {0}")]
     Exchange(#[from] io::Error),
-    #[error("the running tcpmuxd sent a malformed upgrade frame")]
-    Protocol,
+    #[error("the running tcpmuxd sent an upgrade frame this one cannot read: {0}")]
+    Protocol(#[from] FrameError),
+    #[error("the running tcpmuxd speaks upgrade exchange version {0}; this binary knows up to {VERSION}: upgrade to a newer one")]
+    Version(u32),
+    #[error("the running tcpmuxd sent a {0} frame without its socket")]
+    NoSocket(&'static str),
 }
 
 /// The sockets a running daemon handed over: TCPMUX listeners by the address
@@ -73,48 +75,49 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
     stream.write_all(b"UPGRADE\n")?;
     let mut handed = Handed::default();
     loop {
-        let (frame, fd) = receive_frame(&stream)?;
-        let text = std::str::from_utf8(&frame).map_err(|_| UpgradeError::Protocol)?;
-        let (kind, value) = text
-            .trim_end()
-            .split_once(' ')
-            .unwrap_or((text.trim_end(), ""));
-        match (kind, fd) {
-            ("END", _) => return Ok((stream, handed)),
-            ("LISTEN", Some(fd)) => {
-                let addr = value.parse().map_err(|_| UpgradeError::Protocol)?;
-                handed.tcpmux.push((addr, fd));
+        let (bytes, fd) = receive_frame(&stream)?;
+        let frame = upgrade::parse(&bytes)?;
+        let fd = match (&frame, fd) {
+            (Frame::End(version), _) if *version > VERSION => {
+                return Err(UpgradeError::Version(*version))
             }
-            ("METRICS", Some(fd)) => {
-                let addr = value.parse().map_err(|_| UpgradeError::Protocol)?;
-                handed.metrics = Some((addr, fd));
-            }
-            ("CONTROL", Some(fd)) => handed.control = Some((value.into(), fd)),
-            ("UPGRADE", Some(fd)) => handed.upgrade = Some((value.into(), fd)),
-            ("BACKEND", Some(fd)) => handed.backends.push(backend(value, fd)?),
-            _ => return Err(UpgradeError::Protocol),
+            (Frame::End(_), _) => return Ok((stream, handed)),
+            (_, Some(fd)) => fd,
+            (_, None) => return Err(UpgradeError::NoSocket(kind(&frame))),
+        };
+        let bad = || UpgradeError::Protocol(FrameError::Malformed);
+        match frame {
+            Frame::Listen(addr) => handed.tcpmux.push((addr.parse().map_err(|_| bad())?, fd)),
+            Frame::Metrics(addr) => handed.metrics = Some((addr.parse().map_err(|_| bad())?, fd)),
+            Frame::Control(path) => handed.control = Some((path.into(), fd)),
+            Frame::Upgrade(path) => handed.upgrade = Some((path.into(), fd)),
+            Frame::Backend(r) => handed.backends.push(Adopted {
+                names: r.names.iter().map(|n| (*n).to_owned()).collect(),
+                uid: r.uid,
+                gid: r.gid,
+                pid: r.pid,
+                control: fd,
+            }),
+            Frame::End(_) => return Ok((stream, handed)),
         }
     }
 }
 
-/// A `BACKEND uid gid pid name,name…` frame's registration.
-fn backend(value: &str, control: OwnedFd) -> Result<Adopted, UpgradeError> {
-    let mut fields = value.split(' ');
-    let mut number = || {
-        fields
-            .next()
-            .and_then(|f| f.parse::<i64>().ok())
-            .ok_or(UpgradeError::Protocol)
-    };
-    let (uid, gid, pid) = (number()?, number()?, number()?);
-    let names = fields.next().ok_or(UpgradeError::Protocol)?;
-    Ok(Adopted {
-        names: names.split(',').map(str::to_owned).collect(),
-        uid: u32::try_from(uid).map_err(|_| UpgradeError::Protocol)?,
-        gid: u32::try_from(gid).map_err(|_| UpgradeError::Protocol)?,
-        pid: i32::try_from(pid).map_err(|_| UpgradeError::Protocol)?,
-        control,
-    })
+/// A frame's kind, for an error.
+fn kind(frame: &Frame<'_>) -> &'static str {
+    match frame {
+        Frame::Listen(_) => "LISTEN",
+        Frame::Metrics(_) => "METRICS",
+        Frame::Control(_) => "CONTROL",
+        Frame::Upgrade(_) => "UPGRADE",
+        Frame::Backend(_) => "BACKEND",
+        Frame::End(_) => "END",
+    }
+}
+
+/// `frame`'s bytes, or an I/O error where it cannot be made (a path too long).
+pub(super) fn encoded(frame: &Frame<'_>) -> io::Result<[u8; FRAME]> {
+    upgrade::encode(frame).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
 /// Tells the old daemon that the successor serves.
@@ -175,8 +178,8 @@ pub(super) async fn accept_upgrades(listener: Listener, requests: mpsc::Sender<U
     }
 }
 
-/// One socket for a successor: its frame kind, its value, and a descriptor.
-pub(super) type Socket = (&'static str, String, OwnedFd);
+/// One socket for a successor: its frame, and a descriptor of it.
+pub(super) type Socket = ([u8; FRAME], OwnedFd);
 
 /// How long each step of the old daemon's side may take: the request, each
 /// frame, and the successor's READY (which waits for it to bind and start).
@@ -198,16 +201,16 @@ pub(super) async fn hand_over(mut stream: UnixStream, sockets: Vec<Socket>) -> i
     if &request != b"UPGRADE\n" {
         return Ok(false);
     }
-    for (kind, value, fd) in &sockets {
-        let frame = format!("{kind} {value}");
+    for (frame, fd) in &sockets {
         step(
             FRAME_WAIT,
             "a frame",
-            send_frame(&stream, &frame, Some(fd.as_fd())),
+            send_frame(&stream, frame, Some(fd.as_fd())),
         )
         .await?;
     }
-    step(FRAME_WAIT, "a frame", send_frame(&stream, "END", None)).await?;
+    let end = encoded(&Frame::End(VERSION))?;
+    step(FRAME_WAIT, "a frame", send_frame(&stream, &end, None)).await?;
     let mut lines = BufReader::new(stream).lines();
     let answer = step(READY_WAIT, "READY", lines.next_line()).await?;
     Ok(answer.as_deref() == Some("READY"))
@@ -229,16 +232,11 @@ async fn step<T>(
 }
 
 /// One frame of exactly [`FRAME`] bytes, `fd` passed with its first bytes.
-async fn send_frame(stream: &UnixStream, text: &str, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
-    if text.len() >= FRAME {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "upgrade frame too long",
-        ));
-    }
-    let mut frame = [b' '; FRAME];
-    frame[..text.len()].copy_from_slice(text.as_bytes());
-    frame[FRAME - 1] = b'\n';
+async fn send_frame(
+    stream: &UnixStream,
+    frame: &[u8; FRAME],
+    fd: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
     let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
     let mut sent = stream
         .async_io(Interest::WRITABLE, || {
@@ -248,7 +246,7 @@ async fn send_frame(stream: &UnixStream, text: &str, fd: Option<BorrowedFd<'_>>)
                 control.push(SendAncillaryMessage::ScmRights(&fds));
             }
             let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
-            sendmsg(stream, &[IoSlice::new(&frame)], &mut control, flags).map_err(io::Error::from)
+            sendmsg(stream, &[IoSlice::new(frame)], &mut control, flags).map_err(io::Error::from)
         })
         .await?;
     // The descriptor went with the first bytes; the rest of the frame follows.

@@ -1,0 +1,236 @@
+//! The binary-upgrade exchange's frames, as pure code: the running daemon
+//! sends its successor one frame of exactly [`FRAME`] bytes per socket (`KIND
+//! VALUE`, padded with spaces, ended by a newline; the socket itself travels
+//! beside it as SCM_RIGHTS), then `END VERSION`. The version is on the last
+//! frame because a successor of the first version ignored its value: a new
+//! daemon can still hand over to an old binary (a rollback), and a successor
+//! learns the exchange's version before it serves, refusing one it does not
+//! know. A frame from a daemon before versions says `END` alone: version 0,
+//! the same frames.
+
+/// Every frame's size, so frames never merge or split ambiguously.
+pub const FRAME: usize = 512;
+/// The exchange this code speaks.
+pub const VERSION: u32 = 1;
+/// The longest `KIND VALUE` text a frame holds (the rest is padding and the
+/// newline).
+pub const MAX_TEXT: usize = FRAME - 1;
+
+/// One frame of the exchange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// A TCPMUX listening socket, by the address it is bound to.
+    Listen(&'a str),
+    /// The metrics endpoint's socket, by its configured address.
+    Metrics(&'a str),
+    /// The handoff control socket, by its path.
+    Control(&'a str),
+    /// The upgrade socket itself, by its path.
+    Upgrade(&'a str),
+    /// A handoff backend's registration; its control connection travels
+    /// with it.
+    Backend(Registration<'a>),
+    /// The last frame: the exchange's version (0 from a daemon before
+    /// versions).
+    End(u32),
+}
+
+/// A handoff backend's registration as it travels in a `BACKEND` frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration<'a> {
+    /// The backend process's credentials, from SO_PEERCRED.
+    pub uid: u32,
+    /// Its group.
+    pub gid: u32,
+    /// Its process id.
+    pub pid: i32,
+    /// The names it registered, in order.
+    pub names: Vec<&'a str>,
+}
+
+/// Why a frame cannot be made or read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    /// The text does not fit in one frame.
+    #[error("an upgrade frame of {0} bytes, more than {MAX_TEXT} fit")]
+    TooLong(usize),
+    /// A value holds a byte a frame cannot carry (a newline, a control
+    /// byte, a space inside a name list).
+    #[error("an upgrade frame value holds a byte it cannot carry")]
+    BadValue,
+    /// Not [`FRAME`] bytes, or not text ending in a newline.
+    #[error("a malformed upgrade frame")]
+    Malformed,
+    /// A kind this version does not know.
+    #[error("an upgrade frame of unknown kind {0:?}")]
+    UnknownKind(String),
+    /// A `BACKEND` frame whose fields do not parse.
+    #[error("a malformed BACKEND upgrade frame")]
+    BadBackend,
+}
+
+/// The frame's bytes: `KIND VALUE`, spaces, and a newline at the end.
+pub fn encode(frame: &Frame<'_>) -> Result<[u8; FRAME], FrameError> {
+    let text = match frame {
+        Frame::Listen(v) => format!("LISTEN {}", checked(v)?),
+        Frame::Metrics(v) => format!("METRICS {}", checked(v)?),
+        Frame::Control(v) => format!("CONTROL {}", checked(v)?),
+        Frame::Upgrade(v) => format!("UPGRADE {}", checked(v)?),
+        Frame::Backend(r) => {
+            if r.names.is_empty()
+                || r.names
+                    .iter()
+                    .any(|n| n.is_empty() || n.contains([' ', ',']))
+            {
+                return Err(FrameError::BadValue);
+            }
+            let names = checked(&r.names.join(","))?.to_owned();
+            format!("BACKEND {} {} {} {names}", r.uid, r.gid, r.pid)
+        }
+        Frame::End(version) => format!("END {version}"),
+    };
+    if text.len() > MAX_TEXT {
+        return Err(FrameError::TooLong(text.len()));
+    }
+    let mut bytes = [b' '; FRAME];
+    bytes[..text.len()].copy_from_slice(text.as_bytes());
+    bytes[FRAME - 1] = b'\n';
+    Ok(bytes)
+}
+
+/// A value as it may go in a frame: printable text, not empty.
+fn checked(value: &str) -> Result<&str, FrameError> {
+    let printable = !value.is_empty() && !value.chars().any(char::is_control);
+    // Leading or trailing spaces would not survive the padding.
+    if !printable || value.trim() != value {
+        return Err(FrameError::BadValue);
+    }
+    Ok(value)
+}
+
+/// Reads one whole frame.
+pub fn parse(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
+    if bytes.len() != FRAME || bytes[FRAME - 1] != b'\n' {
+        return Err(FrameError::Malformed);
+    }
+    let text = std::str::from_utf8(&bytes[..FRAME - 1]).map_err(|_| FrameError::Malformed)?;
+    let text = text.trim_end_matches(' ');
+    let (kind, value) = text.split_once(' ').unwrap_or((text, ""));
+    let value = checked(value);
+    Ok(match kind {
+        "LISTEN" => Frame::Listen(value?),
+        "METRICS" => Frame::Metrics(value?),
+        "CONTROL" => Frame::Control(value?),
+        "UPGRADE" => Frame::Upgrade(value?),
+        "BACKEND" => Frame::Backend(registration(value?)?),
+        // `END` alone: a daemon from before versions.
+        "END" if value.is_err() => Frame::End(0),
+        "END" => Frame::End(value?.parse().map_err(|_| FrameError::Malformed)?),
+        other => return Err(FrameError::UnknownKind(other.chars().take(32).collect())),
+    })
+}
+
+/// `uid gid pid name,name…`.
+fn registration(value: &str) -> Result<Registration<'_>, FrameError> {
+    let mut fields = value.split(' ');
+    let mut number = || fields.next().and_then(|f| f.parse::<i64>().ok());
+    let (uid, gid, pid) = (number(), number(), number());
+    let names = fields.next().ok_or(FrameError::BadBackend)?;
+    if fields.next().is_some() {
+        return Err(FrameError::BadBackend);
+    }
+    let id = |n: Option<i64>| n.and_then(|n| u32::try_from(n).ok());
+    let names: Vec<&str> = names.split(',').collect();
+    if names.iter().any(|n| n.is_empty()) {
+        return Err(FrameError::BadBackend);
+    }
+    Ok(Registration {
+        uid: id(uid).ok_or(FrameError::BadBackend)?,
+        gid: id(gid).ok_or(FrameError::BadBackend)?,
+        pid: pid
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or(FrameError::BadBackend)?,
+        names,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_reads_back_as_written() {
+        let frames = [
+            Frame::Listen("127.0.0.1:41397"),
+            Frame::Metrics("[::1]:9100"),
+            Frame::Control("/run/tcpmuxd/handoff.sock"),
+            Frame::Upgrade("/run/tcpmuxd/upgrade sock with spaces"),
+            Frame::Backend(Registration {
+                uid: 1000,
+                gid: 100,
+                pid: 4242,
+                names: vec!["app", "app-admin"],
+            }),
+            Frame::End(VERSION),
+        ];
+        for frame in frames {
+            let bytes = encode(&frame).unwrap();
+            assert_eq!(bytes.len(), FRAME);
+            assert_eq!(parse(&bytes), Ok(frame));
+        }
+    }
+
+    #[test]
+    fn a_daemon_before_versions_ends_with_end_alone() {
+        let mut bytes = [b' '; FRAME];
+        bytes[..3].copy_from_slice(b"END");
+        bytes[FRAME - 1] = b'\n';
+        assert_eq!(parse(&bytes), Ok(Frame::End(0)));
+    }
+
+    #[test]
+    fn what_cannot_travel_is_refused() {
+        let long = "x".repeat(FRAME);
+        assert!(matches!(
+            encode(&Frame::Listen(&long)),
+            Err(FrameError::TooLong(_))
+        ));
+        assert_eq!(encode(&Frame::Control("a\nb")), Err(FrameError::BadValue));
+        assert_eq!(
+            encode(&Frame::Control(" padded")),
+            Err(FrameError::BadValue)
+        );
+        let spaced = Registration {
+            uid: 0,
+            gid: 0,
+            pid: 1,
+            names: vec!["a b"],
+        };
+        assert_eq!(encode(&Frame::Backend(spaced)), Err(FrameError::BadValue));
+    }
+
+    #[test]
+    fn malformed_frames_are_errors() {
+        assert_eq!(parse(b"LISTEN x\n"), Err(FrameError::Malformed));
+        let frame = |text: &str| {
+            let mut bytes = [b' '; FRAME];
+            bytes[..text.len()].copy_from_slice(text.as_bytes());
+            bytes[FRAME - 1] = b'\n';
+            bytes
+        };
+        assert_eq!(parse(&frame("LISTEN")), Err(FrameError::BadValue));
+        assert_eq!(
+            parse(&frame("NEWKIND x")),
+            Err(FrameError::UnknownKind("NEWKIND".into()))
+        );
+        for bad in [
+            "BACKEND 1 2",
+            "BACKEND -1 2 3 a",
+            "BACKEND 1 2 3 a,,b",
+            "BACKEND 1 2 3 a b",
+        ] {
+            assert_eq!(parse(&frame(bad)), Err(FrameError::BadBackend), "{bad}");
+        }
+        assert_eq!(parse(&frame("END soon")), Err(FrameError::Malformed));
+    }
+}
