@@ -47,7 +47,7 @@ start() { # start PORT CONFIG [ARGS...]: the daemon, its PID in $DPID
 }
 start_file() { # start_file PORT CONFIG: the daemon on the config's own listen
   printf '%s' "$2" > "$WORK/$1.toml"
-  RUST_LOG=warn "$DAEMON" --config "$WORK/$1.toml" 2> "$WORK/$1.log" & DPID=$!; PIDS+=($DPID)
+  RUST_LOG=warn ${DAEMON_WRAP:-} "$DAEMON" --config "$WORK/$1.toml" 2> "$WORK/$1.log" & DPID=$!; PIDS+=($DPID)
   wait_port "$1"
 }
 
@@ -138,7 +138,15 @@ done
 fi
 
 if want p5; then
-# p5. TLS handshakes beside a plain echo client.
+# p5. TLS handshakes beside a plain echo client. The daemon gets the first
+# core and the clients the others, so the daemon's threads compete with each
+# other, not with the load (on one core, the daemon has that core alone).
+CORES=$(nproc)
+if [ "$CORES" -gt 1 ]; then
+  DAEMON_WRAP="taskset -c 0"; CLIENT_WRAP="taskset -c 1-$((CORES - 1))"
+else
+  DAEMON_WRAP=""; CLIENT_WRAP=""
+fi
 P=$((BASE + 5)) T=$((BASE + 6))
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=bench CA" \
   -keyout "$WORK/ca.key" -out "$WORK/ca.pem" -days 2 2>/dev/null
@@ -149,18 +157,19 @@ openssl x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key
   -out "$WORK/cert.pem" -days 1 -extfile "$WORK/ext" 2>/dev/null
 start_file $P "listen = [\"127.0.0.1:$P\", { address = \"127.0.0.1:$T\", tls = { cert = \"$WORK/cert.pem\", key = \"$WORK/key.pem\" } }]"$'\nmax_connections = 5000\n'
 # An open loop, one request every 5 ms: a stall delays every request due in it.
-probe() { $BENCH rpc --connect "127.0.0.1:$P" --service echo --size 64 --interval-ms 5 --duration "$1" --label "$2"; }
+probe() { $CLIENT_WRAP $BENCH rpc --connect "127.0.0.1:$P" --service echo --size 64 --interval-ms 5 --duration "$1" --label "$2"; }
 echo "p5. $(probe 3 'echo alone')"
-$BENCH tls-short --connect "127.0.0.1:$T" --ca "$WORK/ca.pem" --connections 8 --duration 6 --service daytime --label "handshake flood" > "$WORK/flood.out" &
+$CLIENT_WRAP $BENCH tls-short --connect "127.0.0.1:$T" --ca "$WORK/ca.pem" --connections 8 --duration 6 --service daytime --label "handshake flood" > "$WORK/flood.out" &
 FLOOD=$!
 sleep 1
 echo "p5. $(probe 4 'echo during the handshake flood')"
 wait $FLOOD
 echo "p5. $(cat "$WORK/flood.out")"
-$BENCH tls-burst --connect "127.0.0.1:$T" --ca "$WORK/ca.pem" --connections 2000 > "$WORK/burst.out" &
+$CLIENT_WRAP $BENCH tls-burst --connect "127.0.0.1:$T" --ca "$WORK/ca.pem" --connections 2000 > "$WORK/burst.out" &
 BURST=$!
 echo "p5. $(probe 2 'echo during a burst of 2,000 ClientHellos')"
 wait $BURST
 echo "p5. burst: $(cat "$WORK/burst.out")"
 stop_pid $DPID
+DAEMON_WRAP=""
 fi
