@@ -100,15 +100,24 @@ pub async fn watch(metrics: Arc<Metrics>, worker: usize) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
 
     #[test]
-    fn a_stalled_loop_shows_in_the_histogram() {
+    fn a_stalled_loop_shows_in_the_histogram_and_the_log() {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
         let metrics = Arc::new(Metrics::default());
+        let log = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = Arc::clone(&log);
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || Sink(Arc::clone(&sink)))
+            .with_ansi(false)
+            .finish();
+        let _log = tracing::subscriber::set_default(subscriber);
         runtime.block_on(async {
             let samples = || {
                 let workers = metrics.lag.workers.lock().unwrap();
@@ -145,6 +154,22 @@ mod tests {
         // The late tick was at least 300 ms late: above the 0.25 s bucket.
         assert!(count("0.25") < count("+Inf"), "{text}");
         assert!(text.contains("tcpmuxd_event_loop_lag_seconds_count{worker=\"3\"} "));
+        let log = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+        assert_eq!(log.matches("event loop fell behind").count(), 1, "{log}");
+    }
+
+    /// A log writer into a shared buffer.
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     #[test]
