@@ -22,7 +22,10 @@ use std::path::Path;
 use crate::Stream;
 
 use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
-use tcpmux_proto::handoff::{encode_register, parse_client_frame, ClientFrame, FRAME_LEN};
+use tcpmux_proto::handoff::{
+    encode_ack, encode_register, encode_register_with_acks, parse_client_frame, ClientFrame,
+    FRAME_LEN,
+};
 use tcpmux_proto::ServiceName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
@@ -124,11 +127,23 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// Connects to tcpmuxd's `handoff_socket` and registers `names`.
+    /// Connects to tcpmuxd's `handoff_socket` and registers `names`,
+    /// acknowledging each client it receives (a tcpmuxd from before
+    /// acknowledgements gets a plain registration).
     pub fn register(control: impl AsRef<Path>, names: &[&str]) -> Result<Backend, HandoffError> {
         let names = self::names(names)?;
-        let mut control = UnixStream::connect(control)?;
-        control.write_all(&encode_register(&names))?;
+        let path = control.as_ref();
+        match Backend::register_once(path, &encode_register_with_acks(&names)) {
+            Err(HandoffError::Refused(reason)) if is_old_daemon(&reason) => {
+                Backend::register_once(path, &encode_register(&names))
+            }
+            other => other,
+        }
+    }
+
+    fn register_once(path: &Path, line: &[u8]) -> Result<Backend, HandoffError> {
+        let mut control = UnixStream::connect(path)?;
+        control.write_all(line)?;
         let mut answer = Vec::new();
         let mut byte = [0u8; 1];
         loop {
@@ -165,8 +180,18 @@ impl Backend {
             filled += n;
         }
         let (fd, frame) = decode(&frame, fd)?;
+        if let Some(seq) = frame.seq {
+            // We hold the socket: tcpmuxd may let go of its copy.
+            self.control.write_all(&encode_ack(seq))?;
+        }
         Ok(Handoff::new(Stream::from_fd(fd)?, frame))
     }
+}
+
+/// Whether an `ERR` answer to `REGISTER-ACK` is a tcpmuxd from before
+/// acknowledgements, which knows only `REGISTER`.
+fn is_old_daemon(reason: &str) -> bool {
+    reason.contains("expected `REGISTER")
 }
 
 /// A whole frame and the descriptor that came with it: the client's socket and
@@ -186,14 +211,25 @@ pub struct AsyncBackend {
 }
 
 impl AsyncBackend {
-    /// Connects to tcpmuxd's `handoff_socket` and registers `names`.
+    /// Connects to tcpmuxd's `handoff_socket` and registers `names`, acknowledging
+    /// each client (a tcpmuxd from before acknowledgements gets a plain one).
     pub async fn register(
         control: impl AsRef<Path>,
         names: &[&str],
     ) -> Result<AsyncBackend, HandoffError> {
         let names = self::names(names)?;
-        let mut control = tokio::net::UnixStream::connect(control).await?;
-        control.write_all(&encode_register(&names)).await?;
+        let path = control.as_ref();
+        match AsyncBackend::register_once(path, &encode_register_with_acks(&names)).await {
+            Err(HandoffError::Refused(reason)) if is_old_daemon(&reason) => {
+                AsyncBackend::register_once(path, &encode_register(&names)).await
+            }
+            other => other,
+        }
+    }
+
+    async fn register_once(path: &Path, line: &[u8]) -> Result<AsyncBackend, HandoffError> {
+        let mut control = tokio::net::UnixStream::connect(path).await?;
+        control.write_all(line).await?;
         let mut answer = Vec::new();
         let mut byte = [0u8; 1];
         loop {
@@ -227,6 +263,9 @@ impl AsyncBackend {
             filled += n;
         }
         let (fd, frame) = decode(&frame, fd)?;
+        if let Some(seq) = frame.seq {
+            self.control.write_all(&encode_ack(seq)).await?;
+        }
         let std_stream = TcpStream::from(fd);
         std_stream.set_nonblocking(true)?;
         Ok(Handoff::new(

@@ -282,7 +282,7 @@ fn a_backend_that_stops_reading_is_skipped_and_never_leaves_clients_hanging() {
     // Registered, and never reads a frame.
     let stalled = tcpmux::handoff::Backend::register(&control, &["app"]).expect("register");
     let healthy = Backend::start(&control, &["app"], false).expect("register healthy");
-    let (mut served, mut silent) = (0, 0);
+    let (mut served, mut silent) = (0, Vec::new());
     for _ in 0..40 {
         let mut stream = daemon.connect();
         stream.write_all(b"app\r\n").unwrap();
@@ -292,15 +292,25 @@ fn a_backend_that_stops_reading_is_skipped_and_never_leaves_clients_hanging() {
         );
         match line_within(&mut stream, Duration::from_secs(4)) {
             Some(greeting) if greeting.starts_with(b"hello from pid") => served += 1,
-            _ => silent += 1,
+            _ => silent.push(stream),
         }
     }
-    // The stalled backend holds at most the one client it was given before it
-    // was seen not to read.
+    // The stalled backend held at most the one client it was given before it
+    // was seen not to read, and never acknowledged it: the daemon shut that
+    // connection down (EOF here), though the backend still has its copy.
     assert!(
-        silent <= 1 && served + silent == 40,
-        "{served} served, {silent} silent"
+        silent.len() <= 1 && served + silent.len() == 40,
+        "{served} served, {} silent",
+        silent.len()
     );
+    assert_eq!(silent.len(), 1, "the stalled backend was given one client");
+    for mut stream in silent {
+        stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+        assert_eq!(read_all(&mut stream), b"", "ended, not left waiting");
+        daemon
+            .wait_for_log(|l| l.contains("did not acknowledge a client in time"))
+            .expect("logged");
+    }
 
     // With only the stalled backend left, clients are refused, not kept waiting.
     drop(healthy);

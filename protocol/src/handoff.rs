@@ -11,6 +11,15 @@
 //! accept(2) does; a backend that wants it non-blocking sets that itself. A
 //! backend is sent its next client only once it has read the previous frame, so
 //! read frames promptly. A backend unregisters by closing the socket.
+//!
+//! Acknowledgements: a backend that registers with `REGISTER-ACK name...\n`
+//! instead gets a fifth field in each frame, a sequence number, and answers
+//! `ACK seq\n` on the control connection once it holds the socket. A socket
+//! not acknowledged within the daemon's delivery timeout is shut down (both
+//! ways: the backend's copy sees it too), so a backend that stops reading
+//! cannot keep a client waiting after its `+`. A daemon from before
+//! acknowledgements answers `REGISTER-ACK` with `ERR`; a backend then
+//! registers again with plain `REGISTER`.
 
 use crate::name::{NameError, ServiceName};
 
@@ -34,11 +43,32 @@ pub enum HandoffError {
     /// A client frame that is not `CLIENT service peer local` padded to its size.
     #[error("malformed CLIENT frame")]
     BadFrame,
+    /// A line from the backend that is not `ACK seq`.
+    #[error("expected `ACK seq`")]
+    BadAck,
+}
+
+/// What a `REGISTER` (or `REGISTER-ACK`) line asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// The names to serve.
+    pub names: Vec<ServiceName>,
+    /// Whether the backend acknowledges each client (`REGISTER-ACK`).
+    pub acks: bool,
 }
 
 /// The line a backend sends to register `names`.
 pub fn encode_register(names: &[ServiceName]) -> Vec<u8> {
-    let mut line = b"REGISTER".to_vec();
+    register_line(b"REGISTER", names)
+}
+
+/// The line a backend that acknowledges each client sends to register `names`.
+pub fn encode_register_with_acks(names: &[ServiceName]) -> Vec<u8> {
+    register_line(b"REGISTER-ACK", names)
+}
+
+fn register_line(verb: &[u8], names: &[ServiceName]) -> Vec<u8> {
+    let mut line = verb.to_vec();
     for name in names {
         line.push(b' ');
         line.extend_from_slice(name.as_str().as_bytes());
@@ -47,21 +77,44 @@ pub fn encode_register(names: &[ServiceName]) -> Vec<u8> {
     line
 }
 
-/// Parses a `REGISTER` line (without or with its line end).
+/// Parses a `REGISTER` line (without or with its line end); `REGISTER-ACK`
+/// is refused here (see [`parse_registration`]).
 pub fn parse_register(line: &[u8]) -> Result<Vec<ServiceName>, HandoffError> {
+    match parse_registration(line)? {
+        Registration { acks: true, .. } => Err(HandoffError::NotRegister),
+        Registration { names, .. } => Ok(names),
+    }
+}
+
+/// Parses a `REGISTER` or `REGISTER-ACK` line (without or with its line end).
+pub fn parse_registration(line: &[u8]) -> Result<Registration, HandoffError> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
-    if words.next() != Some(&b"REGISTER"[..]) {
-        return Err(HandoffError::NotRegister);
-    }
+    let acks = match words.next() {
+        Some(b"REGISTER") => false,
+        Some(b"REGISTER-ACK") => true,
+        _ => return Err(HandoffError::NotRegister),
+    };
     let names = words
         .map(|w| ServiceName::from_bytes(w).map_err(HandoffError::BadName))
         .collect::<Result<Vec<_>, _>>()?;
     if names.is_empty() {
         return Err(HandoffError::NoNames);
     }
-    Ok(names)
+    Ok(Registration { names, acks })
+}
+
+/// The line a backend sends once it holds the socket of frame `seq`.
+pub fn encode_ack(seq: u64) -> Vec<u8> {
+    format!("ACK {seq}\n").into_bytes()
+}
+
+/// Reads an `ACK seq` line (without its line end).
+pub fn parse_ack(line: &[u8]) -> Result<u64, HandoffError> {
+    let text = std::str::from_utf8(line).map_err(|_| HandoffError::BadAck)?;
+    let seq = text.strip_prefix("ACK ").ok_or(HandoffError::BadAck)?;
+    seq.parse().map_err(|_| HandoffError::BadAck)
 }
 
 /// A client announced to a backend.
@@ -73,6 +126,8 @@ pub struct ClientFrame {
     pub peer: String,
     /// The address the client connected to, or `-`.
     pub local: String,
+    /// For a backend that acknowledges: the number to acknowledge it by.
+    pub seq: Option<u64>,
 }
 
 /// Builds a frame; fields containing whitespace are replaced by `-` (they never
@@ -85,8 +140,9 @@ pub fn encode_client_frame(frame: &ClientFrame) -> [u8; FRAME_LEN] {
             s.to_owned()
         }
     };
+    let seq = frame.seq.map(|n| format!(" {n}")).unwrap_or_default();
     let text = format!(
-        "CLIENT {} {} {}\n",
+        "CLIENT {} {} {}{seq}\n",
         field(&frame.service),
         field(&frame.peer),
         field(&frame.local)
@@ -106,14 +162,20 @@ pub fn parse_client_frame(frame: &[u8]) -> Result<ClientFrame, HandoffError> {
         .ok_or(HandoffError::BadFrame)?;
     let text = std::str::from_utf8(line).map_err(|_| HandoffError::BadFrame)?;
     let mut words = text.split_whitespace();
-    match (words.next(), words.next(), words.next(), words.next()) {
-        (Some("CLIENT"), Some(service), Some(peer), Some(local)) => Ok(ClientFrame {
+    let frame = match (words.next(), words.next(), words.next(), words.next()) {
+        (Some("CLIENT"), Some(service), Some(peer), Some(local)) => ClientFrame {
             service: service.to_owned(),
             peer: peer.to_owned(),
             local: local.to_owned(),
-        }),
-        _ => Err(HandoffError::BadFrame),
-    }
+            seq: None,
+        },
+        _ => return Err(HandoffError::BadFrame),
+    };
+    let seq = match words.next() {
+        None => None,
+        Some(n) => Some(n.parse().map_err(|_| HandoffError::BadFrame)?),
+    };
+    Ok(ClientFrame { seq, ..frame })
 }
 
 #[cfg(test)]
@@ -138,15 +200,40 @@ mod tests {
     }
 
     #[test]
+    fn acknowledging_backends_register_and_ack() {
+        let names = vec![ServiceName::parse("app").unwrap()];
+        let line = encode_register_with_acks(&names);
+        assert_eq!(line, b"REGISTER-ACK app\n");
+        let registration = Registration {
+            names: names.clone(),
+            acks: true,
+        };
+        assert_eq!(parse_registration(&line), Ok(registration));
+        // What a daemon from before acknowledgements makes of it: an error.
+        assert_eq!(parse_register(&line), Err(HandoffError::NotRegister));
+        let ack = encode_ack(42);
+        assert_eq!(parse_ack(ack.strip_suffix(b"\n").unwrap()), Ok(42));
+        for bad in [&b"ACK"[..], b"ACK x", b"NACK 1", b"ACK 1 2"] {
+            assert_eq!(parse_ack(bad), Err(HandoffError::BadAck), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn frame_round_trip() {
         let frame = ClientFrame {
             service: "app".into(),
             peer: "127.0.0.1:5000".into(),
             local: "127.0.0.1:1".into(),
+            seq: None,
         };
         let bytes = encode_client_frame(&frame);
         assert_eq!(bytes.len(), FRAME_LEN);
-        assert_eq!(parse_client_frame(&bytes), Ok(frame));
+        assert_eq!(parse_client_frame(&bytes), Ok(frame.clone()));
+        let acked = ClientFrame {
+            seq: Some(7),
+            ..frame
+        };
+        assert_eq!(parse_client_frame(&encode_client_frame(&acked)), Ok(acked));
         assert_eq!(
             parse_client_frame(&[b' '; FRAME_LEN]),
             Err(HandoffError::BadFrame)

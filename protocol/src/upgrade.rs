@@ -46,6 +46,9 @@ pub struct Registration<'a> {
     pub pid: i32,
     /// The names it registered, in order.
     pub names: Vec<&'a str>,
+    /// Whether it acknowledges each client (`REGISTER-ACK`), written as a
+    /// last field `ack`.
+    pub acks: bool,
 }
 
 /// Why a frame cannot be made or read.
@@ -85,7 +88,8 @@ pub fn encode(frame: &Frame<'_>) -> Result<[u8; FRAME], FrameError> {
                 return Err(FrameError::BadValue);
             }
             let names = checked(&r.names.join(","))?.to_owned();
-            format!("BACKEND {} {} {} {names}", r.uid, r.gid, r.pid)
+            let acks = if r.acks { " ack" } else { "" };
+            format!("BACKEND {} {} {} {names}{acks}", r.uid, r.gid, r.pid)
         }
         Frame::End(version) => format!("END {version}"),
     };
@@ -136,6 +140,11 @@ fn registration(value: &str) -> Result<Registration<'_>, FrameError> {
     let mut number = || fields.next().and_then(|f| f.parse::<i64>().ok());
     let (uid, gid, pid) = (number(), number(), number());
     let names = fields.next().ok_or(FrameError::BadBackend)?;
+    let acks = match fields.next() {
+        None => false,
+        Some("ack") => true,
+        Some(_) => return Err(FrameError::BadBackend),
+    };
     if fields.next().is_some() {
         return Err(FrameError::BadBackend);
     }
@@ -151,6 +160,7 @@ fn registration(value: &str) -> Result<Registration<'_>, FrameError> {
             .and_then(|p| i32::try_from(p).ok())
             .ok_or(FrameError::BadBackend)?,
         names,
+        acks,
     })
 }
 
@@ -170,6 +180,14 @@ mod tests {
                 gid: 100,
                 pid: 4242,
                 names: vec!["app", "app-admin"],
+                acks: false,
+            }),
+            Frame::Backend(Registration {
+                uid: 0,
+                gid: 0,
+                pid: 1,
+                names: vec!["acked"],
+                acks: true,
             }),
             Frame::End(VERSION),
         ];
@@ -205,6 +223,7 @@ mod tests {
             gid: 0,
             pid: 1,
             names: vec!["a b"],
+            acks: false,
         };
         assert_eq!(encode(&Frame::Backend(spaced)), Err(FrameError::BadValue));
     }

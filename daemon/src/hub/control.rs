@@ -7,13 +7,13 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tcpmux_proto::handoff::{parse_register, MAX_REGISTER_LINE};
+use tcpmux_proto::handoff::{parse_ack, parse_registration, MAX_REGISTER_LINE};
 use tcpmux_proto::ServiceName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::task::JoinSet;
 
-use super::{Hub, Registration};
+use super::{Acks, Hub, Registration};
 use crate::model::{ControlLimits, Peer, ServiceKind};
 use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
@@ -118,9 +118,9 @@ async fn backend_session(
         }
     };
     let (uid, gid, pid) = (cred.uid(), cred.gid(), cred.pid().unwrap_or(0));
-    let names = match tokio::time::timeout(register_timeout, read_registration(&mut stream)).await {
+    let asked = match tokio::time::timeout(register_timeout, read_registration(&mut stream)).await {
         Ok(Ok(line)) => match authorize(&line, uid, gid, &registry) {
-            Ok(names) => names,
+            Ok(asked) => asked,
             Err(reason) => {
                 tracing::warn!(uid, gid, pid, %reason, "handoff registration refused");
                 let _ = stream.write_all(format!("ERR {reason}\n").as_bytes()).await;
@@ -139,17 +139,7 @@ async fn backend_session(
     if stream.write_all(b"OK\n").await.is_err() {
         return;
     }
-    serve_registration(stream, names, (uid, gid, pid), &hub).await;
-}
-
-/// A registered backend's connection, kept until the backend closes it.
-async fn serve_registration(
-    stream: UnixStream,
-    names: Vec<ServiceName>,
-    creds: (u32, u32, i32),
-    hub: &Hub,
-) {
-    watch(enlist(stream, names, creds, hub), hub).await;
+    watch(enlist(stream, asked, (uid, gid, pid), &hub), &hub).await;
 }
 
 /// A registration in the hub, watched for its backend's EOF.
@@ -161,10 +151,11 @@ pub struct Enlisted {
 /// Puts a registration in the hub at once.
 fn enlist(
     stream: UnixStream,
-    names: Vec<ServiceName>,
+    asked: Asked,
     (uid, gid, pid): (u32, u32, i32),
     hub: &Hub,
 ) -> Enlisted {
+    let Asked { names, acks } = asked;
     // A small send buffer makes "writable" mean "has read what it was given",
     // so a backend that stops reading is skipped after one client, not hundreds
     // (services/handoff.rs offers a client only to a writable backend).
@@ -175,31 +166,93 @@ fn enlist(
         gid,
         pid,
         control: Arc::new(stream),
+        acks: acks.then(Acks::default),
     });
     let id = hub.add(&registration);
     let list: Vec<&str> = registration.names.iter().map(ServiceName::as_str).collect();
-    tracing::info!(uid, gid, pid, names = %list.join(","), "handoff backend registered");
+    tracing::info!(uid, gid, pid, names = %list.join(","), acks, "handoff backend registered");
     Enlisted { id, registration }
 }
 
-/// Waits for the backend to close its connection, then ends the registration.
+/// Waits for the backend to close its connection (reading its
+/// acknowledgements meanwhile, if it sends them), then ends the registration.
 async fn watch(enlisted: Enlisted, hub: &Hub) {
     let Enlisted { id, registration } = enlisted;
-    let control = &registration.control;
-    // Backends send nothing after REGISTER: readable means EOF (or a protocol
-    // error); either way the registration ends.
+    let (uid, gid, pid) = (registration.uid, registration.gid, registration.pid);
+    match &registration.acks {
+        None => until_eof(&registration.control).await,
+        Some(acks) => read_acks(&registration.control, acks, pid).await,
+    }
+    hub.remove(id);
+    let list: Vec<&str> = registration.names.iter().map(ServiceName::as_str).collect();
+    tracing::info!(uid, gid, pid, names = %list.join(","), "handoff backend gone");
+}
+
+/// A backend that does not acknowledge sends nothing after REGISTER:
+/// readable means EOF (or a protocol error); either way the registration ends.
+async fn until_eof(control: &UnixStream) {
     loop {
         let ready = control.readable().await;
         let mut byte = [0u8; 1];
         match (ready, control.try_read(&mut byte)) {
             (Ok(()), Err(e)) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            _ => break,
+            _ => return,
         }
     }
-    hub.remove(id);
-    let (uid, gid, pid) = (registration.uid, registration.gid, registration.pid);
-    let list: Vec<&str> = registration.names.iter().map(ServiceName::as_str).collect();
-    tracing::info!(uid, gid, pid, names = %list.join(","), "handoff backend gone");
+}
+
+/// Reads `ACK seq` lines until EOF or anything else, and shuts down each
+/// delivery not acknowledged in time.
+async fn read_acks(control: &UnixStream, acks: &Acks, pid: i32) {
+    let mut line = Vec::new();
+    let mut buf = [0u8; 256];
+    loop {
+        let due = acks.next_due();
+        let overdue = async {
+            match due {
+                Some(due) => tokio::time::sleep_until(due.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ready = control.readable() => {
+                if ready.is_err() {
+                    return;
+                }
+                let n = match control.try_read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(_) => return,
+                };
+                for &byte in &buf[..n] {
+                    if byte != b'\n' {
+                        line.push(byte);
+                        if line.len() > 64 {
+                            tracing::warn!(pid, "handoff backend sent a line that is not ACK; dropping it");
+                            return;
+                        }
+                        continue;
+                    }
+                    match parse_ack(&line) {
+                        Ok(seq) => drop(acks.acked(seq)),
+                        Err(e) => {
+                            tracing::warn!(pid, error = %e, "handoff backend sent a line that is not ACK; dropping it");
+                            return;
+                        }
+                    }
+                    line.clear();
+                }
+            }
+            () = overdue => {
+                let shut = acks.expire(std::time::Instant::now());
+                if shut > 0 {
+                    tracing::warn!(pid, clients = shut, "handoff backend did not acknowledge a client in time; its connection is shut down");
+                }
+            }
+            () = acks.added() => {}
+        }
+    }
 }
 
 /// A backend registration handed over by a predecessor daemon.
@@ -209,6 +262,8 @@ pub struct Adopted {
     pub gid: u32,
     pub pid: i32,
     pub control: std::os::fd::OwnedFd,
+    /// Whether it acknowledges each client.
+    pub acks: bool,
 }
 
 /// Takes over, at once (before the successor says READY), the registrations
@@ -219,16 +274,21 @@ pub fn adopt_all(adopted: Vec<Adopted>, registry: &Registry, hub: &Hub) -> Vec<E
         .into_iter()
         .filter_map(|backend| {
             let creds = (backend.uid, backend.gid, backend.pid);
-            let (stream, names) = adopt(backend, registry)?;
-            Some(enlist(stream, names, creds, hub))
+            let (stream, asked) = adopt(backend, registry)?;
+            Some(enlist(stream, asked, creds, hub))
         })
         .collect()
 }
 
-fn adopt(adopted: Adopted, registry: &Registry) -> Option<(UnixStream, Vec<ServiceName>)> {
-    let line = format!("REGISTER {}", adopted.names.join(" "));
-    let names = match authorize(line.as_bytes(), adopted.uid, adopted.gid, registry) {
-        Ok(names) => names,
+fn adopt(adopted: Adopted, registry: &Registry) -> Option<(UnixStream, Asked)> {
+    let verb = if adopted.acks {
+        "REGISTER-ACK"
+    } else {
+        "REGISTER"
+    };
+    let line = format!("{verb} {}", adopted.names.join(" "));
+    let asked = match authorize(line.as_bytes(), adopted.uid, adopted.gid, registry) {
+        Ok(asked) => asked,
         Err(reason) => {
             let pid = adopted.pid;
             tracing::warn!(pid, %reason, "handoff registration from the old daemon dropped");
@@ -237,7 +297,7 @@ fn adopt(adopted: Adopted, registry: &Registry) -> Option<(UnixStream, Vec<Servi
     };
     let std = std::os::unix::net::UnixStream::from(adopted.control);
     std.set_nonblocking(true).ok()?;
-    Some((UnixStream::from_std(std).ok()?, names))
+    Some((UnixStream::from_std(std).ok()?, asked))
 }
 
 async fn read_registration(stream: &mut UnixStream) -> io::Result<Vec<u8>> {
@@ -262,13 +322,11 @@ async fn read_registration(stream: &mut UnixStream) -> io::Result<Vec<u8>> {
     ))
 }
 
-fn authorize(
-    line: &[u8],
-    uid: u32,
-    gid: u32,
-    registry: &Registry,
-) -> Result<Vec<ServiceName>, String> {
-    let mut names = parse_register(line).map_err(|e| e.to_string())?;
+/// What a backend asked for: its names, and whether it acknowledges.
+type Asked = tcpmux_proto::handoff::Registration;
+
+fn authorize(line: &[u8], uid: u32, gid: u32, registry: &Registry) -> Result<Asked, String> {
+    let Asked { mut names, acks } = parse_registration(line).map_err(|e| e.to_string())?;
     // A name listed twice is registered once: one backend, one turn, one count.
     names.sort();
     names.dedup();
@@ -281,5 +339,5 @@ fn authorize(
             _ => return Err(format!("{name} is not a handoff service")),
         }
     }
-    Ok(names)
+    Ok(Asked { names, acks })
 }

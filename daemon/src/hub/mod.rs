@@ -4,6 +4,7 @@
 //! out of the data path. This module holds the live registrations the sessions
 //! choose from: each backend's control socket.
 
+mod acks;
 mod control;
 
 use std::collections::HashMap;
@@ -13,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use tcpmux_proto::ServiceName;
 use tokio::net::UnixStream;
 
+pub use acks::Acks;
 pub use control::{adopt_all, control_loop, Adopted};
 
 struct Registered {
@@ -28,6 +30,8 @@ pub struct Registration {
     pub gid: u32,
     pub pid: i32,
     pub control: Arc<UnixStream>,
+    /// For a backend that acknowledges each client (`REGISTER-ACK`).
+    pub acks: Option<Acks>,
 }
 
 /// The live registrations, shared by the control loop and the sessions.
@@ -44,9 +48,8 @@ impl Hub {
         self.lock().get(name).is_some_and(|list| !list.is_empty())
     }
 
-    /// The control sockets of `name`'s backends, starting with the next in
-    /// round-robin order.
-    pub fn candidates(&self, name: &ServiceName) -> Vec<Arc<UnixStream>> {
+    /// `name`'s backends, starting with the next in round-robin order.
+    pub fn candidates(&self, name: &ServiceName) -> Vec<Arc<Registration>> {
         let backends = self.lock();
         let Some(list) = backends.get(name).filter(|l| !l.is_empty()) else {
             return Vec::new();
@@ -56,7 +59,7 @@ impl Hub {
             .cycle()
             .skip(start)
             .take(list.len())
-            .map(|r| Arc::clone(&r.registration.control))
+            .map(|r| Arc::clone(&r.registration))
             .collect()
     }
 

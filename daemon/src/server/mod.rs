@@ -355,6 +355,7 @@ fn upgrade_sockets(shared: &Shared, live: &Live) -> std::io::Result<Vec<upgrade:
             gid: r.gid,
             pid: r.pid,
             names,
+            acks: r.acks.is_some(),
         });
         match encode(&frame) {
             Ok(bytes) => sockets.push((bytes, r.control.as_fd().try_clone_to_owned()?)),

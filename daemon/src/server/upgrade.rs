@@ -97,6 +97,7 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
                 gid: r.gid,
                 pid: r.pid,
                 control: fd,
+                acks: r.acks,
             }),
             Frame::End(_) => return Ok((stream, handed)),
         }

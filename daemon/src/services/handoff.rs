@@ -27,13 +27,14 @@ use tokio::io::Interest;
 use tokio::net::UnixStream;
 
 use super::refuse;
-use crate::hub::Hub;
+use crate::hub::{Acks, Hub, Registration};
 use crate::model::{ClientInfo, Service};
 use crate::net::conn::Conn;
 use crate::net::stream::Metered;
 use crate::outcome::Outcome;
 
-/// How long a client waits for a backend with room for it.
+/// How long a client waits for a backend with room for it, and an
+/// acknowledging backend may take to acknowledge it.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a waiting client looks again while every backend is full.
 const RETRY: Duration = Duration::from_millis(5);
@@ -61,7 +62,7 @@ pub async fn serve(
         refuse(conn, "service unavailable: not over TLS").await;
         return Ok(Outcome::Refused("handoff over TLS".into()));
     }
-    let frame = encode_client_frame(&ClientFrame {
+    let frame = ClientFrame {
         service: service.name.to_string(),
         peer: client
             .peer
@@ -70,7 +71,8 @@ pub async fn serve(
         local: client
             .local
             .map_or_else(|| "-".to_owned(), |a| a.to_string()),
-    });
+        seq: None,
+    };
     let mut line = Vec::new();
     if let Some(message) = status {
         encode_reply(true, message, &mut line);
@@ -119,15 +121,18 @@ pub async fn serve(
     )))
 }
 
-/// Offers the client to `backend`, without an await: sends the `+` (once) and
-/// the frame with the socket if the backend has room right now.
+/// Offers the client to `registered`, without an await: sends the `+` (once)
+/// and the frame with the socket if the backend has room right now. A backend
+/// that acknowledges gets a numbered frame, and a duplicate of the socket is
+/// kept until it does (`hub/acks.rs`).
 fn offer(
-    backend: &Arc<UnixStream>,
+    registered: &Registration,
     conn: &Metered<Conn>,
     status: &[u8],
-    frame: &[u8; FRAME_LEN],
+    frame: &ClientFrame,
     accepted: &mut bool,
 ) -> io::Result<Offer> {
+    let backend = &registered.control;
     if !writable_now(backend.as_fd())? {
         return Ok(Offer::Full);
     }
@@ -150,12 +155,24 @@ fn offer(
     // Backends get the socket in blocking mode, as the handoff protocol says.
     // The mode belongs to the open file we share, so it is put back if the
     // socket does not leave.
+    let seq = registered.acks.as_ref().map(Acks::next_seq);
+    let kept = match seq {
+        Some(_) => Some(socket.as_fd().try_clone_to_owned()?),
+        None => None,
+    };
+    let frame = encode_client_frame(&ClientFrame {
+        seq,
+        ..frame.clone()
+    });
     let flags = fcntl_getfl(socket)?;
     fcntl_setfl(socket, flags - OFlags::NONBLOCK)?;
-    match send_frame(backend, socket.as_fd(), frame) {
+    match send_frame(backend, socket.as_fd(), &frame) {
         Ok(sent) => {
             if sent < FRAME_LEN {
                 finish_frame(backend, &frame[sent..]);
+            }
+            if let (Some(acks), Some(seq), Some(kept)) = (&registered.acks, seq, kept) {
+                acks.expect(seq, kept, DELIVERY_TIMEOUT);
             }
             Ok(Offer::Delivered)
         }
