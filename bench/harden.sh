@@ -148,13 +148,7 @@ else
   DAEMON_WRAP=""; CLIENT_WRAP=""
 fi
 P=$((BASE + 5)) T=$((BASE + 6))
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=bench CA" \
-  -keyout "$WORK/ca.key" -out "$WORK/ca.pem" -days 2 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-  -keyout "$WORK/key.pem" -out "$WORK/server.csr" 2>/dev/null
-printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n' > "$WORK/ext"
-openssl x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial \
-  -out "$WORK/cert.pem" -days 1 -extfile "$WORK/ext" 2>/dev/null
+localhost_cert
 start_file $P "listen = [\"127.0.0.1:$P\", { address = \"127.0.0.1:$T\", tls = { cert = \"$WORK/cert.pem\", key = \"$WORK/key.pem\" } }]"$'\nmax_connections = 5000\n'
 # An open loop, one request every 5 ms: a stall delays every request due in it.
 probe() { $CLIENT_WRAP $BENCH rpc --connect "127.0.0.1:$P" --service echo --size 64 --interval-ms 5 --duration "$1" --label "$2"; }

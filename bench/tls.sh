@@ -26,13 +26,7 @@ MUX_BULK=$((BASE + 5)) NGINX_BULK=$((BASE + 6)) HAP_BULK=$((BASE + 7))
 echo "# $(nproc) cores, $(uname -r); $(haproxy -v | head -1); $(nginx -v 2>&1)"
 
 # One CA, one server certificate for localhost.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=bench CA" \
-  -keyout "$WORK/ca.key" -out "$WORK/ca.pem" -days 2 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-  -keyout "$WORK/key.pem" -out "$WORK/server.csr" 2>/dev/null
-printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n' > "$WORK/ext"
-openssl x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial \
-  -out "$WORK/cert.pem" -days 1 -extfile "$WORK/ext" 2>/dev/null
+localhost_cert
 cat "$WORK/cert.pem" "$WORK/key.pem" > "$WORK/haproxy.pem"
 
 $BENCH source --listen "127.0.0.1:$SHORT_BACKEND" --bytes 32 --tasks > /dev/null & PIDS+=($!)

@@ -229,29 +229,17 @@ impl Live {
             }
         }
         let current = self.metrics.as_ref().map(|(addr, _, _)| *addr);
-        let metrics = match (current == config.metrics_listen, config.metrics_listen) {
-            (true, _) => None,
-            (false, Some(addr)) => Some(Some(Listener::bind(&ListenAddr::Tcp(addr))?)),
-            (false, None) => Some(None),
-        };
-        let current = self.control.as_ref().map(|(path, _, _)| path.as_path());
-        let control = match (
-            current == config.handoff_socket.as_deref(),
-            &config.handoff_socket,
-        ) {
-            (true, _) => None,
-            (false, Some(path)) => Some(Some(bind_unix_socket(path, UnixSocket::Control)?)),
-            (false, None) => Some(None),
-        };
-        let current = self.upgrade.as_ref().map(|(path, _, _)| path.as_path());
-        let upgrade = match (
-            current == config.upgrade_socket.as_deref(),
-            &config.upgrade_socket,
-        ) {
-            (true, _) => None,
-            (false, Some(path)) => Some(Some(bind_unix_socket(path, UnixSocket::Upgrade)?)),
-            (false, None) => Some(None),
-        };
+        let metrics = restage(current, config.metrics_listen, |addr| {
+            Listener::bind(&ListenAddr::Tcp(addr))
+        })?;
+        let current = self.control.as_ref().map(|(path, _, _)| path.clone());
+        let control = restage(current, config.handoff_socket.clone(), |path| {
+            bind_unix_socket(&path, UnixSocket::Control)
+        })?;
+        let current = self.upgrade.as_ref().map(|(path, _, _)| path.clone());
+        let upgrade = restage(current, config.upgrade_socket.clone(), |path| {
+            bind_unix_socket(&path, UnixSocket::Upgrade)
+        })?;
         Ok(Staged {
             tcpmux,
             metrics,
@@ -372,6 +360,20 @@ fn apply_accept_options(
     if let Err(e) = crate::net::listener::set_accept_options(socket, options, defer) {
         tracing::warn!(address = %addr, error = %e, "cannot set fast_open or defer_accept; serving without them");
     }
+}
+
+/// What a reload does to a single socket (the metrics endpoint, the control
+/// or the upgrade socket): `None` keeps it, `Some(None)` closes it,
+/// `Some(Some(..))` replaces it with one bound for `wanted`.
+fn restage<A: PartialEq>(
+    current: Option<A>,
+    wanted: Option<A>,
+    bind: impl FnOnce(A) -> Result<Listener, BindError>,
+) -> Result<Option<Option<Listener>>, BindError> {
+    if current == wanted {
+        return Ok(None);
+    }
+    Ok(Some(wanted.map(bind).transpose()?))
 }
 
 /// The two Unix sockets of the daemon's own, by who may connect.
