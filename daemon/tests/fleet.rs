@@ -185,7 +185,10 @@ fn haproxy_in_front_of_two_tcpmuxd_with_backends_from_srv_records() {
     assert!(last.iter().any(|t| *t == "Z"), "{last:?}");
 
     // One tcpmuxd goes away: HAProxy retries its refused connections on the
-    // other, so no client sees it.
+    // other, so no client sees it, but for one HAProxy may have connected
+    // just as the daemon died (in its accept queue then, reset with it: no
+    // proxy can retry a connection that was established). The clients here
+    // come one at a time, so at most one can be caught so.
     drop(a);
     let mut failed = Vec::new();
     for _ in 0..200 {
@@ -194,6 +197,6 @@ fn haproxy_in_front_of_two_tcpmuxd_with_backends_from_srv_records() {
             failed.push(tag);
         }
     }
-    assert!(failed.is_empty(), "{failed:?}");
+    assert!(failed.len() <= 1, "{failed:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

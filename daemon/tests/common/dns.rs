@@ -105,12 +105,18 @@ impl Drop for Dnsmasq {
     }
 }
 
-/// A UDP and TCP port free on 127.0.0.1 now, for dnsmasq.
+/// A UDP and TCP port free on 127.0.0.1 now, for dnsmasq: below the
+/// kernel's ephemeral range (32768 and up), so that no client socket (the
+/// daemon's own DNS queries among them) can take it while dnsmasq restarts on
+/// it; spread by process and call so parallel tests do not pick the same one.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let spread = (std::process::id() % 500) as u16 * 20;
     loop {
-        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = udp.local_addr().unwrap().port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let port = 20_000 + (spread + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000;
+        let udp = UdpSocket::bind(("127.0.0.1", port));
+        if udp.is_ok() && TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
