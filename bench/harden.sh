@@ -140,9 +140,10 @@ fi
 if want p5; then
 # p5. TLS handshakes beside a plain echo client. The daemon gets the first
 # core and the clients the others, so the daemon's threads compete with each
-# other, not with the load (on one core, the daemon has that core alone).
+# other, not with the load (on one core, the daemon has that core alone);
+# NO_PIN=1 leaves everything free on every core.
 CORES=$(nproc)
-if [ "$CORES" -gt 1 ]; then
+if [ "$CORES" -gt 1 ] && [ -z "${NO_PIN:-}" ]; then
   DAEMON_WRAP="taskset -c 0"; CLIENT_WRAP="taskset -c 1-$((CORES - 1))"
 else
   DAEMON_WRAP=""; CLIENT_WRAP=""
