@@ -158,6 +158,11 @@ fn an_opening_cut_short_by_fin_is_answered_like_a_cut_name() {
         let got = String::from_utf8(read_all(&mut stream)).unwrap();
         assert!(got.starts_with(answer), "{sent:?}: {got}");
     }
+    // Counted under the protocol they began.
+    for routed in ["routed=sni", "routed=http"] {
+        let refused = |l: &str| l.contains(routed) && l.contains("refused: incomplete");
+        assert_eq!(daemon.wait_for_lines(1, refused), 1, "{routed}");
+    }
     // The daemon still answers: nothing spun on the half-closed sockets.
     assert_eq!(daemon.exchange(b"time\r\n")[..3], *b"+\r\n");
 }

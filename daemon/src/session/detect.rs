@@ -48,7 +48,7 @@ pub(super) enum Detected {
         reply: Reply,
     },
     /// The client ended its side in the middle of what is named.
-    Incomplete(&'static str),
+    Incomplete(&'static str, Routed),
     Closed,
 }
 
@@ -119,7 +119,7 @@ async fn route_tls(
             let reason = "ClientHello split into too many records".into();
             return Ok(unrouted(Routed::Sni, reason, Reply::Close));
         }
-        Parsed::Ended => return Ok(Detected::Incomplete("TLS ClientHello")),
+        Parsed::Ended => return Ok(Detected::Incomplete("TLS ClientHello", Routed::Sni)),
     };
     let service = hello
         .server_name
@@ -153,7 +153,9 @@ async fn route_http(
     let head = match peek_parsed(stream, buf, MAX_HEAD, parse).await? {
         Parsed::Done(head) => head,
         Parsed::Failed(e) => return Ok(unrouted(Routed::Http, e.to_string(), Reply::Http)),
-        Parsed::Full | Parsed::Ended => return Ok(Detected::Incomplete("HTTP request head")),
+        Parsed::Full | Parsed::Ended => {
+            return Ok(Detected::Incomplete("HTTP request head", Routed::Http))
+        }
     };
     let service = head
         .host

@@ -128,10 +128,13 @@ async fn respond(
 ) -> Answer {
     let outcome = match negotiated {
         Negotiated::Closed => Outcome::ClosedBeforeRequest,
-        Negotiated::Incomplete(what) => {
+        Negotiated::Incomplete(what, routed) => {
             let reason = format!("incomplete {what}: the connection was closed before its end");
             refuse(conn, &reason).await;
-            Outcome::Incomplete(what)
+            return Answer {
+                routed,
+                ..Answer::new(Outcome::Incomplete(what))
+            };
         }
         Negotiated::NotAdmitted(refusal) => {
             refuse(conn, &refusal.to_string()).await;

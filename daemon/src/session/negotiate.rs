@@ -37,8 +37,9 @@ pub(super) enum Negotiated {
         reply: Reply,
     },
     BadProxyHeader(HeaderError),
-    /// EOF in the middle of what is named (the request line, the PROXY header).
-    Incomplete(&'static str),
+    /// EOF in the middle of what is named (the request line, the PROXY
+    /// header, a detected opening), and how far routing had got.
+    Incomplete(&'static str, Routed),
     Closed,
     /// A daemon-wide or per-address limit refused the connection.
     NotAdmitted(Refusal),
@@ -90,7 +91,7 @@ pub(super) async fn negotiate(
                     reply,
                 })
             }
-            Detected::Incomplete(what) => return Ok(Negotiated::Incomplete(what)),
+            Detected::Incomplete(what, routed) => return Ok(Negotiated::Incomplete(what, routed)),
             Detected::Closed => return Ok(Negotiated::Closed),
         }
     }
@@ -109,7 +110,10 @@ async fn read_proxy_header(
     loop {
         let n = conn.get_mut().peek(&mut scratch).await?;
         if n == 0 && !header.is_empty() {
-            return Ok(Some(Negotiated::Incomplete("PROXY protocol header")));
+            return Ok(Some(Negotiated::Incomplete(
+                "PROXY protocol header",
+                Routed::Tcpmux,
+            )));
         }
         if n == 0 {
             return Ok(Some(Negotiated::Closed));
@@ -144,7 +148,7 @@ async fn read_request_line(conn: &mut Metered<Conn>) -> io::Result<Negotiated> {
         if n == 0 {
             // Half-closed mid-name: the client can still read why nothing follows.
             return Ok(match fed {
-                true => Negotiated::Incomplete("request line"),
+                true => Negotiated::Incomplete("request line", Routed::Tcpmux),
                 false => Negotiated::Closed,
             });
         }
