@@ -35,6 +35,20 @@ pub enum Frame<'a> {
     End(u32),
 }
 
+impl Frame<'_> {
+    /// The frame's kind, as it is written.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Frame::Listen(_) => "LISTEN",
+            Frame::Metrics(_) => "METRICS",
+            Frame::Control(_) => "CONTROL",
+            Frame::Upgrade(_) => "UPGRADE",
+            Frame::Backend(_) => "BACKEND",
+            Frame::End(_) => "END",
+        }
+    }
+}
+
 /// A handoff backend's registration as it travels in a `BACKEND` frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Registration<'a> {
@@ -74,11 +88,11 @@ pub enum FrameError {
 
 /// The frame's bytes: `KIND VALUE`, spaces, and a newline at the end.
 pub fn encode(frame: &Frame<'_>) -> Result<[u8; FRAME], FrameError> {
+    let kind = frame.kind();
     let text = match frame {
-        Frame::Listen(v) => format!("LISTEN {}", checked(v)?),
-        Frame::Metrics(v) => format!("METRICS {}", checked(v)?),
-        Frame::Control(v) => format!("CONTROL {}", checked(v)?),
-        Frame::Upgrade(v) => format!("UPGRADE {}", checked(v)?),
+        Frame::Listen(v) | Frame::Metrics(v) | Frame::Control(v) | Frame::Upgrade(v) => {
+            format!("{kind} {}", checked(v)?)
+        }
         Frame::Backend(r) => {
             if r.names.is_empty()
                 || r.names
@@ -89,9 +103,9 @@ pub fn encode(frame: &Frame<'_>) -> Result<[u8; FRAME], FrameError> {
             }
             let names = checked(&r.names.join(","))?.to_owned();
             let acks = if r.acks { " ack" } else { "" };
-            format!("BACKEND {} {} {} {names}{acks}", r.uid, r.gid, r.pid)
+            format!("{kind} {} {} {} {names}{acks}", r.uid, r.gid, r.pid)
         }
-        Frame::End(version) => format!("END {version}"),
+        Frame::End(version) => format!("{kind} {version}"),
     };
     if text.len() > MAX_TEXT {
         return Err(FrameError::TooLong(text.len()));

@@ -201,6 +201,9 @@ async fn until_eof(control: &UnixStream) {
     }
 }
 
+/// `ACK` and a 64-bit number, with room to spare.
+const MAX_ACK_LINE: usize = 32;
+
 /// Reads `ACK seq` lines until EOF or anything else, and shuts down each
 /// delivery not acknowledged in time.
 async fn read_acks(control: &UnixStream, acks: &Acks, pid: i32) {
@@ -228,11 +231,11 @@ async fn read_acks(control: &UnixStream, acks: &Acks, pid: i32) {
                 for &byte in &buf[..n] {
                     if byte != b'\n' {
                         line.push(byte);
-                        if line.len() > 64 {
-                            tracing::warn!(pid, "handoff backend sent a line that is not ACK; dropping it");
-                            return;
+                        // An ACK line is short: a longer one is read as what
+                        // it is, not an ACK.
+                        if line.len() <= MAX_ACK_LINE {
+                            continue;
                         }
-                        continue;
                     }
                     match parse_ack(&line) {
                         Ok(seq) => drop(acks.acked(seq)),
@@ -281,13 +284,15 @@ pub fn adopt_all(adopted: Vec<Adopted>, registry: &Registry, hub: &Hub) -> Vec<E
 }
 
 fn adopt(adopted: Adopted, registry: &Registry) -> Option<(UnixStream, Asked)> {
-    let verb = if adopted.acks {
-        "REGISTER-ACK"
-    } else {
-        "REGISTER"
-    };
-    let line = format!("{verb} {}", adopted.names.join(" "));
-    let asked = match authorize(line.as_bytes(), adopted.uid, adopted.gid, registry) {
+    let names = adopted.names.iter().map(|n| ServiceName::parse(n));
+    let asked = names
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())
+        .and_then(|names| {
+            let acks = adopted.acks;
+            allowed(Asked { names, acks }, adopted.uid, adopted.gid, registry)
+        });
+    let asked = match asked {
         Ok(asked) => asked,
         Err(reason) => {
             let pid = adopted.pid;
@@ -326,7 +331,13 @@ async fn read_registration(stream: &mut UnixStream) -> io::Result<Vec<u8>> {
 type Asked = tcpmux_proto::handoff::Registration;
 
 fn authorize(line: &[u8], uid: u32, gid: u32, registry: &Registry) -> Result<Asked, String> {
-    let Asked { mut names, acks } = parse_registration(line).map_err(|e| e.to_string())?;
+    let asked = parse_registration(line).map_err(|e| e.to_string())?;
+    allowed(asked, uid, gid, registry)
+}
+
+/// `asked`, once every name is a handoff service that `uid`/`gid` may serve.
+fn allowed(asked: Asked, uid: u32, gid: u32, registry: &Registry) -> Result<Asked, String> {
+    let Asked { mut names, acks } = asked;
     // A name listed twice is registered once: one backend, one turn, one count.
     names.sort();
     names.dedup();

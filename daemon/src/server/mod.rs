@@ -27,7 +27,7 @@ pub use crate::state::Counters;
 use crate::state::Shared;
 use listeners::{bind_unix_socket, Live, UnixSocket};
 use sessions::Sessions;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 pub use upgrade::{take_over, Handed, UpgradeError};
 
 /// Why the daemon could not start.
@@ -273,7 +273,7 @@ impl Server {
             systemd::notify("READY=1");
         }
         let mut watchdog = systemd::watchdog_interval().map(tokio::time::interval);
-        let mut handing: Option<tokio::task::JoinHandle<std::io::Result<bool>>> = None;
+        let mut handing: Option<upgrade::Exchange> = None;
         let mut handed_over = false;
         tokio::pin!(shutdown);
         loop {
@@ -293,29 +293,14 @@ impl Server {
                     }
                     systemd::notify("READY=1");
                 }
-                // The exchange runs as a task of its own: a successor that
-                // stalls cannot keep signals, reloads or the watchdog waiting.
                 Some(successor) = upgrades.recv(), if handing.is_none() => {
-                    match upgrade_sockets(&shared, &live) {
-                        Ok(sockets) => {
-                            tracing::info!(sockets = sockets.len(), "upgrade: a successor connected; handing over");
-                            handing = Some(tokio::spawn(upgrade::hand_over(successor, sockets)));
-                        }
-                        Err(e) => tracing::warn!(error = %e, "upgrade failed: cannot share the sockets; still serving"),
-                    }
+                    handing = upgrade::start(successor, live.sockets(), &shared.hub);
                 }
                 Some(done) = async { Some(handing.as_mut()?.await) }, if handing.is_some() => {
                     handing = None;
-                    match done {
-                        Ok(Ok(true)) => {
-                            tracing::info!("upgrade: the new daemon serves; stopping this one");
-                            crate::net::listener::keep_socket_files();
-                            handed_over = true;
-                            break;
-                        }
-                        Ok(Ok(false)) => tracing::warn!("upgrade: the new daemon did not take over; still serving"),
-                        Ok(Err(e)) => tracing::warn!(error = %e, "upgrade failed; still serving"),
-                        Err(e) => tracing::warn!(error = %e, "upgrade failed; still serving"),
+                    if upgrade::taken_over(done) {
+                        handed_over = true;
+                        break;
                     }
                 }
             }
@@ -337,35 +322,6 @@ impl Server {
         trim.abort();
         lag.abort();
     }
-}
-
-/// Every socket a successor takes over, as descriptors of its own (the
-/// exchange runs beside the loop that keeps serving on them), and each handoff
-/// backend's registration with its control connection. A registration too
-/// long for one frame cannot travel: its control connection is closed, so the
-/// backend registers again (its library reconnects) rather than being lost.
-fn upgrade_sockets(shared: &Shared, live: &Live) -> std::io::Result<Vec<upgrade::Socket>> {
-    use tcpmux_proto::upgrade::{encode, Frame, Registration};
-    let mut sockets = live.sockets()?;
-    for r in shared.hub.registrations() {
-        let names: Vec<&str> = r.names.iter().map(|n| n.as_str()).collect();
-        let count = names.len();
-        let frame = Frame::Backend(Registration {
-            uid: r.uid,
-            gid: r.gid,
-            pid: r.pid,
-            names,
-            acks: r.acks.is_some(),
-        });
-        match encode(&frame) {
-            Ok(bytes) => sockets.push((bytes, r.control.as_fd().try_clone_to_owned()?)),
-            Err(e) => {
-                tracing::warn!(pid = r.pid, names = count, error = %e, "upgrade: a registration that cannot travel; closing its control connection so the backend registers again");
-                let _ = rustix::net::shutdown(&r.control, rustix::net::Shutdown::Both);
-            }
-        }
-    }
-    Ok(sockets)
 }
 
 /// The tasks that keep proxy pools current for the settings in force: one

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use tcpmux_proto::upgrade::{self, Frame, FrameError, FRAME, VERSION};
 
-use crate::hub::Adopted;
+use crate::hub::{Adopted, Hub};
 use crate::model::ListenAddr;
 use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
@@ -83,7 +83,7 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
             }
             (Frame::End(_), _) => return Ok((stream, handed)),
             (_, Some(fd)) => fd,
-            (_, None) => return Err(UpgradeError::NoSocket(kind(&frame))),
+            (_, None) => return Err(UpgradeError::NoSocket(frame.kind())),
         };
         let bad = || UpgradeError::Protocol(FrameError::Malformed);
         match frame {
@@ -101,18 +101,6 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
             }),
             Frame::End(_) => return Ok((stream, handed)),
         }
-    }
-}
-
-/// A frame's kind, for an error.
-fn kind(frame: &Frame<'_>) -> &'static str {
-    match frame {
-        Frame::Listen(_) => "LISTEN",
-        Frame::Metrics(_) => "METRICS",
-        Frame::Control(_) => "CONTROL",
-        Frame::Upgrade(_) => "UPGRADE",
-        Frame::Backend(_) => "BACKEND",
-        Frame::End(_) => "END",
     }
 }
 
@@ -181,6 +169,83 @@ pub(super) async fn accept_upgrades(listener: Listener, requests: mpsc::Sender<U
 
 /// One socket for a successor: its frame, and a descriptor of it.
 pub(super) type Socket = ([u8; FRAME], OwnedFd);
+
+/// A running exchange with a successor.
+pub(super) type Exchange = tokio::task::JoinHandle<io::Result<bool>>;
+
+/// Starts handing `sockets` (the listeners', from `Live::sockets`) and every
+/// handoff registration in `hub` to `successor`, as a task of its own beside
+/// the serving loop, so a successor that stalls holds up no signal, reload or
+/// watchdog ping. `None`, logged, when the sockets cannot be shared.
+pub(super) fn start(
+    successor: UnixStream,
+    sockets: io::Result<Vec<Socket>>,
+    hub: &Hub,
+) -> Option<Exchange> {
+    let sockets = sockets.and_then(|mut sockets| {
+        sockets.extend(backend_sockets(hub)?);
+        Ok(sockets)
+    });
+    match sockets {
+        Ok(sockets) => {
+            tracing::info!(
+                sockets = sockets.len(),
+                "upgrade: a successor connected; handing over"
+            );
+            Some(tokio::spawn(hand_over(successor, sockets)))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "upgrade failed: cannot share the sockets; still serving");
+            None
+        }
+    }
+}
+
+/// Whether the exchange ended with the successor serving (then this daemon
+/// stops, leaving the Unix socket files to it); anything else is logged.
+pub(super) fn taken_over(done: Result<io::Result<bool>, tokio::task::JoinError>) -> bool {
+    match done.map_err(io::Error::other).and_then(|served| served) {
+        Ok(true) => {
+            tracing::info!("upgrade: the new daemon serves; stopping this one");
+            crate::net::listener::keep_socket_files();
+            true
+        }
+        Ok(false) => {
+            tracing::warn!("upgrade: the new daemon did not take over; still serving");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "upgrade failed; still serving");
+            false
+        }
+    }
+}
+
+/// Each handoff backend's registration with its control connection. One too
+/// long for a frame cannot travel: its control connection is closed, so the
+/// backend registers again (its library reconnects) rather than being lost.
+fn backend_sockets(hub: &Hub) -> io::Result<Vec<Socket>> {
+    let mut sockets = Vec::new();
+    for r in hub.registrations() {
+        let names: Vec<&str> = r.names.iter().map(|n| n.as_str()).collect();
+        let count = names.len();
+        let frame = Frame::Backend(upgrade::Registration {
+            uid: r.uid,
+            gid: r.gid,
+            pid: r.pid,
+            names,
+            acks: r.acks.is_some(),
+        });
+        match upgrade::encode(&frame) {
+            Ok(bytes) => sockets.push((bytes, r.control.as_fd().try_clone_to_owned()?)),
+            Err(e) => {
+                tracing::warn!(pid = r.pid, names = count, error = %e, "upgrade: a registration that cannot travel; closing its control connection so the backend registers again");
+                let _ = rustix::net::shutdown(&r.control, rustix::net::Shutdown::Both);
+            }
+        }
+    }
+    Ok(sockets)
+}
 
 /// How long each step of the old daemon's side may take: the request, each
 /// frame, and the successor's READY (which waits for it to bind and start).

@@ -152,9 +152,6 @@ fn offer(
         }
         *accepted = true;
     }
-    // Backends get the socket in blocking mode, as the handoff protocol says.
-    // The mode belongs to the open file we share, so it is put back if the
-    // socket does not leave.
     let seq = registered.acks.as_ref().map(Acks::next_seq);
     let kept = match seq {
         Some(_) => Some(socket.as_fd().try_clone_to_owned()?),
@@ -164,6 +161,9 @@ fn offer(
         seq,
         ..frame.clone()
     });
+    // Backends get the socket in blocking mode, as the handoff protocol says.
+    // The mode belongs to the open file we share, so it is put back if the
+    // socket does not leave.
     let flags = fcntl_getfl(socket)?;
     fcntl_setfl(socket, flags - OFlags::NONBLOCK)?;
     match send_frame(backend, socket.as_fd(), &frame) {
