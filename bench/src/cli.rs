@@ -17,7 +17,7 @@ pub struct Args {
 }
 
 /// How a run reports: shared by bulk, short and rpc.
-#[derive(clap::Args)]
+#[derive(Debug, clap::Args)]
 pub struct Report {
     /// Label for the report line.
     #[arg(long, default_value = "target")]
@@ -27,7 +27,7 @@ pub struct Report {
     pub json: bool,
 }
 
-#[derive(Subcommand)]
+#[derive(Debug, Subcommand)]
 pub enum Command {
     /// A backend: every connection gets exactly --bytes bytes, then EOF.
     Source {
@@ -263,7 +263,7 @@ pub fn probe_bytes(spec: &str) -> Result<Probe, String> {
 }
 
 /// The bytes of a `--probe` (one value, not a list of numbers).
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Probe(pub Vec<u8>);
 
 /// The start of an opening that `idle --partial` sends before it stalls.

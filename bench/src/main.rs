@@ -25,8 +25,17 @@ use clap::Parser;
 use cli::{Args, Command};
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let result = match args.command {
+    match run(Args::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tcpmux-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), String> {
+    match command {
         Command::Source {
             listen,
             bytes,
@@ -54,6 +63,67 @@ fn main() -> ExitCode {
             json_out.as_deref(),
             svg_out.as_deref(),
         ),
+        requests @ (Command::Short { .. } | Command::Rpc { .. }) => run_requests(requests),
+        Command::Nagle {
+            connect,
+            service,
+            iterations,
+        } => nagle::fresh(connect, &service, iterations.max(1)),
+        Command::NagleEstablished {
+            connect,
+            service,
+            warmup,
+            rounds,
+        } => nagle::established(connect, service.as_deref(), warmup, rounds),
+        Command::Lines { listen } => nagle::lines(listen),
+        Command::Idle {
+            connect,
+            connections,
+            service,
+            partial,
+            hold,
+        } => idle::idle(connect, connections, hold, service.as_deref(), partial),
+        Command::Sources {
+            connect,
+            service,
+            sources,
+            connections,
+        } => sources::sources(connect, &service, sources, connections),
+        Command::IdleUnix {
+            path,
+            connections,
+            hold,
+        } => idle::idle_unix(&path, connections, hold),
+        tls @ (Command::TlsBurst { .. } | Command::TlsShort { .. } | Command::TlsBulk { .. }) => {
+            run_tls(tls)
+        }
+        Command::Bulk {
+            connect,
+            service,
+            probe,
+            connections,
+            expect,
+            repeat,
+            report,
+        } => bulk::bulk(
+            connect,
+            &match (service, probe) {
+                (Some(name), _) => bulk::Opening::Service(name),
+                (None, Some(probe)) => bulk::Opening::Probe(probe.0),
+                (None, None) => bulk::Opening::Nothing,
+            },
+            connections,
+            expect,
+            repeat.max(1),
+            &report.label,
+            report.json,
+        ),
+    }
+}
+
+/// The short-connection and request-response workloads.
+fn run_requests(command: Command) -> Result<(), String> {
+    match command {
         Command::Short {
             connect,
             service,
@@ -89,36 +159,13 @@ fn main() -> ExitCode {
             &report.label,
             report.json,
         ),
-        Command::Nagle {
-            connect,
-            service,
-            iterations,
-        } => nagle::fresh(connect, &service, iterations.max(1)),
-        Command::NagleEstablished {
-            connect,
-            service,
-            warmup,
-            rounds,
-        } => nagle::established(connect, service.as_deref(), warmup, rounds),
-        Command::Lines { listen } => nagle::lines(listen),
-        Command::Idle {
-            connect,
-            connections,
-            service,
-            partial,
-            hold,
-        } => idle::idle(connect, connections, hold, service.as_deref(), partial),
-        Command::Sources {
-            connect,
-            service,
-            sources,
-            connections,
-        } => sources::sources(connect, &service, sources, connections),
-        Command::IdleUnix {
-            path,
-            connections,
-            hold,
-        } => idle::idle_unix(&path, connections, hold),
+        other => Err(format!("not a request workload: {other:?}")),
+    }
+}
+
+/// The TLS workloads.
+fn run_tls(command: Command) -> Result<(), String> {
+    match command {
         Command::TlsBurst {
             connect,
             ca,
@@ -154,34 +201,7 @@ fn main() -> ExitCode {
             repeat.max(1),
             &label,
         ),
-        Command::Bulk {
-            connect,
-            service,
-            probe,
-            connections,
-            expect,
-            repeat,
-            report,
-        } => bulk::bulk(
-            connect,
-            &match (service, probe) {
-                (Some(name), _) => bulk::Opening::Service(name),
-                (None, Some(probe)) => bulk::Opening::Probe(probe.0),
-                (None, None) => bulk::Opening::Nothing,
-            },
-            connections,
-            expect,
-            repeat.max(1),
-            &report.label,
-            report.json,
-        ),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tcpmux-bench: {e}");
-            ExitCode::FAILURE
-        }
+        other => Err(format!("not a TLS workload: {other:?}")),
     }
 }
 

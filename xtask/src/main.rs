@@ -3,9 +3,13 @@
 //! commands and from docs/configuration.md (for tcpmuxd.toml(5)), into DIR
 //! (default `contrib/`). They are checked in; a test fails when they are out
 //! of date, so a new flag cannot ship without its man page entry.
+//!
+//! `cargo xtask layout`: the house rules on imports and sizes (`layout.rs`);
+//! a test runs it too.
 
 #![forbid(unsafe_code)]
 
+mod layout;
 mod markdown;
 
 use std::path::{Path, PathBuf};
@@ -109,7 +113,16 @@ fn main() -> ExitCode {
             let dir = args.get(1).map_or_else(|| root.join("contrib"), PathBuf::from);
             write_assets(&root, &dir)
         }
-        _ => Err("usage: cargo xtask assets [DIR]   (man pages and shell completions; default DIR: contrib/)".into()),
+        Some("layout") => layout::check(&root).and_then(|problems| {
+            for problem in &problems {
+                println!("{problem}");
+            }
+            match problems.len() {
+                0 => Ok(()),
+                n => Err(format!("{n} breaches of the layout rules")),
+            }
+        }),
+        _ => Err("usage: cargo xtask assets [DIR]   (man pages and shell completions; default DIR: contrib/)\n       cargo xtask layout         (import cycles, file and function sizes)".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -23,6 +23,7 @@ pub(crate) fn listen(
     let mut specs: Vec<(ListenSpec, usize)> = Vec::new();
     for item in list.get_ref() {
         let spec = one(src, item)?;
+        unix_directory(src, item, &spec.addr)?;
         if let Some((first, at)) = specs.iter().find(|(seen, _)| clash(&seen.addr, &spec.addr)) {
             let (line, _) = src.line_column(*at);
             return Err(src.at(
@@ -54,111 +55,55 @@ fn clash(a: &ListenAddr, b: &ListenAddr) -> bool {
     }
 }
 
+/// One entry of the list: its address and options, as written (what the
+/// machine has, such as a socket's directory, is checked by the caller).
 fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, ConfigError> {
-    let table = match item.get_ref() {
-        toml::Value::String(address) => RawListenTable {
-            address: address.clone(),
-            name: None,
-            accept_proxy_from: Vec::new(),
-            detect: false,
-            ssh: None,
-            http: None,
-            silent: None,
-            sni_default: None,
-            detect_timeout: None,
-            tls: None,
-            fast_open: None,
-            defer_accept: None,
-        },
-        toml::Value::Table(_) => item
-            .get_ref()
-            .clone()
-            .try_into::<RawListenTable>()
-            .map_err(|e| {
-                src.at(
-                    item.span(),
-                    format!("listen: {}", super::error::humanize(e.message().trim_end())),
-                )
-            })?,
-        _ => {
-            return Err(src.at(
-                item.span(),
-                "a listen entry is an address string or a table with `address`",
-            ))
-        }
-    };
+    let at = |message: String| src.at(item.span(), message);
+    let table = table(src, item)?;
     let addr = table
         .address
         .parse::<ListenAddr>()
-        .map_err(|e| src.at(item.span(), e.to_string()))?;
+        .map_err(|e| at(e.to_string()))?;
+    let unix = matches!(addr, ListenAddr::Unix(_));
     let accept_proxy_from = table
         .accept_proxy_from
         .iter()
-        .map(|range| {
-            range
-                .parse::<Cidr>()
-                .map_err(|e| src.at(item.span(), e.to_string()))
-        })
+        .map(|range| range.parse::<Cidr>().map_err(|e| at(e.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
-    if let ListenAddr::Unix(path) = &addr {
-        let directory = path.parent().filter(|d| !d.as_os_str().is_empty());
-        if let Some(directory) = directory.filter(|d| !d.is_dir()) {
-            return Err(src.at(
-                item.span(),
-                format!(
-                    "listen {addr}: directory {} does not exist",
-                    directory.display()
-                ),
-            ));
-        }
-    }
-    if !accept_proxy_from.is_empty() && matches!(addr, ListenAddr::Unix(_)) {
-        return Err(src.at(
-            item.span(),
-            "accept_proxy_from needs a TCP listener (upstreams are matched by IP)",
+    if !accept_proxy_from.is_empty() && unix {
+        return Err(at(
+            "accept_proxy_from needs a TCP listener (upstreams are matched by IP)".into(),
         ));
     }
     let detect = detect(src, item, &table)?;
-    if let Some(name) = &table.name {
-        if name.is_empty() || name.contains(':') {
-            return Err(src.at(
-                item.span(),
-                format!("listen: name {name:?} must be non-empty, without ':'"),
-            ));
-        }
+    if let Some(name) = table
+        .name
+        .as_ref()
+        .filter(|n| n.is_empty() || n.contains(':'))
+    {
+        return Err(at(format!(
+            "listen: name {name:?} must be non-empty, without ':'"
+        )));
     }
     let tls = match &table.tls {
-        Some(raw) => Some(
-            super::tls::load(src, raw)
-                .map_err(|e| src.at(item.span(), format!("listen {addr}: {e}")))?,
-        ),
+        Some(raw) => {
+            Some(super::tls::load(src, raw).map_err(|e| at(format!("listen {addr}: {e}")))?)
+        }
         None => None,
     };
     if tls.is_some() && detect.is_some() {
-        return Err(src.at(
-            item.span(),
-            format!("listen {addr}: `detect` and `tls` do not mix: detection routes TLS by its SNI without decrypting it; use two listeners"),
-        ));
+        return Err(at(format!("listen {addr}: `detect` and `tls` do not mix: detection routes TLS by its SNI without decrypting it; use two listeners")));
     }
-    let fast_open = match &table.fast_open {
-        None | Some(toml::Value::Boolean(false)) => None,
-        Some(toml::Value::Boolean(true)) => Some(DEFAULT_FAST_OPEN_QUEUE),
-        Some(toml::Value::Integer(n)) if (1..=65535).contains(n) => Some(*n as u32),
-        Some(_) => {
-            return Err(src.at(
-                item.span(),
-                format!(
-                    "listen {addr}: fast_open is true, false or a queue length from 1 to 65535"
-                ),
-            ))
-        }
-    };
+    let fast_open = fast_open(table.fast_open.as_ref()).ok_or_else(|| {
+        at(format!(
+            "listen {addr}: fast_open is true, false or a queue length from 1 to 65535"
+        ))
+    })?;
     let defer_accept = table.defer_accept.unwrap_or(false);
-    if (fast_open.is_some() || defer_accept) && matches!(addr, ListenAddr::Unix(_)) {
-        return Err(src.at(
-            item.span(),
-            format!("listen {addr}: fast_open and defer_accept are TCP options"),
-        ));
+    if (fast_open.is_some() || defer_accept) && unix {
+        return Err(at(format!(
+            "listen {addr}: fast_open and defer_accept are TCP options"
+        )));
     }
     Ok(ListenSpec {
         addr,
@@ -169,8 +114,66 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
             fast_open,
             defer_accept,
         },
-        name: table.name.clone(),
+        name: table.name,
     })
+}
+
+/// An entry as serde reads it: a plain string is the address alone.
+fn table(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<RawListenTable, ConfigError> {
+    match item.get_ref() {
+        toml::Value::String(address) => Ok(RawListenTable {
+            address: address.clone(),
+            ..RawListenTable::default()
+        }),
+        toml::Value::Table(_) => item
+            .get_ref()
+            .clone()
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                src.at(
+                    item.span(),
+                    format!("listen: {}", super::error::humanize(e.message().trim_end())),
+                )
+            }),
+        _ => Err(src.at(
+            item.span(),
+            "a listen entry is an address string or a table with `address`",
+        )),
+    }
+}
+
+/// `fast_open`: off, on at the default queue length, or a queue length;
+/// `None` for anything else.
+fn fast_open(value: Option<&toml::Value>) -> Option<Option<u32>> {
+    match value {
+        None | Some(toml::Value::Boolean(false)) => Some(None),
+        Some(toml::Value::Boolean(true)) => Some(Some(DEFAULT_FAST_OPEN_QUEUE)),
+        Some(toml::Value::Integer(n)) if (1..=65535).contains(n) => Some(Some(*n as u32)),
+        Some(_) => None,
+    }
+}
+
+/// A Unix socket's directory must exist: the bind would fail later, after
+/// the privilege drop, with a less helpful message.
+fn unix_directory(
+    src: Source<'_>,
+    item: &Spanned<toml::Value>,
+    addr: &ListenAddr,
+) -> Result<(), ConfigError> {
+    let ListenAddr::Unix(path) = addr else {
+        return Ok(());
+    };
+    let directory = path.parent().filter(|d| !d.as_os_str().is_empty());
+    match directory.filter(|d| !d.is_dir()) {
+        Some(directory) => Err(src.at(
+            item.span(),
+            format!(
+                "listen {addr}: directory {} does not exist",
+                directory.display()
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The detection routes of a listener table; its route keys need `detect`.

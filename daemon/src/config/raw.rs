@@ -9,8 +9,9 @@ use toml::Spanned;
 
 use super::durations::ConfigDuration;
 
-/// A `listen` entry written as a table; a plain string is the address alone.
-#[derive(Deserialize)]
+/// A `listen` entry written as a table; a plain string is the address alone
+/// (the table's other fields at their defaults).
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawListenTable {
     pub(crate) address: String,

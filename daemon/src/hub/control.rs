@@ -13,7 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::task::JoinSet;
 
-use super::{Acks, Hub, Registration};
+use super::acks::Acks;
+use super::live::{Hub, Registration};
 use crate::model::{ControlLimits, Peer, ServiceKind};
 use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;

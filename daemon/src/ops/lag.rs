@@ -9,8 +9,6 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::metrics::Metrics;
-
 /// How often each loop's timer is set.
 pub const PERIOD: Duration = Duration::from_millis(100);
 /// Lateness that is worth a warning.
@@ -80,13 +78,13 @@ impl Lag {
 
 /// Sets a timer every [`PERIOD`] on the calling loop for ever and records how
 /// late each fires; spawn it on the loop it is to watch.
-pub async fn watch(metrics: Arc<Metrics>, worker: usize) {
+pub async fn watch(lag_of_loops: Arc<Lag>, worker: usize) {
     let mut warned: Option<Instant> = None;
     loop {
         let due = Instant::now() + PERIOD;
         tokio::time::sleep_until(due.into()).await;
         let lag = Instant::now().saturating_duration_since(due);
-        metrics.lag.record(worker, lag);
+        lag_of_loops.record(worker, lag);
         if lag > WARN_OVER && !warned.is_some_and(|at| at.elapsed() < WARN_EVERY) {
             warned = Some(Instant::now());
             tracing::warn!(
@@ -110,7 +108,7 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
-        let metrics = Arc::new(Metrics::default());
+        let histogram = Arc::new(Lag::default());
         let log = Arc::new(Mutex::new(Vec::<u8>::new()));
         let sink = Arc::clone(&log);
         let subscriber = tracing_subscriber::fmt()
@@ -120,10 +118,10 @@ mod tests {
         let _log = tracing::subscriber::set_default(subscriber);
         runtime.block_on(async {
             let samples = || {
-                let workers = metrics.lag.workers.lock().unwrap();
+                let workers = histogram.workers.lock().unwrap();
                 workers.get(&3).map_or(0, |h| h.counts.iter().sum::<u64>())
             };
-            let watcher = tokio::spawn(watch(Arc::clone(&metrics), 3));
+            let watcher = tokio::spawn(watch(Arc::clone(&histogram), 3));
             // Once a first tick is recorded the next timer is set: then hold
             // the loop for 400 ms, and wait for the late tick (bounded).
             for _ in 0..1000 {
@@ -142,7 +140,7 @@ mod tests {
             watcher.abort();
         });
         let mut text = String::new();
-        metrics.lag.render(&mut text);
+        histogram.render(&mut text);
         let count = |le: &str| -> u64 {
             let prefix =
                 format!("tcpmuxd_event_loop_lag_seconds_bucket{{worker=\"3\",le=\"{le}\"}} ");

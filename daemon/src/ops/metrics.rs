@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::lag::Lag;
 
@@ -20,7 +20,7 @@ pub struct Metrics {
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     /// How late each event loop runs.
-    pub lag: Lag,
+    pub lag: Arc<Lag>,
 }
 
 impl Metrics {

@@ -14,7 +14,7 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::sessions::{accept_loop, Sessions};
+use super::sessions::{accept_loop, Sessions, SharedOptions};
 use super::upgrade::encoded;
 use crate::config::Config;
 use crate::hub::Adopted;
@@ -23,9 +23,6 @@ use crate::net::listener::{BindError, Listener};
 use crate::ops::metrics_endpoint;
 use crate::state::Shared;
 use tcpmux_proto::upgrade::Frame;
-
-/// A listener's options, which a reload may change for new connections.
-pub(super) type SharedOptions = Arc<RwLock<Arc<ListenOptions>>>;
 
 struct Tcpmux {
     /// As configured (port 0 stays 0), to compare with a new file.

@@ -257,7 +257,7 @@ impl Server {
             JoinSet::new()
         };
         let lag = tokio::spawn(crate::ops::lag::watch(
-            Arc::clone(&shared.metrics),
+            Arc::clone(&shared.metrics.lag),
             self.worker,
         ));
         let counted = Arc::clone(&shared);

@@ -3,15 +3,19 @@
 //! the grace period is over.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::listeners::SharedOptions;
+use crate::model::ListenOptions;
 use crate::net::listener::{accept_backoff, Listener};
 use crate::session;
 use crate::state::Shared;
+
+/// A listener's options, which a reload may change for new connections: the
+/// accept loop reads them for each one.
+pub(super) type SharedOptions = Arc<RwLock<Arc<ListenOptions>>>;
 
 /// The running sessions: tracked so that shutdown can wait for them without
 /// polling, and cancellable once the grace period is over.

@@ -26,7 +26,7 @@ use tcpmux_proto::handoff::{encode_client_frame, ClientFrame, FRAME_LEN};
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
-use super::refuse;
+use super::status::refuse;
 use crate::hub::{Acks, Hub, Registration};
 use crate::model::{ClientInfo, Service};
 use crate::net::conn::Conn;

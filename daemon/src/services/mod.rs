@@ -16,12 +16,13 @@ pub mod help;
 mod isotime;
 mod proxy;
 mod sometext;
+mod status;
 mod time;
 
 use std::io;
 
 use tcpmux_proto::encode_reply;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::admission::ServiceCounts;
 use crate::hub::Hub;
@@ -29,6 +30,8 @@ use crate::model::{Builtin, ClientInfo, Service, ServiceKind};
 use crate::net::conn::Conn;
 use crate::net::stream::Metered;
 use crate::outcome::Outcome;
+
+pub use status::refuse;
 
 /// What a service may use of the daemon besides its connection: the handoff
 /// hub, the rendered counters (for `stats`) and its own name's counts.
@@ -96,20 +99,6 @@ pub async fn serve(
     }
 }
 
-/// Sends the `+` line.
-async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::Result<()> {
-    let mut line = Vec::new();
-    encode_reply(true, message, &mut line);
-    conn.write_all(&line).await
-}
-
-/// Sends a `-` line. A failure means the client is already gone; nothing to do.
-pub async fn refuse<S: AsyncWrite + Unpin>(conn: &mut S, reason: &str) {
-    let mut line = Vec::new();
-    encode_reply(false, reason, &mut line);
-    let _ = conn.write_all(&line).await;
-}
-
 /// Appends the whole answer of a built-in that sends one thing and is done, and
 /// says whether it was one; the others stream (`run_builtin`).
 fn one_shot_answer(builtin: Builtin, context: &Context<'_>, out: &mut Vec<u8>) -> bool {
@@ -133,15 +122,4 @@ async fn run_builtin(builtin: Builtin, conn: &mut Metered<Conn>) -> io::Result<(
         // Answered whole by `one_shot_answer`.
         Builtin::Daytime | Builtin::Time | Builtin::Isotime | Builtin::Stats => Ok(()),
     }
-}
-
-/// Errors that only mean "the client went away", the normal end of an endless
-/// service such as chargen.
-fn is_disconnect(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::BrokenPipe
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-    )
 }

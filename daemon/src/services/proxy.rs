@@ -7,7 +7,7 @@ use std::io;
 
 use tokio::io::AsyncWriteExt;
 
-use super::{accept, refuse};
+use super::status::{accept, refuse};
 use crate::admission::own_connections;
 use crate::model::{ClientInfo, Endpoint, Proxy};
 use crate::net::conn::Conn;

@@ -24,7 +24,7 @@ use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 use tokio::process::{Child, ChildStderr};
 
 use self::stderr::{drain, LineLog};
-use super::{accept, refuse};
+use super::status::{accept, refuse};
 use crate::admission::Counter;
 use crate::model::{ClientInfo, Exec, ExecReply, OnShutdown, Service};
 use crate::net::conn::Conn;

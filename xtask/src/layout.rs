@@ -1,0 +1,554 @@
+//! `cargo xtask layout`: the house rules a reviewer would otherwise check by
+//! hand. In daemon/src, imports run one way (no cycle among the top-level
+//! modules, nor among the files of one folder); in every crate, no source file
+//! is over 500 lines and no function over 100. A test runs it, so CI does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use proc_macro2::{TokenStream, TokenTree};
+use syn::visit::Visit;
+
+pub const MAX_FILE_LINES: usize = 500;
+pub const MAX_FN_LINES: usize = 100;
+
+/// The crates whose sizes are checked, and the one whose imports are.
+const SOURCE_DIRS: [&str; 4] = ["daemon/src", "protocol/src", "client/src", "bench/src"];
+const ONE_WAY_DIR: &str = "daemon/src";
+
+/// A module path inside one crate: `["server", "listeners"]`; the root is `[]`.
+type ModPath = Vec<String>;
+
+/// Every breach of the rules under `root`, one line each (empty: all hold).
+pub fn check(root: &Path) -> Result<Vec<String>, String> {
+    check_dirs(root, &SOURCE_DIRS, ONE_WAY_DIR)
+}
+
+fn check_dirs(root: &Path, sized: &[&str], one_way: &str) -> Result<Vec<String>, String> {
+    let mut problems = Vec::new();
+    for dir in sized {
+        for file in rust_files(&root.join(dir))? {
+            let parsed = parse(&file)?;
+            let shown = file
+                .strip_prefix(root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            if parsed.lines > MAX_FILE_LINES {
+                problems.push(format!(
+                    "{shown}: {} lines (at most {MAX_FILE_LINES})",
+                    parsed.lines
+                ));
+            }
+            for (name, line, length) in parsed.functions {
+                if length > MAX_FN_LINES {
+                    problems.push(format!(
+                        "{shown}:{line}: fn {name} is {length} lines (at most {MAX_FN_LINES})"
+                    ));
+                }
+            }
+        }
+    }
+    problems.extend(cycles(root, &root.join(one_way))?);
+    Ok(problems)
+}
+
+/// The import cycles of one crate: among its top-level modules, and among
+/// the files of each folder (a module and the modules inside it are one node
+/// there: a folder's `mod.rs` is the map of its files).
+fn cycles(root: &Path, src: &Path) -> Result<Vec<String>, String> {
+    let crate_ = Crate::load(src)?;
+    let edges = crate_.edges();
+    let mut problems = Vec::new();
+    problems.extend(report(root, "modules", &edges, |m| m.first().cloned()));
+    let folders: BTreeSet<ModPath> = crate_
+        .modules
+        .keys()
+        .filter(|m| !m.is_empty())
+        .map(|m| m[..m.len() - 1].to_vec())
+        .collect();
+    for folder in folders {
+        if folder.is_empty() {
+            continue; // the top-level modules, above
+        }
+        // The folder's mod.rs is a node too: a file that uses its mod.rs
+        // while mod.rs uses it is a cycle like any other.
+        let node = |m: &ModPath| match m.get(folder.len()) {
+            _ if !m.starts_with(&folder) => None,
+            Some(file) => Some(file.clone()),
+            None => Some("mod.rs".to_owned()),
+        };
+        problems.extend(report(root, &folder.join("/"), &edges, node));
+    }
+    Ok(problems)
+}
+
+/// One line per strongly connected group of the graph `edges` seen through
+/// `node` (which names a module's node, or leaves it out).
+fn report(
+    root: &Path,
+    label: &str,
+    edges: &BTreeMap<(ModPath, ModPath), Location>,
+    node: impl Fn(&ModPath) -> Option<String>,
+) -> Vec<String> {
+    let mut graph: BTreeMap<String, BTreeMap<String, &Location>> = BTreeMap::new();
+    for ((from, to), at) in edges {
+        if let (Some(a), Some(b)) = (node(from), node(to)) {
+            if a != b {
+                graph.entry(a).or_default().entry(b).or_insert(at);
+            }
+        }
+    }
+    strongly_connected(&graph)
+        .into_iter()
+        .filter(|group| group.len() > 1)
+        .map(|group| {
+            let witnesses: Vec<String> = group
+                .iter()
+                .flat_map(|a| {
+                    let group = &group;
+                    graph
+                        .get(a)
+                        .into_iter()
+                        .flatten()
+                        .filter(move |(b, _)| group.contains(*b))
+                        .map(move |(b, at)| format!("{a} -> {b} ({})", at.show(root)))
+                })
+                .collect();
+            format!("import cycle in {label}: {}", witnesses.join(", "))
+        })
+        .collect()
+}
+
+/// Tarjan's algorithm, iterative enough for a crate's few dozen nodes.
+fn strongly_connected(
+    graph: &BTreeMap<String, BTreeMap<String, &Location>>,
+) -> Vec<BTreeSet<String>> {
+    struct Walk<'g> {
+        graph: &'g BTreeMap<String, BTreeMap<String, &'g Location>>,
+        index: BTreeMap<&'g str, (usize, usize)>,
+        stack: Vec<&'g str>,
+        groups: Vec<BTreeSet<String>>,
+    }
+    impl<'g> Walk<'g> {
+        fn visit(&mut self, v: &'g str) -> usize {
+            let n = self.index.len();
+            self.index.insert(v, (n, n));
+            self.stack.push(v);
+            let mut low = n;
+            for w in self.graph.get(v).into_iter().flat_map(|e| e.keys()) {
+                match self.index.get(w.as_str()) {
+                    None => low = low.min(self.visit(w)),
+                    Some(&(i, _)) if self.stack.contains(&w.as_str()) => low = low.min(i),
+                    Some(_) => {}
+                }
+            }
+            self.index.insert(v, (n, low));
+            if low == n {
+                let mut group = BTreeSet::new();
+                while let Some(w) = self.stack.pop() {
+                    group.insert(w.to_owned());
+                    if w == v {
+                        break;
+                    }
+                }
+                self.groups.push(group);
+            }
+            low
+        }
+    }
+    let mut walk = Walk {
+        graph,
+        index: BTreeMap::new(),
+        stack: Vec::new(),
+        groups: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !walk.index.contains_key(v.as_str()) {
+            walk.visit(v);
+        }
+    }
+    walk.groups
+}
+
+#[derive(Clone, Debug)]
+struct Location {
+    file: PathBuf,
+    line: usize,
+}
+
+impl Location {
+    fn show(&self, root: &Path) -> String {
+        let file = self.file.strip_prefix(root).unwrap_or(&self.file);
+        format!("{}:{}", file.display(), self.line)
+    }
+}
+
+/// One file, parsed: its length, its functions, and the paths it names.
+struct Parsed {
+    lines: usize,
+    /// (name, first line, length in lines)
+    functions: Vec<(String, usize, usize)>,
+    /// Every path named outside test code, with its line.
+    paths: Vec<(Vec<String>, usize)>,
+    /// Names this module re-exports (`pub use a::b::C` gives C -> a::b::C).
+    reexports: BTreeMap<String, Vec<String>>,
+    /// Its declared child modules.
+    children: BTreeSet<String>,
+}
+
+fn parse(file: &Path) -> Result<Parsed, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let syntax = syn::parse_file(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut collect = Collect::default();
+    collect.visit_file(&syntax);
+    Ok(Parsed {
+        lines: text.lines().count(),
+        functions: collect.functions,
+        paths: collect.paths,
+        reexports: collect.reexports,
+        children: collect.children,
+    })
+}
+
+#[derive(Default)]
+struct Collect {
+    functions: Vec<(String, usize, usize)>,
+    paths: Vec<(Vec<String>, usize)>,
+    reexports: BTreeMap<String, Vec<String>>,
+    children: BTreeSet<String>,
+}
+
+fn is_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.meta
+                .require_list()
+                .is_ok_and(|l| l.tokens.to_string() == "test")
+    })
+}
+
+impl Collect {
+    fn function(
+        &mut self,
+        name: &syn::Ident,
+        sig_start: proc_macro2::Span,
+        body_end: proc_macro2::Span,
+    ) {
+        let first = sig_start.start().line;
+        let length = body_end.end().line + 1 - first;
+        self.functions.push((name.to_string(), first, length));
+    }
+
+    fn use_tree(&mut self, prefix: &[String], tree: &syn::UseTree, public: bool, line: usize) {
+        let mut path = prefix.to_vec();
+        match tree {
+            syn::UseTree::Path(p) => {
+                path.push(p.ident.to_string());
+                self.use_tree(&path, &p.tree, public, line);
+            }
+            syn::UseTree::Name(n) => {
+                path.push(n.ident.to_string());
+                if public {
+                    self.reexports.insert(n.ident.to_string(), path.clone());
+                }
+                self.paths.push((path, line));
+            }
+            syn::UseTree::Rename(r) => {
+                path.push(r.ident.to_string());
+                if public {
+                    self.reexports.insert(r.rename.to_string(), path.clone());
+                }
+                self.paths.push((path, line));
+            }
+            syn::UseTree::Glob(_) => self.paths.push((path, line)),
+            syn::UseTree::Group(g) => {
+                for tree in &g.items {
+                    self.use_tree(&path, tree, public, line);
+                }
+            }
+        }
+    }
+
+    /// Paths inside a macro's tokens (`tokio::select!` bodies, format
+    /// arguments): runs of `ident ::` joined, the way the compiler would read them.
+    fn tokens(&mut self, tokens: TokenStream) {
+        let mut run: Vec<String> = Vec::new();
+        let mut colons = 0;
+        let mut line = 0;
+        for token in tokens {
+            match token {
+                TokenTree::Ident(ident) if run.is_empty() || colons == 2 => {
+                    if run.is_empty() {
+                        line = ident.span().start().line;
+                    }
+                    run.push(ident.to_string());
+                    colons = 0;
+                    continue;
+                }
+                TokenTree::Punct(p) if p.as_char() == ':' && !run.is_empty() && colons < 2 => {
+                    colons += 1;
+                    continue;
+                }
+                TokenTree::Group(group) => self.tokens(group.stream()),
+                _ => {}
+            }
+            if run.len() > 1 {
+                self.paths.push((std::mem::take(&mut run), line));
+            }
+            run.clear();
+            colons = 0;
+        }
+        if run.len() > 1 {
+            self.paths.push((run, line));
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Collect {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let attrs = match item {
+            syn::Item::Fn(i) => &i.attrs,
+            syn::Item::Mod(i) => &i.attrs,
+            syn::Item::Impl(i) => &i.attrs,
+            syn::Item::Use(i) => &i.attrs,
+            syn::Item::Const(i) => &i.attrs,
+            syn::Item::Static(i) => &i.attrs,
+            syn::Item::Struct(i) => &i.attrs,
+            syn::Item::Enum(i) => &i.attrs,
+            _ => return syn::visit::visit_item(self, item),
+        };
+        if !is_test(attrs) {
+            syn::visit::visit_item(self, item);
+        }
+    }
+
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if item.content.is_none() {
+            self.children.insert(item.ident.to_string());
+        }
+        syn::visit::visit_item_mod(self, item);
+    }
+
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        let body_end = item.block.brace_token.span.close();
+        self.function(&item.sig.ident, item.sig.fn_token.span, body_end);
+        syn::visit::visit_item_fn(self, item);
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        if is_test(&item.attrs) {
+            return;
+        }
+        let body_end = item.block.brace_token.span.close();
+        self.function(&item.sig.ident, item.sig.fn_token.span, body_end);
+        syn::visit::visit_impl_item_fn(self, item);
+    }
+
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        let public = matches!(
+            item.vis,
+            syn::Visibility::Public(_) | syn::Visibility::Restricted(_)
+        );
+        let line = item.use_token.span.start().line;
+        self.use_tree(&[], &item.tree, public, line);
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments = path
+            .segments
+            .iter()
+            .map(|s| s.ident.to_string())
+            .collect::<Vec<_>>();
+        if segments.len() > 1 {
+            let line = path.segments[0].ident.span().start().line;
+            self.paths.push((segments, line));
+        }
+        syn::visit::visit_path(self, path);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        self.tokens(mac.tokens.clone());
+        syn::visit::visit_macro(self, mac);
+    }
+}
+
+/// A library crate's modules, each parsed.
+struct Crate {
+    modules: BTreeMap<ModPath, (PathBuf, Parsed)>,
+}
+
+impl Crate {
+    fn load(src: &Path) -> Result<Self, String> {
+        let mut modules = BTreeMap::new();
+        for file in rust_files(src)? {
+            let relative = file.strip_prefix(src).map_err(|e| e.to_string())?;
+            let Some(path) = module_path(relative) else {
+                continue;
+            };
+            modules.insert(path, (file.clone(), parse(&file)?));
+        }
+        Ok(Crate { modules })
+    }
+
+    /// Module to module, with where the first such use is.
+    fn edges(&self) -> BTreeMap<(ModPath, ModPath), Location> {
+        let mut edges = BTreeMap::new();
+        for (here, (file, parsed)) in &self.modules {
+            for (path, line) in &parsed.paths {
+                if let Some(target) = self.resolve(here, path, 0) {
+                    if &target != here {
+                        edges
+                            .entry((here.clone(), target))
+                            .or_insert_with(|| Location {
+                                file: file.clone(),
+                                line: *line,
+                            });
+                    }
+                }
+            }
+        }
+        edges
+    }
+
+    /// The module a path named in `here` points into, following `pub use`
+    /// re-exports so that `super::Thing` counts against Thing's own file.
+    fn resolve(&self, here: &ModPath, path: &[String], depth: usize) -> Option<ModPath> {
+        let mut base: ModPath = here.clone();
+        let mut rest = path;
+        match rest.first().map(String::as_str)? {
+            "crate" => {
+                base.clear();
+                rest = &rest[1..];
+            }
+            "self" => rest = &rest[1..],
+            "super" => {
+                while rest.first().map(String::as_str) == Some("super") {
+                    base.pop()?;
+                    rest = &rest[1..];
+                }
+            }
+            first => {
+                let children = &self.modules.get(here)?.1.children;
+                if !children.contains(first) {
+                    return None;
+                }
+            }
+        }
+        // Down the module tree as far as the path names modules.
+        while let Some(next) = rest.first() {
+            let mut deeper = base.clone();
+            deeper.push(next.clone());
+            if !self.modules.contains_key(&deeper) {
+                break;
+            }
+            base = deeper;
+            rest = &rest[1..];
+        }
+        if let (Some(name), true) = (rest.first(), depth < 8) {
+            if let Some(target) = self
+                .modules
+                .get(&base)
+                .and_then(|(_, p)| p.reexports.get(name))
+            {
+                return self.resolve(&base, target, depth + 1).or(Some(base));
+            }
+        }
+        Some(base)
+    }
+}
+
+/// `server/listeners.rs` -> `server::listeners`; `server/mod.rs` -> `server`;
+/// `lib.rs` -> the root. Binaries and test-only files are not modules of the library.
+fn module_path(relative: &Path) -> Option<ModPath> {
+    let mut parts: Vec<String> = relative
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let file = parts.pop()?;
+    let stem = file.strip_suffix(".rs")?;
+    if parts.first().map(String::as_str) == Some("bin") || stem == "main" || stem == "tests" {
+        return None;
+    }
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_owned());
+    }
+    Some(parts)
+}
+
+fn rust_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|e| format!("{}: {e}", dir.display()))?.path();
+        if path.is_dir() {
+            out.extend(rust_files(&path)?);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This workspace keeps the rules: what CI checks.
+    #[test]
+    fn the_workspace_keeps_the_layout_rules() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let problems = check(&root).expect("the sources parse");
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+
+    /// A small crate with one breach of each kind, some of them hidden where
+    /// a line-by-line look would miss them (a macro's body, a re-export), and
+    /// imports in test code, which do not count.
+    #[test]
+    fn each_kind_of_breach_is_found() {
+        let root = std::env::temp_dir().join(format!("xtask-layout-{}", std::process::id()));
+        let long_body = "    let _ = 1;\n".repeat(MAX_FN_LINES);
+        let files = [
+            ("src/lib.rs", "mod a;\nmod b;\nmod c;\nmod f;\n".to_owned()),
+            ("src/a.rs", "use crate::b::B;\nuse crate::c::C;\npub struct A;\n".to_owned()),
+            ("src/b.rs", "pub struct B;\nfn f() { let _ = crate::a::A; }\n".to_owned()),
+            (
+                "src/c.rs",
+                "pub struct C;\n#[cfg(test)]\nmod tests { use crate::a::A; }\n".to_owned(),
+            ),
+            ("src/f/mod.rs", "mod x;\nmod y;\npub use x::X;\n".to_owned()),
+            ("src/f/x.rs", "use super::y::Y;\npub struct X;\n".to_owned()),
+            (
+                "src/f/y.rs",
+                format!(
+                    "pub struct Y;\nasync fn g() {{\n{long_body}    tokio::select! {{ () = async {{}} => {{ let _ = super::X; }} }}\n}}\n"
+                ),
+            ),
+        ];
+        for (path, text) in &files {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        // a uses c and c's tests use a: not a cycle, test code does not count.
+        let problems = check_dirs(&root, &["src"], "src").unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(problems.len(), 3, "{problems:#?}");
+        assert!(
+            problems[0].starts_with("src/f/y.rs:2: fn g is 103 lines"),
+            "{problems:#?}"
+        );
+        assert!(
+            problems[1]
+                .starts_with("import cycle in modules: a -> b (src/a.rs:1), b -> a (src/b.rs:2)"),
+            "{problems:#?}"
+        );
+        assert!(
+            problems[2]
+                .starts_with("import cycle in f: x -> y (src/f/x.rs:1), y -> x (src/f/y.rs:"),
+            "{problems:#?}"
+        );
+    }
+}
