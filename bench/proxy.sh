@@ -37,7 +37,7 @@ relay = "splice"
 proxy = "127.0.0.1:$SRC"
 relay = "copy"
 CFG
-RUST_LOG=warn $BIN/tcpmuxd --config "$WORK/tcpmuxd.toml" & PIDS+=($!)
+RUST_LOG=warn ${TCPMUXD:-$BIN/tcpmuxd} --config "$WORK/tcpmuxd.toml" & PIDS+=($!)
 socat TCP-LISTEN:$SOCAT,fork,reuseaddr TCP:127.0.0.1:$SRC & PIDS+=($!)
 start_haproxy < <(haproxy_pair plain $HAP $SRC; haproxy_pair splice $HAPS $SRC splice)
 start_nginx_stream $NGX $SRC

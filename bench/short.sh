@@ -47,7 +47,7 @@ listen = ["127.0.0.1:$MUX"]
 [service.when]
 exec = ["$WORK/when"]
 CFG
-RUST_LOG=warn target/release/tcpmuxd --config "$WORK/tcpmuxd.toml" & PIDS+=($!)
+RUST_LOG=warn ${TCPMUXD:-target/release/tcpmuxd} --config "$WORK/tcpmuxd.toml" & PIDS+=($!)
 # xinetd: its internal tcpmux dispatcher on an unlisted port with the program
 # as a TCPMUXPLUS service (xinetd sends the '+', as tcpmuxd's reply = "server"),
 # and its internal daytime on a port of its own.

@@ -7,13 +7,14 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
+use super::bind::{bind_unix_socket, UnixSocket};
 use super::sessions::{accept_loop, Sessions, SharedOptions};
 use super::upgrade::encoded;
 use crate::config::Config;
@@ -37,13 +38,49 @@ struct Tcpmux {
     name: Option<String>,
 }
 
+impl Tcpmux {
+    /// Puts `options` in force for the connections accepted from now on.
+    fn update(&self, options: &ListenOptions, shared: &Shared) {
+        if let Some(fd) = &self.fd {
+            apply_accept_options(&self.bound, fd.as_fd(), options, shared);
+        }
+        *self.options.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(options.clone());
+    }
+}
+
+/// A socket the daemon has at most one of: the metrics endpoint (at a
+/// `SocketAddr`), the handoff control or the upgrade socket (at a path).
+struct Single<A> {
+    configured: A,
+    task: AbortHandle,
+    /// A second descriptor, to hand to a successor.
+    fd: Option<OwnedFd>,
+}
+
+/// How a single socket's address is written in the log and in its frame.
+trait Shown {
+    fn shown(&self) -> String;
+}
+
+impl Shown for SocketAddr {
+    fn shown(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Shown for PathBuf {
+    fn shown(&self) -> String {
+        self.display().to_string()
+    }
+}
+
 /// Every socket the daemon serves now.
 pub(super) struct Live {
     accepting: JoinSet<()>,
     tcpmux: Vec<Tcpmux>,
-    metrics: Option<(SocketAddr, AbortHandle, Option<OwnedFd>)>,
-    control: Option<(PathBuf, AbortHandle, Option<OwnedFd>)>,
-    upgrade: Option<(PathBuf, AbortHandle, Option<OwnedFd>)>,
+    metrics: Option<Single<SocketAddr>>,
+    control: Option<Single<PathBuf>>,
+    upgrade: Option<Single<PathBuf>>,
     /// Where successors on any upgrade socket are passed (the run loop).
     upgrade_requests: Option<mpsc::Sender<UnixStream>>,
     /// Whether a reloaded file's `listen` applies: not when the command line
@@ -142,7 +179,11 @@ impl Live {
         let task = self
             .accepting
             .spawn(metrics_endpoint::serve(listener, render));
-        self.metrics = Some((configured, task, fd));
+        self.metrics = Some(Single {
+            configured,
+            task,
+            fd,
+        });
     }
 
     /// Serves the handoff control socket; `adopted` are registrations handed
@@ -167,7 +208,11 @@ impl Live {
         let task = self
             .accepting
             .spawn(crate::hub::control_loop(listener, hub, current, adopted));
-        self.control = Some((path, task, fd));
+        self.control = Some(Single {
+            configured: path,
+            task,
+            fd,
+        });
     }
 
     /// Where successors are to be passed, on this upgrade socket and any a
@@ -186,7 +231,11 @@ impl Live {
         let task = self
             .accepting
             .spawn(super::upgrade::accept_upgrades(listener, requests));
-        self.upgrade = Some((path, task, fd));
+        self.upgrade = Some(Single {
+            configured: path,
+            task,
+            fd,
+        });
     }
 
     /// Every socket in service, for a successor: its frame (what it was
@@ -200,18 +249,9 @@ impl Live {
                 sockets.push((encoded(&Frame::Listen(&addr))?, fd.try_clone()?));
             }
         }
-        if let Some((addr, _, Some(fd))) = &self.metrics {
-            let addr = addr.to_string();
-            sockets.push((encoded(&Frame::Metrics(&addr))?, fd.try_clone()?));
-        }
-        if let Some((path, _, Some(fd))) = &self.control {
-            let path = path.display().to_string();
-            sockets.push((encoded(&Frame::Control(&path))?, fd.try_clone()?));
-        }
-        if let Some((path, _, Some(fd))) = &self.upgrade {
-            let path = path.display().to_string();
-            sockets.push((encoded(&Frame::Upgrade(&path))?, fd.try_clone()?));
-        }
+        sockets.extend(handed(&self.metrics, |a| Frame::Metrics(a))?);
+        sockets.extend(handed(&self.control, |p| Frame::Control(p))?);
+        sockets.extend(handed(&self.upgrade, |p| Frame::Upgrade(p))?);
         Ok(sockets)
     }
 
@@ -225,15 +265,15 @@ impl Live {
                 }
             }
         }
-        let current = self.metrics.as_ref().map(|(addr, _, _)| *addr);
+        let current = self.metrics.as_ref().map(|m| m.configured);
         let metrics = restage(current, config.metrics_listen, |addr| {
             Listener::bind(&ListenAddr::Tcp(addr))
         })?;
-        let current = self.control.as_ref().map(|(path, _, _)| path.clone());
+        let current = self.control.as_ref().map(|c| c.configured.clone());
         let control = restage(current, config.handoff_socket.clone(), |path| {
             bind_unix_socket(&path, UnixSocket::Control)
         })?;
-        let current = self.upgrade.as_ref().map(|(path, _, _)| path.clone());
+        let current = self.upgrade.as_ref().map(|u| u.configured.clone());
         let upgrade = restage(current, config.upgrade_socket.clone(), |path| {
             bind_unix_socket(&path, UnixSocket::Upgrade)
         })?;
@@ -253,28 +293,49 @@ impl Live {
         shared: &Arc<Shared>,
         sessions: &Sessions,
     ) {
+        self.commit_tcpmux(staged.tcpmux, config, shared, sessions);
+        if let Some(metrics) = staged.metrics {
+            close(&mut self.metrics, "metrics endpoint");
+            if let (Some(listener), Some(addr)) = (metrics, config.metrics_listen) {
+                self.serve_metrics(addr, listener, shared);
+            }
+        }
+        if let Some(control) = staged.control {
+            close(&mut self.control, "handoff control socket");
+            if let (Some(listener), Some(path)) = (control, &config.handoff_socket) {
+                self.serve_control(path.clone(), listener, shared, Vec::new());
+            }
+        }
+        if let Some(upgrade) = staged.upgrade {
+            close(&mut self.upgrade, "upgrade socket");
+            if let (Some(listener), Some(path)) = (upgrade, &config.upgrade_socket) {
+                self.serve_upgrades(path.clone(), listener);
+            }
+        }
+    }
+
+    fn commit_tcpmux(
+        &mut self,
+        staged: Vec<(ListenSpec, Listener)>,
+        config: &Config,
+        shared: &Arc<Shared>,
+        sessions: &Sessions,
+    ) {
         if self.follow_file {
             self.tcpmux.retain(|live| {
-                let Some(spec) = config.listen.iter().find(|s| s.addr == live.configured) else {
-                    tracing::info!(address = %live.configured, "listener closed");
-                    live.task.abort();
-                    return false;
-                };
-                if let Some(fd) = &live.fd {
-                    apply_accept_options(&live.bound, fd.as_fd(), &spec.options, shared);
+                let spec = config.listen.iter().find(|s| s.addr == live.configured);
+                match spec {
+                    Some(spec) => live.update(&spec.options, shared),
+                    None => {
+                        tracing::info!(address = %live.configured, "listener closed");
+                        live.task.abort();
+                    }
                 }
-                *live.options.write().unwrap_or_else(|p| p.into_inner()) =
-                    Arc::new(spec.options.clone());
-                true
+                spec.is_some()
             });
-            for (spec, listener) in staged.tcpmux {
-                self.serve_tcpmux(
-                    (spec.addr, spec.name),
-                    listener,
-                    spec.options,
-                    shared,
-                    sessions,
-                );
+            for (spec, listener) in staged {
+                let options = spec.options;
+                self.serve_tcpmux((spec.addr, spec.name), listener, options, shared, sessions);
             }
         } else if self.options_follow_file {
             // The sockets stay (systemd or --workers chose them), but
@@ -288,43 +349,8 @@ impl Live {
                     .find(by_name)
                     .or_else(|| config.listen.iter().find(|s| s.addr == live.configured));
                 if let Some(spec) = spec {
-                    if let Some(fd) = &live.fd {
-                        apply_accept_options(&live.bound, fd.as_fd(), &spec.options, shared);
-                    }
-                    *live.options.write().unwrap_or_else(|p| p.into_inner()) =
-                        Arc::new(spec.options.clone());
+                    live.update(&spec.options, shared);
                 }
-            }
-        }
-        if let Some(metrics) = staged.metrics {
-            close(
-                self.metrics
-                    .take()
-                    .map(|(addr, task, _)| (addr.to_string(), task)),
-                "metrics endpoint",
-            );
-            if let (Some(listener), Some(addr)) = (metrics, config.metrics_listen) {
-                self.serve_metrics(addr, listener, shared);
-            }
-        }
-        if let Some(control) = staged.control {
-            let old = self
-                .control
-                .take()
-                .map(|(path, task, _)| (path.display().to_string(), task));
-            close(old, "handoff control socket");
-            if let (Some(listener), Some(path)) = (control, &config.handoff_socket) {
-                self.serve_control(path.clone(), listener, shared, Vec::new());
-            }
-        }
-        if let Some(upgrade) = staged.upgrade {
-            let old = self
-                .upgrade
-                .take()
-                .map(|(path, task, _)| (path.display().to_string(), task));
-            close(old, "upgrade socket");
-            if let (Some(listener), Some(path)) = (upgrade, &config.upgrade_socket) {
-                self.serve_upgrades(path.clone(), listener);
             }
         }
     }
@@ -335,11 +361,30 @@ impl Live {
     }
 }
 
-fn close(old: Option<(String, AbortHandle)>, what: &str) {
-    if let Some((address, task)) = old {
-        tracing::info!(%address, "{what} closed");
-        task.abort();
+fn close<A: Shown>(slot: &mut Option<Single<A>>, what: &str) {
+    if let Some(old) = slot.take() {
+        tracing::info!(address = %old.configured.shown(), "{what} closed");
+        old.task.abort();
     }
+}
+
+/// A single socket for a successor: its frame and a descriptor of its own.
+fn handed<A: Shown>(
+    single: &Option<Single<A>>,
+    frame: fn(&str) -> Frame<'_>,
+) -> io::Result<Option<super::upgrade::Socket>> {
+    let Some(Single {
+        configured,
+        fd: Some(fd),
+        ..
+    }) = single
+    else {
+        return Ok(None);
+    };
+    Ok(Some((
+        encoded(&frame(&configured.shown()))?,
+        fd.try_clone()?,
+    )))
 }
 
 /// Fast Open and deferred accept on a TCP listener; a failure (an old kernel)
@@ -371,32 +416,4 @@ fn restage<A: PartialEq>(
         return Ok(None);
     }
     Ok(Some(wanted.map(bind).transpose()?))
-}
-
-/// The two Unix sockets of the daemon's own, by who may connect.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum UnixSocket {
-    /// Open to every local user: authorization is per name, by the
-    /// connecting process's credentials, not by file permissions (0666).
-    Control,
-    /// For the daemon's own user (0600).
-    Upgrade,
-}
-
-/// Binds the handoff control or the upgrade socket at `path`, with its mode.
-pub(super) fn bind_unix_socket(path: &Path, kind: UnixSocket) -> Result<Listener, BindError> {
-    use std::os::unix::fs::PermissionsExt;
-    let (mode, why) = match kind {
-        UnixSocket::Control => (0o666, "cannot make the control socket connectable"),
-        UnixSocket::Upgrade => (0o600, "cannot restrict the upgrade socket to its owner"),
-    };
-    let addr = ListenAddr::Unix(path.to_owned());
-    let listener = Listener::bind(&addr)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
-        BindError {
-            addr,
-            reason: format!("{why}: {e}"),
-        }
-    })?;
-    Ok(listener)
 }

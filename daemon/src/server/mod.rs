@@ -1,10 +1,13 @@
-//! The server: binds what the configuration asks for, then accepts connections and
-//! hands each to a session until told to stop; reloads the configuration when
-//! told to, listeners included (`listeners.rs`); the accept loop and the
-//! sessions it starts are in `sessions.rs`. Signals are not its business:
+//! The server: binds what the configuration asks for (where each socket comes
+//! from: `bind.rs`), then accepts connections and hands each to a session until
+//! told to stop; reloads the configuration when told to, listeners included
+//! (`listeners.rs`); the accept loop and the sessions it starts are in
+//! `sessions.rs`. Signals are not its business:
 //! `main.rs` turns them into the shutdown future and the reload channel, and
 //! tests pass their own.
 
+mod bind;
+mod error;
 mod listeners;
 mod sessions;
 pub mod upgrade;
@@ -18,32 +21,18 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::config::Config;
-use crate::model::{ListenAddr, ListenOptions, ListenSpec};
+use crate::model::ListenAddr;
 use crate::net::listener::{BindError, Listener, Prebound};
-use crate::ops::privileges::{drop_privileges, PrivilegeError};
+use crate::ops::privileges::drop_privileges;
 use crate::ops::{logging, systemd};
 use crate::pool::{discovery, health};
 pub use crate::state::Counters;
 use crate::state::Shared;
-use listeners::{bind_unix_socket, Live, UnixSocket};
+use bind::{adopt, adopt_or_bind, bind_unix_socket, single, take, Bound, UnixSocket};
+pub use error::RunError;
+use listeners::Live;
 use sessions::Sessions;
-use std::os::fd::OwnedFd;
 pub use upgrade::{take_over, Handed, UpgradeError};
-
-/// Why the daemon could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error(transparent)]
-    Bind(#[from] BindError),
-    #[error("cannot use a listening socket passed by systemd or a predecessor: {0}")]
-    Inherited(std::io::Error),
-    #[error(transparent)]
-    Privileges(#[from] PrivilegeError),
-}
-
-/// A bound TCPMUX listener: its configured address and name, the socket, and
-/// its options.
-type Bound = ((ListenAddr, Option<String>), Listener, ListenOptions);
 
 /// A daemon whose sockets are bound and that serves nobody yet.
 pub struct Server {
@@ -133,10 +122,8 @@ impl Server {
                 .listen
                 .iter()
                 .map(|spec| {
-                    let listener = match take(&mut handed.tcpmux, &spec.addr) {
-                        Some(fd) => adopt_one(fd)?,
-                        None => Listener::bind(&spec.addr)?,
-                    };
+                    let handed = take(&mut handed.tcpmux, &spec.addr);
+                    let listener = adopt_or_bind(handed, || Listener::bind(&spec.addr))?;
                     let key = (spec.addr.clone(), spec.name.clone());
                     Ok((key, listener, spec.options.clone()))
                 })
@@ -144,42 +131,21 @@ impl Server {
         } else {
             adopt(inherited, &config.listen)?
         };
-        let control = match &config.handoff_socket {
-            Some(path) => {
-                let listener = match handed.control.take().filter(|(p, _)| p == path) {
-                    Some((_, fd)) => adopt_one(fd)?,
-                    None => bind_unix_socket(path, UnixSocket::Control)?,
-                };
-                Some((path.clone(), listener))
-            }
-            None => None,
-        };
-        let upgrade = match &config.upgrade_socket {
-            Some(path) => {
-                let listener = match handed.upgrade.take().filter(|(p, _)| p == path) {
-                    Some((_, fd)) => adopt_one(fd)?,
-                    None => bind_unix_socket(path, UnixSocket::Upgrade)?,
-                };
-                Some((path.clone(), listener))
-            }
-            None => None,
-        };
+        let control = single(&mut handed.control, config.handoff_socket.clone(), |path| {
+            bind_unix_socket(path, UnixSocket::Control)
+        })?;
+        let upgrade = single(&mut handed.upgrade, config.upgrade_socket.clone(), |path| {
+            bind_unix_socket(path, UnixSocket::Upgrade)
+        })?;
         // Everything privileged (binding port 1, creating sockets in /run) is done.
         if let Some((uid, gid)) = config.run_as {
             drop_privileges(uid, gid)?;
         }
         // Only now may the process have a second thread.
         logging::start_writer();
-        let metrics = match config.metrics_listen {
-            Some(addr) => {
-                let listener = match handed.metrics.take().filter(|(a, _)| *a == addr) {
-                    Some((_, fd)) => adopt_one(fd)?,
-                    None => Listener::bind(&ListenAddr::Tcp(addr))?,
-                };
-                Some((addr, listener))
-            }
-            None => None,
-        };
+        let metrics = single(&mut handed.metrics, config.metrics_listen, |addr| {
+            Listener::bind(&ListenAddr::Tcp(*addr))
+        })?;
         // What the predecessor served and this configuration does not is
         // closed with `handed`.
         Ok(Server {
@@ -361,6 +327,17 @@ fn pool_tasks(shared: &Shared) -> JoinSet<()> {
     tasks
 }
 
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+enum ReloadError {
+    #[error("{0}")]
+    Config(crate::config::ConfigError),
+    #[error("{0}")]
+    Bind(BindError),
+    #[error("the task reading the file failed: {0}")]
+    Loader(tokio::task::JoinError),
+}
+
 /// Load the file again: new connections get the new services, running
 /// sessions keep theirs; added listen addresses are bound and removed ones
 /// closed (as are a changed metrics endpoint and control socket). Nothing
@@ -380,18 +357,15 @@ async fn reload_config(
     // (an LDAP user) may block.
     let owned = path.to_owned();
     let loaded = tokio::task::spawn_blocking(move || Config::load(&owned)).await;
-    let config = match loaded {
-        Ok(Ok(config)) => config,
-        Ok(Err(e)) => {
-            tracing::error!("reload failed, keeping the running configuration: {e}");
-            return;
-        }
-        Err(e) => {
-            tracing::error!("reload failed, keeping the running configuration: {e}");
-            return;
-        }
+    let staged = match loaded {
+        Ok(Ok(config)) => live
+            .stage(&config)
+            .map(|staged| (config, staged))
+            .map_err(ReloadError::Bind),
+        Ok(Err(e)) => Err(ReloadError::Config(e)),
+        Err(e) => Err(ReloadError::Loader(e)),
     };
-    let staged = match live.stage(&config) {
+    let (config, staged) = match staged {
         Ok(staged) => staged,
         Err(e) => {
             tracing::error!("reload failed, keeping the running configuration: {e}");
@@ -406,46 +380,4 @@ async fn reload_config(
     let listen = live.follows_file().then_some(config.listen.len());
     shared.replace_settings(config);
     tracing::info!(path = %path.display(), services, listen, "configuration reloaded");
-}
-
-/// The descriptor of the socket configured as `addr`, if one was handed over.
-fn take(handed: &mut Vec<(ListenAddr, OwnedFd)>, addr: &ListenAddr) -> Option<OwnedFd> {
-    let at = handed.iter().position(|(a, _)| a == addr)?;
-    Some(handed.swap_remove(at).1)
-}
-
-/// A listening socket handed over by a predecessor; its Unix socket file is
-/// ours now.
-fn adopt_one(fd: OwnedFd) -> Result<Listener, RunError> {
-    Listener::from_inherited(fd, true).map_err(RunError::Inherited)
-}
-
-/// Listeners from systemd; each keeps the options of the configured address it
-/// matches, if any.
-fn adopt(inherited: Vec<Prebound>, configured: &[ListenSpec]) -> Result<Vec<Bound>, RunError> {
-    inherited
-        .into_iter()
-        .map(|prebound| {
-            let listener = Listener::from_inherited(prebound.fd, prebound.owns_path)
-                .map_err(RunError::Inherited)?;
-            let addr = listener.local_addr();
-            // systemd's name for it (a listener's `name`, or the address
-            // tcpmuxd stored it under), else its address.
-            let named = |spec: &&ListenSpec| {
-                prebound.name.as_deref().is_some_and(|name| {
-                    spec.name.as_deref() == Some(name)
-                        || spec.addr.to_string().replace(':', "_") == name
-                })
-            };
-            let options = prebound.options.unwrap_or_else(|| {
-                configured
-                    .iter()
-                    .find(named)
-                    .or_else(|| configured.iter().find(|spec| spec.addr == addr))
-                    .map(|spec| spec.options.clone())
-                    .unwrap_or_default()
-            });
-            Ok(((addr, prebound.name), listener, options))
-        })
-        .collect()
 }
