@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 use super::acks::Acks;
 use super::live::{Hub, Registration};
 use crate::model::{ControlLimits, Peer, ServiceKind};
+use crate::net::accept_errors::AcceptErrors;
 use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
 use crate::registry::Registry;
@@ -42,6 +43,7 @@ pub async fn control_loop(
             uid
         });
     }
+    let mut errors = AcceptErrors::new("handoff control");
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -66,10 +68,7 @@ pub async fn control_loop(
                     });
                 }
                 Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "handoff control accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                Err(e) => errors.failed(&listener.local_addr(), &e).await,
             },
             Some(ended) = backends.join_next() => {
                 if let Ok(uid) = ended {

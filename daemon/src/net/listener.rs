@@ -106,8 +106,8 @@ impl Listener {
         }
     }
 
-    /// Accepts the next client. Errors are returned for the caller to log; see
-    /// [`accept_backoff`] for which ones call for a pause.
+    /// Accepts the next client. Errors are returned for the caller's
+    /// `AcceptErrors` (net/accept_errors.rs), the one policy of every loop.
     pub async fn accept(&self) -> io::Result<Accepted> {
         match self {
             Listener::Tcp(l) => l.accept().await,
@@ -210,16 +210,6 @@ impl std::os::fd::AsFd for Listener {
             Listener::Unix { listener, .. } => listener.as_fd(),
         }
     }
-}
-
-/// How long to pause after an accept error, if at all. Running out of descriptors
-/// or memory would otherwise spin the loop at full CPU while nothing can change.
-pub fn accept_backoff(e: &io::Error) -> Option<Duration> {
-    use rustix::io::Errno;
-    let errno = Errno::from_io_error(e)?;
-    [Errno::MFILE, Errno::NFILE, Errno::NOBUFS, Errno::NOMEM]
-        .contains(&errno)
-        .then_some(Duration::from_millis(100))
 }
 
 /// A listening socket bound before the event loops start.

@@ -2,6 +2,7 @@
 //! connection (plain or TLS), the PROXY protocol header, the zero-copy relay and
 //! sendfile, and the graceful close.
 
+pub(crate) mod accept_errors;
 pub(crate) mod buffers;
 pub(crate) mod close;
 pub(crate) mod conn;

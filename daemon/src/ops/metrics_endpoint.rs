@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
+use crate::net::accept_errors::AcceptErrors;
 use crate::net::close::close_gracefully;
 use crate::net::listener::{Accepted, Listener};
 
@@ -19,14 +20,18 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// ends the requests in progress with it.
 pub async fn serve(listener: Listener, render: Arc<dyn Fn() -> String + Send + Sync>) {
     let mut requests = JoinSet::new();
+    let mut errors = AcceptErrors::new("metrics");
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             Some(_) = requests.join_next() => continue,
         };
-        let Ok(Accepted { mut stream, .. }) = accepted else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
+        let mut stream = match accepted {
+            Ok(Accepted { stream, .. }) => stream,
+            Err(e) => {
+                errors.failed(&listener.local_addr(), &e).await;
+                continue;
+            }
         };
         let render = Arc::clone(&render);
         requests.spawn(async move {

@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::model::ListenOptions;
-use crate::net::listener::{accept_backoff, Listener};
+use crate::net::accept_errors::AcceptErrors;
+use crate::net::listener::Listener;
 use crate::session;
 use crate::state::Shared;
 
@@ -62,6 +63,7 @@ pub(super) async fn accept_loop(
     shared: Arc<Shared>,
     sessions: Sessions,
 ) {
+    let mut errors = AcceptErrors::new("clients");
     loop {
         match listener.accept().await {
             Ok(accepted) => {
@@ -70,13 +72,7 @@ pub(super) async fn accept_loop(
                 let session = session::handle(Arc::clone(&shared), accepted, options);
                 sessions.spawn(session);
             }
-            Err(e) => {
-                let pause = accept_backoff(&e);
-                tracing::warn!(address = %listener.local_addr(), error = %e, "accept failed");
-                if let Some(pause) = pause {
-                    tokio::time::sleep(pause).await;
-                }
-            }
+            Err(e) => errors.failed(&listener.local_addr(), &e).await,
         }
     }
 }

@@ -30,6 +30,7 @@ use tcpmux_proto::upgrade::{self, Frame, FrameError, FRAME, VERSION};
 
 use crate::hub::{Adopted, Hub};
 use crate::model::ListenAddr;
+use crate::net::accept_errors::AcceptErrors;
 use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
 
@@ -148,10 +149,14 @@ fn receive_frame(stream: &StdUnixStream) -> io::Result<(Vec<u8>, Option<OwnedFd>
 /// root) and passes each to the run loop.
 pub(super) async fn accept_upgrades(listener: Listener, requests: mpsc::Sender<UnixStream>) {
     let me = rustix::process::geteuid().as_raw();
+    let mut errors = AcceptErrors::new("upgrade");
     loop {
-        let Ok(Accepted { stream, peer, .. }) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
+        let Accepted { stream, peer, .. } = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                errors.failed(&listener.local_addr(), &e).await;
+                continue;
+            }
         };
         let Stream::Unix(stream) = stream else {
             continue;
