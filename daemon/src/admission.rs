@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use tcpmux_proto::ServiceName;
@@ -103,7 +103,7 @@ impl UsageTable {
 }
 
 /// The daemon's own outgoing proxy connections (local and remote address),
-/// across every worker: a connection that arrives from one of them (its peer
+/// across every worker (one set in the `Counters` they share): a connection that arrives from one of them (its peer
 /// the local end, its local address the remote end) is the daemon talking to
 /// itself (a proxy pointed back at its own port), which would
 /// otherwise turn one client into as many connections as it sends names.
@@ -112,12 +112,6 @@ pub struct OwnConnections {
     /// How many are registered: the common case, none, costs no lock.
     count: AtomicUsize,
     addresses: Mutex<HashSet<(SocketAddr, SocketAddr)>>,
-}
-
-/// The process-wide set of the daemon's own outgoing connections.
-pub fn own_connections() -> &'static OwnConnections {
-    static OWN: OnceLock<OwnConnections> = OnceLock::new();
-    OWN.get_or_init(OwnConnections::default)
 }
 
 /// One registered outgoing connection; dropping it forgets it.

@@ -4,7 +4,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::admission::{Gate, Usage, UsageTable};
+use crate::admission::{Gate, OwnConnections, Usage, UsageTable};
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::model::{ControlLimits, Dns, Limits, ServiceKind};
@@ -50,6 +50,7 @@ pub struct Counters {
     gate: Arc<Gate>,
     usage: Arc<UsageTable>,
     metrics: Arc<Metrics>,
+    own: Arc<OwnConnections>,
 }
 
 /// What every connection of one event loop shares.
@@ -61,6 +62,8 @@ pub struct Shared {
     pub gate: Arc<Gate>,
     pub metrics: Arc<Metrics>,
     usage: Arc<UsageTable>,
+    /// The daemon's own outgoing proxy connections, to tell one come back.
+    pub own: Arc<OwnConnections>,
 }
 
 impl Shared {
@@ -71,6 +74,7 @@ impl Shared {
             gate: counters.gate,
             metrics: counters.metrics,
             usage: counters.usage,
+            own: counters.own,
         }
     }
 

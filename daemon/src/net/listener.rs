@@ -181,6 +181,11 @@ impl TcpAcceptor {
 
 /// Set once this process has handed its sockets to a successor: the Unix
 /// socket files are the successor's now and must survive our listeners.
+///
+/// Global on purpose: it is a fact about the process, set once and never
+/// unset, and it must reach listeners no server state can reach any more:
+/// those owned by accept-loop tasks being aborted and a reload's staged
+/// sockets. Passing a flag to each would only add ways to miss one.
 static HANDED_OVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Keeps the Unix socket files of every listener dropped from now on.

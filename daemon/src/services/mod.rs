@@ -24,7 +24,7 @@ use std::io;
 use tcpmux_proto::encode_reply;
 use tokio::io::AsyncWriteExt;
 
-use crate::admission::ServiceCounts;
+use crate::admission::{OwnConnections, ServiceCounts};
 use crate::hub::Hub;
 use crate::model::{Builtin, ClientInfo, Service, ServiceKind};
 use crate::net::conn::Conn;
@@ -34,12 +34,15 @@ use crate::outcome::Outcome;
 pub use status::refuse;
 
 /// What a service may use of the daemon besides its connection: the handoff
-/// hub, the rendered counters (for `stats`) and its own name's counts.
+/// hub, the rendered counters (for `stats`), its own name's counts and the
+/// daemon's own connections.
 pub struct Context<'a> {
     pub hub: &'a Hub,
     /// The counters in the Prometheus text format, for `stats`.
     pub stats: &'a (dyn Fn() -> String + Sync),
     pub counts: &'a ServiceCounts,
+    /// The daemon's own outgoing connections, where a proxy registers its own.
+    pub own: &'a OwnConnections,
 }
 
 /// Builds the built-ins' fixed texts (and their memfds) before the first client,
@@ -84,7 +87,15 @@ pub async fn serve(
         // sized by the relay's or a child process's state.
         ServiceKind::Proxy(settings) => {
             let pool = (service.name.as_str(), &*context.counts.pool);
-            Box::pin(proxy::serve(settings, pool, status, conn, client)).await
+            Box::pin(proxy::serve(
+                settings,
+                pool,
+                context.own,
+                status,
+                conn,
+                client,
+            ))
+            .await
         }
         ServiceKind::Handoff(_) => {
             Box::pin(handoff::serve(service, status, context.hub, conn, client)).await

@@ -8,7 +8,7 @@ use std::io;
 use tokio::io::AsyncWriteExt;
 
 use super::status::{accept, refuse};
-use crate::admission::own_connections;
+use crate::admission::OwnConnections;
 use crate::model::{ClientInfo, Endpoint, Proxy};
 use crate::net::conn::Conn;
 use crate::net::proxy_protocol;
@@ -22,6 +22,7 @@ use crate::pool::Pool;
 pub async fn serve(
     proxy: &Proxy,
     (service, pool): (&str, &Pool),
+    own: &OwnConnections,
     status: Option<&str>,
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
@@ -42,7 +43,7 @@ pub async fn serve(
     // Known as ours before a byte reaches the backend, so that if the backend
     // is this daemon, the session there sees where its request came from.
     let _own = match (backend.local_addr(), backend.peer_addr()) {
-        (Some(local), Some(remote)) => Some(own_connections().register(local, remote)),
+        (Some(local), Some(remote)) => Some(own.register(local, remote)),
         _ => None,
     };
     // The header goes first; what the client pipelined is still in its socket and

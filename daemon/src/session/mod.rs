@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 
 use self::detect::Reply;
 use self::negotiate::{negotiate, Negotiated};
-use crate::admission::own_connections;
+use crate::admission::OwnConnections;
 use crate::model::{ClientInfo, ListenOptions, Peer, Routed, Service};
 use crate::net::close::close_gracefully;
 use crate::net::conn::Conn;
@@ -92,7 +92,9 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
         Ok(Err(e)) => Answer::new(Outcome::ReadError(e)),
         // Checked once a request has arrived: by then the proxy that made this
         // connection has registered it (it does so before relaying a byte).
-        Ok(Ok(Negotiated::Decided(_) | Negotiated::Routed(..))) if is_own(&via, local) => {
+        Ok(Ok(Negotiated::Decided(_) | Negotiated::Routed(..)))
+            if is_own(&shared.own, &via, local) =>
+        {
             let reason = "proxy loop: this connection comes from tcpmuxd's own proxy";
             refuse(&mut conn, reason).await;
             Answer::new(Outcome::Refused(reason.into()))
@@ -111,9 +113,9 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
 /// Whether the connection from `peer` to our `local` address is one of the
 /// daemon's own proxy connections come back (the socket's own addresses, not
 /// announced ones).
-fn is_own(peer: &Peer, local: Option<std::net::SocketAddr>) -> bool {
+fn is_own(own: &OwnConnections, peer: &Peer, local: Option<std::net::SocketAddr>) -> bool {
     match (peer.tcp_addr(), local) {
-        (Some(peer), Some(local)) => own_connections().contains(peer, local),
+        (Some(peer), Some(local)) => own.contains(peer, local),
         _ => false,
     }
 }
@@ -292,6 +294,7 @@ async fn serve_named(
         hub: &shared.hub,
         stats: &stats,
         counts: &counts,
+        own: &shared.own,
     };
     // Boxed: the service futures would otherwise size every session future,
     // including the idle ones still negotiating.
