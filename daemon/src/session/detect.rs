@@ -9,6 +9,7 @@ use std::io;
 use tcpmux_proto::sniff::{classify, client_hello, http, Protocol};
 use tcpmux_proto::ServiceName;
 
+use super::opening::{Negotiated, Reply};
 use crate::model::{Detect, Routed};
 use crate::net::stream::Stream;
 use crate::ops::log_format::clipped;
@@ -25,32 +26,9 @@ const HELLO_PEEK: usize = MAX_HELLO + 8 * 1024;
 /// Bytes peeked to tell the protocol.
 const FIRST_PEEK: usize = 16;
 
-/// How a detecting listener answers a client it has no service for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Reply {
-    /// Nothing (a TLS client cannot read a `-` line): close.
-    Close,
-    /// A `-` line.
-    Line,
-    /// An HTTP 404 response.
-    Http,
-}
-
-/// What the first bytes decided.
-pub(super) enum Detected {
-    /// A TCPMUX request line (or a client too slow to tell, with no `silent`
-    /// service): negotiate as usual.
-    Tcpmux,
-    Service(ServiceName, Routed),
-    Unrouted {
-        routed: Routed,
-        reason: String,
-        reply: Reply,
-    },
-    /// The client ended its side in the middle of what is named.
-    Incomplete(&'static str, Routed),
-    Closed,
-}
+/// What the first bytes decided: `None` is a TCPMUX request line (or a client
+/// too slow to tell, with no `silent` service), to negotiate as usual.
+type Detected = Option<Negotiated>;
 
 pub(super) async fn detect(
     stream: &Stream,
@@ -62,15 +40,15 @@ pub(super) async fn detect(
     let mut more = match first.await {
         Err(_silent) => {
             return Ok(match &options.silent {
-                Some(name) => Detected::Service(name.clone(), Routed::Silent),
-                None => Detected::Tcpmux,
+                Some(name) => service(name.clone(), Routed::Silent),
+                None => None,
             })
         }
         Ok(peeked) => peeked?,
     };
     let protocol = loop {
         if buf.is_empty() {
-            return Ok(Detected::Closed);
+            return Ok(Some(Negotiated::Closed));
         }
         if let Some(protocol) = classify(&buf) {
             break protocol;
@@ -78,14 +56,14 @@ pub(super) async fn detect(
         if !more {
             // Too short to tell, and no more will come: whatever it is, it is
             // a prefix of a TCPMUX name too, and gets what a cut name gets.
-            return Ok(Detected::Tcpmux);
+            return Ok(None);
         }
         more = peek_more(stream, &mut buf, FIRST_PEEK).await?;
     };
     Ok(match protocol {
-        Protocol::Tcpmux => Detected::Tcpmux,
+        Protocol::Tcpmux => None,
         Protocol::Ssh => match &options.ssh {
-            Some(name) => Detected::Service(name.clone(), Routed::Ssh),
+            Some(name) => service(name.clone(), Routed::Ssh),
             None => unrouted(
                 Routed::Ssh,
                 "no ssh service on this listener".into(),
@@ -98,11 +76,15 @@ pub(super) async fn detect(
 }
 
 fn unrouted(routed: Routed, reason: String, reply: Reply) -> Detected {
-    Detected::Unrouted {
-        routed,
-        reason,
-        reply,
-    }
+    Some(Negotiated::unrouted(routed, reason, reply))
+}
+
+fn service(name: ServiceName, routed: Routed) -> Detected {
+    Some(Negotiated::Routed(name, routed))
+}
+
+fn incomplete(what: &'static str, routed: Routed) -> Detected {
+    Some(Negotiated::Incomplete(what, routed))
 }
 
 async fn route_tls(
@@ -119,27 +101,23 @@ async fn route_tls(
             let reason = "ClientHello split into too many records".into();
             return Ok(unrouted(Routed::Sni, reason, Reply::Close));
         }
-        Parsed::Ended => return Ok(Detected::Incomplete("TLS ClientHello", Routed::Sni)),
+        Parsed::Ended => return Ok(incomplete("TLS ClientHello", Routed::Sni)),
     };
-    let service = hello
+    let found = hello
         .server_name
         .as_deref()
-        .and_then(|name| registry.by_sni(name))
-        .map(|service| service.name.clone())
-        .or_else(|| options.sni_default.clone());
-    Ok(match (service, hello.server_name) {
-        (Some(name), _) => Detected::Service(name, Routed::Sni),
-        (None, Some(sni)) => unrouted(
-            Routed::Sni,
-            format!("no service for SNI {}", clipped(&sni)),
-            Reply::Close,
-        ),
-        (None, None) => unrouted(
-            Routed::Sni,
-            "ClientHello without SNI and no sni_default".into(),
-            Reply::Close,
-        ),
-    })
+        .and_then(|name| registry.by_sni(name));
+    Ok(by_name(
+        hello.server_name.as_deref(),
+        found.map(|service| &service.name),
+        options.sni_default.as_ref(),
+        ByName {
+            routed: Routed::Sni,
+            reply: Reply::Close,
+            unknown: "no service for SNI",
+            absent: "ClientHello without SNI and no sni_default",
+        },
+    ))
 }
 
 async fn route_http(
@@ -153,29 +131,53 @@ async fn route_http(
     let head = match peek_parsed(stream, buf, MAX_HEAD, parse).await? {
         Parsed::Done(head) => head,
         Parsed::Failed(e) => return Ok(unrouted(Routed::Http, e.to_string(), Reply::Http)),
-        Parsed::Full | Parsed::Ended => {
-            return Ok(Detected::Incomplete("HTTP request head", Routed::Http))
-        }
+        Parsed::Full | Parsed::Ended => return Ok(incomplete("HTTP request head", Routed::Http)),
     };
-    let service = head
+    let found = head
         .host
         .as_deref()
-        .and_then(|host| registry.by_http_host(host))
-        .map(|service| service.name.clone())
-        .or_else(|| options.http.clone());
-    Ok(match (service, head.host) {
-        (Some(name), _) => Detected::Service(name, Routed::Http),
-        (None, Some(host)) => unrouted(
-            Routed::Http,
-            format!("no service for HTTP host {}", clipped(&host)),
-            Reply::Http,
+        .and_then(|host| registry.by_http_host(host));
+    Ok(by_name(
+        head.host.as_deref(),
+        found.map(|service| &service.name),
+        options.http.as_ref(),
+        ByName {
+            routed: Routed::Http,
+            reply: Reply::Http,
+            unknown: "no service for HTTP host",
+            absent: "HTTP request without Host and no http service",
+        },
+    ))
+}
+
+/// How a protocol routed by a name in it (TLS by SNI, HTTP by Host) routes
+/// and refuses.
+struct ByName {
+    routed: Routed,
+    reply: Reply,
+    /// The refusal's reason when the name leads nowhere (the name follows).
+    unknown: &'static str,
+    /// The refusal's reason when there is no name and no default.
+    absent: &'static str,
+}
+
+/// The service the client's `name` leads to (`found`), else the listener's
+/// `default`, else a refusal saying which was missing.
+fn by_name(
+    name: Option<&str>,
+    found: Option<&ServiceName>,
+    default: Option<&ServiceName>,
+    how: ByName,
+) -> Detected {
+    match (found.or(default), name) {
+        (Some(service_name), _) => service(service_name.clone(), how.routed),
+        (None, Some(name)) => unrouted(
+            how.routed,
+            format!("{} {}", how.unknown, clipped(name)),
+            how.reply,
         ),
-        (None, None) => unrouted(
-            Routed::Http,
-            "HTTP request without Host and no http service".into(),
-            Reply::Http,
-        ),
-    })
+        (None, None) => unrouted(how.routed, how.absent.into(), how.reply),
+    }
 }
 
 /// What peeking until a parser decides produced.

@@ -5,6 +5,7 @@
 
 mod detect;
 mod negotiate;
+mod opening;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,8 +13,8 @@ use std::time::Instant;
 use tcpmux_proto::Decision;
 use tokio::io::AsyncWriteExt;
 
-use self::detect::Reply;
-use self::negotiate::{negotiate, Negotiated};
+use self::negotiate::negotiate;
+use self::opening::{Negotiated, Reply};
 use crate::admission::OwnConnections;
 use crate::model::{ClientInfo, ListenOptions, Peer, Routed, Service};
 use crate::net::close::close_gracefully;

@@ -6,14 +6,15 @@
 use std::io;
 use std::sync::Arc;
 
-use tcpmux_proto::{Decision, Progress, RequestParser, ServiceName, MAX_NAME_LEN};
+use tcpmux_proto::{Progress, RequestParser, MAX_NAME_LEN};
 use tokio::io::AsyncReadExt;
 
-use super::detect::{self, Detected, Reply};
+use super::detect;
+use super::opening::Negotiated;
 use crate::admission::Refusal;
 use crate::model::{ClientInfo, Detect, Peer, Routed};
 use crate::net::conn::Conn;
-use crate::net::proxy_protocol::{self, Announced, HeaderError};
+use crate::net::proxy_protocol::{self, Announced};
 use crate::net::stream::Metered;
 use crate::registry::Registry;
 
@@ -21,31 +22,6 @@ use crate::registry::Registry;
 /// parser claims is consumed, so bytes behind the request line stay in the socket
 /// for the service, whatever it is: a built-in, a relay, or a program exec'd on it.
 const PEEK: usize = MAX_NAME_LEN + 2;
-
-/// What reading the start of the connection produced.
-pub(super) enum Negotiated {
-    /// The request line (and any PROXY header) has been consumed, nothing more.
-    Decided(Decision),
-    /// A detecting listener chose the service from the client's first bytes,
-    /// which are all still unread.
-    Routed(ServiceName, Routed),
-    /// A detecting listener recognized the protocol but has no service for
-    /// it; `reply` says what the client can read of a refusal.
-    Unrouted {
-        routed: Routed,
-        reason: String,
-        reply: Reply,
-    },
-    BadProxyHeader(HeaderError),
-    /// EOF in the middle of what is named (the request line, the PROXY
-    /// header, a detected opening), and how far routing had got.
-    Incomplete(&'static str, Routed),
-    Closed,
-    /// A daemon-wide or per-address limit refused the connection.
-    NotAdmitted(Refusal),
-    /// On a TLS listener, the handshake failed; the error says why.
-    TlsFailed(io::Error),
-}
 
 /// Consumes the PROXY header if one is expected, admits the client's address,
 /// detects the protocol on a detecting listener, then consumes the request
@@ -77,22 +53,8 @@ pub(super) async fn negotiate(
     }
     // Detection peeks at the socket; config keeps it off TLS listeners.
     if let Some(((options, registry), socket)) = detecting.zip(conn.get_ref().plain()) {
-        match detect::detect(socket, options, registry).await? {
-            Detected::Tcpmux => {}
-            Detected::Service(name, routed) => return Ok(Negotiated::Routed(name, routed)),
-            Detected::Unrouted {
-                routed,
-                reason,
-                reply,
-            } => {
-                return Ok(Negotiated::Unrouted {
-                    routed,
-                    reason,
-                    reply,
-                })
-            }
-            Detected::Incomplete(what, routed) => return Ok(Negotiated::Incomplete(what, routed)),
-            Detected::Closed => return Ok(Negotiated::Closed),
+        if let Some(decided) = detect::detect(socket, options, registry).await? {
+            return Ok(decided);
         }
     }
     read_request_line(conn).await
