@@ -83,10 +83,18 @@ fn read_to_end(stream: &mut TlsStream) -> std::io::Result<Vec<u8>> {
 #[test]
 fn builtins_over_tls_end_with_close_notify() {
     let setup = Setup::new();
-    let daemon = setup.daemon("", "");
+    let mut daemon = setup.daemon("", "");
     let mut daytime = connect(&daemon, "daytime", &setup.trust()).unwrap();
     let text = String::from_utf8(read_to_end(&mut daytime).unwrap()).unwrap();
     assert!(text.ends_with("\r\n") && text.len() > 10, "{text:?}");
+    // The log names the version as OpenSSL does and the suite by its IANA name.
+    let line = daemon
+        .wait_for_log(|l| l.contains("service=daytime"))
+        .expect("the daytime line");
+    assert!(
+        line.contains("tls=TLSv1.3") && line.contains("cipher=TLS_AES_"),
+        "{line}"
+    );
 
     // sometext: every byte, then close_notify (rustls reports a cut stream).
     let mut bulk = connect(&daemon, "sometext", &setup.trust()).unwrap();

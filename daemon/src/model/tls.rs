@@ -58,8 +58,9 @@ pub enum ClientAuth {
 /// What the TLS layer established about a client.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TlsClient {
-    /// `TLSv1_3`, `TLSv1_2`.
+    /// `TLSv1.3` or `TLSv1.2`, as OpenSSL writes them.
     pub version: String,
+    /// The cipher suite's IANA name, such as `TLS_AES_128_GCM_SHA256`.
     pub cipher: String,
     /// The verified certificate's names: its DNS subject alternative names,
     /// or its subject CN when it has none. Empty without a certificate.

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 use super::buffers::{self, Lent};
-use super::stream::{Metered, Stream};
+use super::stream::{Metered, Peeked, Stream};
 use super::tls::{self, TlsConn};
 use crate::model::TlsClient;
 
@@ -43,12 +43,17 @@ impl Conn {
         Ok(client)
     }
 
-    /// Copies pending input into `buf` without consuming it; 0 means EOF.
-    pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Copies pending input into `buf` without consuming it, once more than
+    /// `seen` bytes are waiting, `buf` is full or the client has ended its
+    /// side ([`Stream::peek_beyond`]; plaintext on a TLS session).
+    pub async fn peek_beyond(&mut self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
         match self {
-            Conn::Plain(stream) => stream.peek(buf).await,
-            Conn::Tls(tls) => tls.peek(buf).await,
-            Conn::Gone => Ok(0),
+            Conn::Plain(stream) => stream.peek_beyond(buf, seen).await,
+            Conn::Tls(tls) => tls.peek_beyond(buf, seen).await,
+            Conn::Gone => Ok(Peeked {
+                len: 0,
+                ended: true,
+            }),
         }
     }
 }

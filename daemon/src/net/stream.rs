@@ -78,16 +78,6 @@ impl Stream {
         }
     }
 
-    /// Copies pending input into `buf` without consuming it; 0 means EOF.
-    pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.async_io(tokio::io::Interest::READABLE, || {
-            rustix::net::recv(self, &mut *buf, rustix::net::RecvFlags::PEEK)
-                .map(|(n, _)| n)
-                .map_err(io::Error::from)
-        })
-        .await
-    }
-
     /// Peeks into `buf` once more than `seen` bytes are waiting, or `buf` is
     /// full, or the client has ended its side (FIN or RST: then the bytes
     /// still queued, perhaps just `seen`, come back with `ended`). A peek

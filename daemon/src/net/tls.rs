@@ -11,19 +11,45 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 
-use super::stream::Stream;
+use super::stream::{Peeked, Stream};
 use crate::model::TlsClient;
 
 /// A server-side TLS session over a client socket, with the plaintext read
 /// ahead by `peek` kept for the next read.
 pub struct TlsConn {
     stream: TlsStream<Stream>,
+    /// Plaintext read ahead by a peek and not yet consumed.
     ahead: Vec<u8>,
+    /// The client ended the stream (close_notify, FIN or RST) behind `ahead`.
+    ended: bool,
 }
 
 impl std::fmt::Debug for TlsConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsConn").finish_non_exhaustive()
+    }
+}
+
+/// A TLS version as OpenSSL, nginx (`$ssl_protocol`) and HAProxy's PROXY
+/// headers write it: `TLSv1.3`, `TLSv1.2`.
+fn version_name(version: rustls::ProtocolVersion) -> String {
+    match version {
+        rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3".into(),
+        rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2".into(),
+        other => format!("0x{:04x}", u16::from(other)),
+    }
+}
+
+/// A cipher suite by its IANA name (`TLS_AES_128_GCM_SHA256`,
+/// `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`): rustls names the TLS 1.3
+/// ones `TLS13_...`; an unnamed one by its number.
+fn cipher_name(suite: rustls::CipherSuite) -> String {
+    match suite.as_str() {
+        Some(name) => match name.strip_prefix("TLS13_") {
+            Some(rest) => format!("TLS_{rest}"),
+            None => name.to_owned(),
+        },
+        None => format!("0x{:04x}", u16::from(suite)),
     }
 }
 
@@ -38,14 +64,13 @@ pub async fn accept(
     let stream = super::handshakes::run(handshake).await?;
     let session = stream.get_ref().1;
     let mut client = TlsClient {
-        version: match session.protocol_version() {
-            Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3".into(),
-            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2".into(),
-            other => format!("{other:?}"),
-        },
+        version: session
+            .protocol_version()
+            .map(version_name)
+            .unwrap_or_default(),
         cipher: session
             .negotiated_cipher_suite()
-            .map(|c| format!("{:?}", c.suite()))
+            .map(|c| cipher_name(c.suite()))
             .unwrap_or_default(),
         ..TlsClient::default()
     };
@@ -57,6 +82,7 @@ pub async fn accept(
         TlsConn {
             stream,
             ahead: Vec::new(),
+            ended: false,
         },
         client,
     ))
@@ -90,17 +116,24 @@ pub fn certificate_names(der: &[u8]) -> (Vec<String>, Option<String>) {
 }
 
 impl TlsConn {
-    /// Copies plaintext that has arrived into `buf` without consuming it,
-    /// reading one record ahead if none is waiting; 0 means the end.
-    pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.ahead.is_empty() {
-            let mut record = vec![0u8; buf.len().max(1)];
+    /// [`Stream::peek_beyond`] for plaintext: copies what has arrived into
+    /// `buf` without consuming it, once more than `seen` bytes are waiting,
+    /// or `buf` is full, or the client has ended (then `ended`). Records are
+    /// read ahead into `ahead` as needed, so a caller that peeks again
+    /// without consuming gets more, or the end, never the same bytes at once.
+    pub async fn peek_beyond(&mut self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
+        while self.ahead.len() <= seen && self.ahead.len() < buf.len() && !self.ended {
+            let mut record = vec![0u8; buf.len() - self.ahead.len()];
             let n = self.stream.read(&mut record).await?;
+            self.ended = n == 0;
             self.ahead.extend_from_slice(&record[..n]);
         }
-        let n = self.ahead.len().min(buf.len());
-        buf[..n].copy_from_slice(&self.ahead[..n]);
-        Ok(n)
+        let len = self.ahead.len().min(buf.len());
+        buf[..len].copy_from_slice(&self.ahead[..len]);
+        Ok(Peeked {
+            len,
+            ended: self.ended,
+        })
     }
 }
 
@@ -138,5 +171,98 @@ impl AsyncWrite for TlsConn {
     /// from a cut one.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// A rustls server and client that trust each other, for `localhost`.
+    fn configs() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
+        let der = made.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![der.clone()], key)
+            .expect("server config");
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(der).expect("root");
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        (Arc::new(server), Arc::new(client))
+    }
+
+    /// A caller that peeks again without consuming waits for the next
+    /// record, then for the end: never the same bytes at once (a loop on
+    /// that would spin), whatever it did with them.
+    #[tokio::test]
+    async fn a_peek_without_consuming_waits_for_more_then_for_the_end() {
+        let (server, client) = configs();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let peer = tokio::spawn(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+            let connector = tokio_rustls::TlsConnector::from(client);
+            let mut tls = connector.connect(name, tcp).await.expect("handshake");
+            let mut go = [0u8; 1];
+            for part in [&b"ab"[..], b"cd"] {
+                tls.write_all(part).await.expect("write");
+                tls.flush().await.expect("flush");
+                tls.read_exact(&mut go).await.expect("go-ahead");
+            }
+            tls.shutdown().await.expect("close_notify");
+        });
+        let (tcp, _) = listener.accept().await.expect("accept");
+        let (mut conn, _) = accept(Stream::Tcp(tcp), server)
+            .await
+            .expect("server handshake");
+        let mut buf = [0u8; 16];
+        let first = conn.peek_beyond(&mut buf, 0).await.expect("peek");
+        assert_eq!((first.len, first.ended), (2, false));
+        conn.write_all(b"1").await.expect("go");
+        let more = conn.peek_beyond(&mut buf, 2).await.expect("peek");
+        assert_eq!((more.len, more.ended, &buf[..4]), (4, false, &b"abcd"[..]));
+        conn.write_all(b"2").await.expect("go");
+        let end = conn.peek_beyond(&mut buf, 4).await.expect("peek");
+        assert_eq!((end.len, end.ended), (4, true));
+        // What was peeked is still there to read, then the end.
+        let mut read = Vec::new();
+        conn.read_to_end(&mut read).await.expect("read");
+        assert_eq!(read, b"abcd");
+        peer.await.expect("peer");
+    }
+
+    #[test]
+    fn versions_and_ciphers_have_their_usual_names() {
+        use rustls::{CipherSuite, ProtocolVersion};
+        assert_eq!(version_name(ProtocolVersion::TLSv1_3), "TLSv1.3");
+        assert_eq!(version_name(ProtocolVersion::TLSv1_2), "TLSv1.2");
+        assert_eq!(version_name(ProtocolVersion::Unknown(0x7f1c)), "0x7f1c");
+        assert_eq!(
+            cipher_name(CipherSuite::TLS13_AES_128_GCM_SHA256),
+            "TLS_AES_128_GCM_SHA256"
+        );
+        assert_eq!(
+            cipher_name(CipherSuite::TLS13_CHACHA20_POLY1305_SHA256),
+            "TLS_CHACHA20_POLY1305_SHA256"
+        );
+        assert_eq!(
+            cipher_name(CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256),
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"
+        );
+        assert_eq!(cipher_name(CipherSuite::Unknown(0xfefe)), "0xfefe");
     }
 }

@@ -242,6 +242,7 @@ fn report(
         routed = %routed,
         backend = outcome.backend().map(tracing::field::display),
         tls = client.tls.as_ref().map(|t| tracing::field::display(&t.version)),
+        cipher = client.tls.as_ref().map(|t| tracing::field::display(&t.cipher)),
         cert = client.tls.as_ref().and_then(|t| t.name()).map(tracing::field::display),
         outcome = %outcome,
         bytes_in = conn.bytes_in,

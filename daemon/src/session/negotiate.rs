@@ -70,7 +70,8 @@ async fn read_proxy_header(
     // Until the header is complete, every byte seen belongs to it.
     let mut header = Vec::new();
     loop {
-        let n = conn.get_mut().peek(&mut scratch).await?;
+        // Everything peeked before was consumed: wait for anything new.
+        let n = conn.get_mut().peek_beyond(&mut scratch, 0).await?.len;
         if n == 0 && !header.is_empty() {
             return Ok(Some(Negotiated::Incomplete(
                 "PROXY protocol header",
@@ -106,7 +107,8 @@ async fn read_request_line(conn: &mut Metered<Conn>) -> io::Result<Negotiated> {
     let mut parser = RequestParser::new();
     let mut fed = false;
     loop {
-        let n = conn.get_mut().peek(&mut scratch).await?;
+        // Everything peeked before was consumed: wait for anything new.
+        let n = conn.get_mut().peek_beyond(&mut scratch, 0).await?.len;
         if n == 0 {
             // Half-closed mid-name: the client can still read why nothing follows.
             return Ok(match fed {
