@@ -1,7 +1,8 @@
 //! A listener's `tls = { cert, key, client_ca, client_auth }`: the PEM files
 //! read and turned into the rustls server configuration it serves with.
 
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -13,32 +14,62 @@ use super::error::Source;
 use super::raw::RawTls;
 use crate::model::{ClientAuth, Tls};
 
+/// Why a listener's `tls` cannot be used; each names the file and what is
+/// wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("tls: client_auth needs client_ca, the CA that client certificates must chain to")]
+    ClientAuthWithoutCa,
+    #[error("tls: client_auth {0:?}: expected \"required\" or \"optional\"")]
+    ClientAuth(String),
+    #[error("tls {what} {}: {source}", path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("tls {what} {}: {source}", path.display())]
+    Pem {
+        what: &'static str,
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("tls {what} {}: no PEM certificate in it", path.display())]
+    NoCertificate { what: &'static str, path: PathBuf },
+    #[error("tls key {}: {source} (expected a PEM private key: PKCS#8, PKCS#1 or SEC1)", path.display())]
+    Key {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("tls client_ca {}: {reason}", path.display())]
+    ClientCa { path: PathBuf, reason: String },
+    #[error("tls cert {} and key {}: {source}", cert.display(), key.display())]
+    Pair {
+        cert: PathBuf,
+        key: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("tls: {0}")]
+    Rustls(rustls::Error),
+}
+
 /// The ALPN protocol a TLS listener offers (clients that send none are
 /// accepted as well).
 pub const ALPN: &[u8] = b"tcpmux";
 
-/// Reads `raw`'s files; an error is a sentence naming the file and what is
-/// wrong with it. Relative paths are relative to the configuration file.
-pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, String> {
+/// Reads `raw`'s files. Relative paths are relative to the configuration file.
+pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
     let base = Path::new(src.origin).parent().unwrap_or(Path::new(""));
     let path = |p: &str| base.join(p);
     let (cert, key) = (path(&raw.cert), path(&raw.key));
     let client_ca = raw.client_ca.as_deref().map(path);
-    let client_auth =
-        match (raw.client_auth.as_deref(), &client_ca) {
-            (None, None) => ClientAuth::None,
-            (None | Some("required"), Some(_)) => ClientAuth::Required,
-            (Some("optional"), Some(_)) => ClientAuth::Optional,
-            (Some("required" | "optional"), None) => return Err(
-                "tls: client_auth needs client_ca, the CA that client certificates must chain to"
-                    .into(),
-            ),
-            (Some(other), _) => {
-                return Err(format!(
-                    "tls: client_auth {other:?}: expected \"required\" or \"optional\""
-                ))
-            }
-        };
+    let client_auth = match (raw.client_auth.as_deref(), &client_ca) {
+        (None, None) => ClientAuth::None,
+        (None | Some("required"), Some(_)) => ClientAuth::Required,
+        (Some("optional"), Some(_)) => ClientAuth::Optional,
+        (Some("required" | "optional"), None) => return Err(TlsError::ClientAuthWithoutCa),
+        (Some(other), _) => return Err(TlsError::ClientAuth(other.to_owned())),
+    };
     let server = server_config(&cert, &key, client_ca.as_deref(), client_auth)?;
     Ok(Tls {
         cert,
@@ -49,20 +80,28 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, String> {
     })
 }
 
-fn read(what: &str, path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("tls {what} {}: {e}", path.display()))
+fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        what,
+        path: path.to_owned(),
+        source,
+    })
 }
 
-fn certificates(what: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = read(what, path)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("tls {what} {}: {e}", path.display()))?;
+        .map_err(|source| TlsError::Pem {
+            what,
+            path: path.to_owned(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(format!(
-            "tls {what} {}: no PEM certificate in it",
-            path.display()
-        ));
+        return Err(TlsError::NoCertificate {
+            what,
+            path: path.to_owned(),
+        });
     }
     Ok(certs)
 }
@@ -72,42 +111,44 @@ fn server_config(
     key: &Path,
     client_ca: Option<&Path>,
     client_auth: ClientAuth,
-) -> Result<ServerConfig, String> {
+) -> Result<ServerConfig, TlsError> {
     let chain = certificates("cert", cert)?;
     let key_pem = read("key", key)?;
-    let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-        format!(
-            "tls key {}: {e} (expected a PEM private key: PKCS#8, PKCS#1 or SEC1)",
-            key.display()
-        )
+    let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|source| TlsError::Key {
+        path: key.to_owned(),
+        source,
     })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| format!("tls: {e}"))?;
+        .map_err(TlsError::Rustls)?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
+            let unusable = |reason: String| TlsError::ClientCa {
+                path: ca.to_owned(),
+                reason,
+            };
             let mut roots = RootCertStore::empty();
             for cert in certificates("client_ca", ca)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("tls client_ca {}: {e}", ca.display()))?;
+                roots.add(cert).map_err(|e| unusable(e.to_string()))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             let verifier = match client_auth {
                 ClientAuth::Optional => verifier.allow_unauthenticated(),
                 ClientAuth::Required | ClientAuth::None => verifier,
             };
-            let verifier = verifier
-                .build()
-                .map_err(|e| format!("tls client_ca {}: {e}", ca.display()))?;
+            let verifier = verifier.build().map_err(|e| unusable(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let mut config = builder
         .with_single_cert(chain, private)
-        .map_err(|e| format!("tls cert {} and key {}: {e}", cert.display(), key.display()))?;
+        .map_err(|source| TlsError::Pair {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            source,
+        })?;
     config.alpn_protocols = vec![ALPN.to_vec()];
     Ok(config)
 }
