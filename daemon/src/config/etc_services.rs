@@ -9,7 +9,9 @@ use tcpmux_proto::ServiceName;
 
 use super::error::{ConfigError, Source};
 use super::raw::RawImport;
-use crate::model::{Backend, Proxy, RelayMode, Service, ServiceKind, DEFAULT_CONNECT_TIMEOUT};
+use crate::model::{
+    Backend, Proxy, RelayMode, Service, ServiceKind, Weighted, DEFAULT_CONNECT_TIMEOUT,
+};
 
 /// Adds a proxy service for each allowed name.
 pub(crate) fn import(
@@ -39,8 +41,7 @@ pub(crate) fn import(
             .parse::<Backend>()
             .map_err(|e| src.whole(format!("import_etc_services: host {host:?}: {e}")))?;
         let proxy = Proxy {
-            backends: vec![backend],
-            weights: vec![1],
+            backends: vec![Weighted::one(backend)],
             balance: Default::default(),
             health_check: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,

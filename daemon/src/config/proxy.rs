@@ -8,7 +8,8 @@ use super::raw::RawService;
 use std::time::Duration;
 
 use crate::model::{
-    Backend, Balance, HealthCheck, Proxy, ProxyVersion, RelayMode, DEFAULT_CONNECT_TIMEOUT,
+    Backend, Balance, HealthCheck, Proxy, ProxyVersion, RelayMode, Weighted,
+    DEFAULT_CONNECT_TIMEOUT,
 };
 
 /// `proxy = "host:port"` or a list of them, with the proxy-only keys.
@@ -17,7 +18,7 @@ pub(crate) fn proxy(
     table: &RawService,
     proxy: &Spanned<toml::Value>,
 ) -> Result<Proxy, ConfigError> {
-    let (backends, weights) = backends(src, proxy)?;
+    let backends = backends(src, proxy)?;
     let balance = choice(
         src,
         "balance",
@@ -53,7 +54,6 @@ pub(crate) fn proxy(
     .unwrap_or_default();
     Ok(Proxy {
         backends,
-        weights,
         balance,
         health_check: health_check(src, table)?,
         connect_timeout,
@@ -64,10 +64,7 @@ pub(crate) fn proxy(
 }
 
 /// `"host:port"`, or a list of those and `{ address = "host:port", weight = N }`.
-fn backends(
-    src: Source<'_>,
-    proxy: &Spanned<toml::Value>,
-) -> Result<(Vec<Backend>, Vec<u32>), ConfigError> {
+fn backends(src: Source<'_>, proxy: &Spanned<toml::Value>) -> Result<Vec<Weighted>, ConfigError> {
     let wrong = || {
         src.at(
             proxy.span(),
@@ -82,7 +79,6 @@ fn backends(
         return Err(src.at(proxy.span(), "`proxy` lists no backend"));
     }
     let mut backends = Vec::new();
-    let mut weights = Vec::new();
     for entry in entries {
         let (address, weight) = match entry {
             toml::Value::String(address) => (address.as_str(), 1),
@@ -123,10 +119,9 @@ fn backends(
                 format!("proxy: {backend} takes its weights from its SRV records; drop `weight`"),
             ));
         }
-        backends.push(backend);
-        weights.push(weight);
+        backends.push(Weighted { backend, weight });
     }
-    Ok((backends, weights))
+    Ok(backends)
 }
 
 /// `health_check = { interval, timeout, rise, fall, send, expect }`.

@@ -70,7 +70,12 @@ fn add_tables(
         }
         let service = service(src, name.clone(), key.span(), table)?;
         if let ServiceKind::Proxy(proxy) = &service.kind {
-            if let Some(backend) = proxy.backends.iter().find(|b| is_own_address(b, listen)) {
+            if let Some(backend) = proxy
+                .backends
+                .iter()
+                .map(|b| &b.backend)
+                .find(|b| is_own_address(b, listen))
+            {
                 return Err(src.at(
                     key.span(),
                     format!(

@@ -23,7 +23,7 @@ pub use listen::{ListenAddr, ListenAddrError, ListenOptions, ListenSpec};
 pub use peer::{ClientInfo, Peer};
 pub use proxy::{
     Backend, BackendError, Balance, Dns, Endpoint, HealthCheck, Member, Proxy, ProxyVersion,
-    RelayMode, DEFAULT_CONNECT_TIMEOUT,
+    RelayMode, Weighted, DEFAULT_CONNECT_TIMEOUT,
 };
 pub use routes::{Detect, HostPattern, HostPatternError, Routed, DEFAULT_DETECT_TIMEOUT};
 pub use tls::{ClientAuth, Tls, TlsClient};

@@ -12,10 +12,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A proxy service's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Proxy {
-    /// The pool; `balance` says in which order a client tries them.
-    pub backends: Vec<Backend>,
-    /// Each backend's weight (same order), 1 unless configured.
-    pub weights: Vec<u32>,
+    /// The pool, in configured order; `balance` says in which order a
+    /// client tries them.
+    pub backends: Vec<Weighted>,
     pub balance: Balance,
     /// Active checks of every backend, if configured.
     pub health_check: Option<HealthCheck>,
@@ -30,7 +29,22 @@ pub struct Proxy {
 impl Proxy {
     /// Whether some backend needs DNS (a name, or SRV records) to be found.
     pub fn follows_dns(&self) -> bool {
-        self.backends.iter().any(|b| b.fixed().is_none())
+        self.backends.iter().any(|b| b.backend.fixed().is_none())
+    }
+}
+
+/// One configured backend and its weight (1 unless configured; an SRV
+/// name's records bring their own, which this multiplies).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Weighted {
+    pub backend: Backend,
+    pub weight: u32,
+}
+
+impl Weighted {
+    /// A backend at the default weight.
+    pub fn one(backend: Backend) -> Weighted {
+        Weighted { backend, weight: 1 }
     }
 }
 

@@ -15,7 +15,7 @@ use hickory_resolver::proto::xfer::Protocol;
 use hickory_resolver::{ResolveError, TokioResolver};
 
 use super::Pool;
-use crate::model::{Backend, Dns, Endpoint, Member, Proxy};
+use crate::model::{Backend, Dns, Endpoint, Member, Proxy, Weighted};
 
 /// A resolver for `dns`: /etc/resolv.conf's name servers, or `resolvers`;
 /// /etc/hosts first either way, so `localhost:5432` needs no DNS server.
@@ -64,7 +64,7 @@ pub async fn follow(
     let mut answers: Vec<Answer> = proxy.backends.iter().map(|_| Answer::default()).collect();
     loop {
         let now = Instant::now();
-        for (backend, answer) in proxy.backends.iter().zip(&mut answers) {
+        for (Weighted { backend, .. }, answer) in proxy.backends.iter().zip(&mut answers) {
             if backend.fixed().is_some() || answer.due.is_some_and(|due| due > now) {
                 continue;
             }
@@ -108,11 +108,11 @@ pub async fn follow(
 /// last answered (none, before a first answer).
 fn members(proxy: &Proxy, answers: &[Answer]) -> Vec<Member> {
     let mut list = Vec::new();
-    for ((backend, &weight), answer) in proxy.backends.iter().zip(&proxy.weights).zip(answers) {
-        match backend.fixed_member(weight) {
+    for (Weighted { backend, weight }, answer) in proxy.backends.iter().zip(answers) {
+        match backend.fixed_member(*weight) {
             Some(member) => list.push(member),
             None => list.extend(answer.members.iter().flatten().map(|m| Member {
-                weight: m.weight * weight,
+                weight: m.weight * *weight,
                 ..m.clone()
             })),
         }

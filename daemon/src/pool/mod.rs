@@ -6,6 +6,7 @@
 
 pub mod discovery;
 pub mod health;
+mod known;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -14,14 +15,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+use known::{usable, Known};
+
 use crate::model::{Balance, Endpoint, Member, Proxy};
 use crate::net::relay::Relayed;
 use crate::ops::metrics::BackendLine;
-
-/// Connect failures in a row that take a backend out of the pool, and for how
-/// long (passive ejection; active checks, when configured, decide as well).
-const EJECT_AFTER: u32 = 3;
-const COOL_DOWN: Duration = Duration::from_secs(10);
 
 /// One service's pool state.
 #[derive(Debug)]
@@ -30,7 +28,9 @@ pub struct Pool {
     random: AtomicU64,
     members: watch::Sender<Arc<Members>>,
     active: Mutex<HashMap<Endpoint, Arc<AtomicUsize>>>,
-    health: Mutex<HashMap<Endpoint, Health>>,
+    /// What is known of each current member: entries exist only for members
+    /// (`replace` drops those that left, `update` never re-creates them).
+    known: Mutex<HashMap<Endpoint, Known>>,
 }
 
 impl Default for Pool {
@@ -40,7 +40,7 @@ impl Default for Pool {
             random: AtomicU64::new(0),
             members: watch::Sender::new(Arc::default()),
             active: Mutex::default(),
-            health: Mutex::default(),
+            known: Mutex::default(),
         }
     }
 }
@@ -61,40 +61,9 @@ impl Members {
     /// Whether they are `proxy`'s: the same configuration (a pointer
     /// comparison, each client's case) or one with the same backends.
     fn are_for(&self, proxy: &Proxy) -> bool {
-        self.config.as_deref().is_some_and(|config| {
-            std::ptr::eq(config, proxy)
-                || (config.backends == proxy.backends && config.weights == proxy.weights)
-        })
-    }
-}
-
-/// What is known of one backend's health.
-#[derive(Debug, Default)]
-struct Health {
-    /// Client connects that failed in a row, and the ejection they caused.
-    failures: u32,
-    ejected_until: Option<Instant>,
-    /// Down by active checks, and the run of results against that state.
-    checked_down: bool,
-    streak: u32,
-    last_check: Option<bool>,
-    /// Counts for the metrics.
-    connections: u64,
-    connect_failures: u64,
-    bytes_in: u64,
-    bytes_out: u64,
-}
-
-impl Health {
-    /// One more failure in a row; enough of them eject the backend.
-    fn failed(&mut self, service: &str, endpoint: &Endpoint) {
-        let now = Instant::now();
-        self.failures += 1;
-        let ejected = self.ejected_until.is_some_and(|t| now < t);
-        if self.failures >= EJECT_AFTER && !ejected {
-            self.ejected_until = Some(now + COOL_DOWN);
-            tracing::warn!(service, backend = %endpoint, failures = EJECT_AFTER, cool_down = ?COOL_DOWN, "backend ejected");
-        }
+        self.config
+            .as_deref()
+            .is_some_and(|config| std::ptr::eq(config, proxy) || config.backends == proxy.backends)
     }
 }
 
@@ -129,8 +98,7 @@ impl Pool {
         let list = proxy
             .backends
             .iter()
-            .zip(&proxy.weights)
-            .filter_map(|(backend, &weight)| backend.fixed_member(weight))
+            .filter_map(|b| b.backend.fixed_member(b.weight))
             .collect();
         self.replace(Members {
             config: Some(Arc::clone(proxy)),
@@ -158,13 +126,30 @@ impl Pool {
 
     fn replace(&self, members: Members) {
         // State of endpoints that left goes with them; counts still held by
-        // their sessions live on in the `Held` values.
-        {
-            let keep = |e: &Endpoint| members.list.iter().any(|m| &m.endpoint == e);
-            lock(&self.health).retain(|e, _| keep(e));
-            lock(&self.active).retain(|e, c| keep(e) || c.load(Ordering::Acquire) > 0);
-        }
+        // their sessions live on in the `Held` values. Under the `known`
+        // lock, so that `update` sees either the old members and their
+        // entries or the new ones, never an entry for one that left.
+        let mut known = lock(&self.known);
+        let keep = |e: &Endpoint| members.list.iter().any(|m| &m.endpoint == e);
+        known.retain(|e, _| keep(e));
+        lock(&self.active).retain(|e, c| keep(e) || c.load(Ordering::Acquire) > 0);
         self.members.send_replace(Arc::new(members));
+    }
+
+    /// Applies `change` to what is known of `endpoint`, if it is still a
+    /// member: a session or a check that ends after DNS dropped its backend
+    /// changes nothing.
+    fn update(&self, endpoint: &Endpoint, change: impl FnOnce(&mut Known)) {
+        let mut known = lock(&self.known);
+        let member = self
+            .members
+            .borrow()
+            .list
+            .iter()
+            .any(|m| &m.endpoint == endpoint);
+        if member {
+            change(known.entry(endpoint.clone()).or_default());
+        }
     }
 
     /// The members now, if they are `proxy`'s and found.
@@ -194,12 +179,20 @@ impl Pool {
         Held(count)
     }
 
-    /// Connections per unit of weight, in thousandths.
-    fn load(&self, member: &Member) -> u64 {
-        let held = lock(&self.active)
-            .get(&member.endpoint)
-            .map_or(0, |c| c.load(Ordering::Acquire));
-        held as u64 * 1000 / u64::from(member.weight.max(1))
+    /// Each of `candidates`' connections per unit of weight, in
+    /// thousandths, read under one lock.
+    fn loads(&self, list: &[Member], candidates: &[usize]) -> HashMap<usize, u64> {
+        let active = lock(&self.active);
+        candidates
+            .iter()
+            .map(|&i| {
+                let member = &list[i];
+                let held = active
+                    .get(&member.endpoint)
+                    .map_or(0, |c| c.load(Ordering::Acquire));
+                (i, held as u64 * 1000 / u64::from(member.weight.max(1)))
+            })
+            .collect()
     }
 
     /// The order in which a new client tries `members` (indices into its
@@ -210,9 +203,9 @@ impl Pool {
         let list = &members.list;
         let mut usable: Vec<usize> = {
             let now = Instant::now();
-            let health = lock(&self.health);
+            let known = lock(&self.known);
             (0..list.len())
-                .filter(|&i| usable(health.get(&list[i].endpoint), now))
+                .filter(|&i| usable(known.get(&list[i].endpoint), now))
                 .collect()
         };
         let Some(best) = usable.iter().map(|&i| list[i].priority).min() else {
@@ -237,34 +230,32 @@ impl Pool {
     /// Once ejected, the first client after the cool-down is the probe: if it
     /// fails too, the backend is out again at once.
     pub fn connect_failed(&self, service: &str, endpoint: &Endpoint) {
-        let mut health = lock(&self.health);
-        let state = health.entry(endpoint.clone()).or_default();
-        state.connect_failures += 1;
-        state.failed(service, endpoint);
+        self.update(endpoint, |known| {
+            known.traffic.connect_failures += 1;
+            known.health.failed(service, endpoint);
+        });
     }
 
     /// A client connected to `endpoint`. Its failure run ends only once the
     /// session shows the backend serves ([`Pool::relayed`]): a backend that
     /// accepts and then closes fails its clients as surely as one that refuses.
     pub fn connected(&self, endpoint: &Endpoint) {
-        let mut health = lock(&self.health);
-        health.entry(endpoint.clone()).or_default().connections += 1;
+        self.update(endpoint, |known| known.traffic.connections += 1);
     }
 
     /// A finished relay through `endpoint`: its bytes, and whether the backend
     /// `failed` the client (quit before its first byte: a failure, like a
     /// refused connect) or served (its failure run is over).
     pub fn relayed(&self, service: &str, endpoint: &Endpoint, relayed: &Relayed, failed: bool) {
-        let mut health = lock(&self.health);
-        let state = health.entry(endpoint.clone()).or_default();
-        state.bytes_in += relayed.client_to_backend;
-        state.bytes_out += relayed.backend_to_client;
-        if failed {
-            state.failed(service, endpoint);
-        } else {
-            state.failures = 0;
-            state.ejected_until = None;
-        }
+        self.update(endpoint, |known| {
+            known.traffic.bytes_in += relayed.client_to_backend;
+            known.traffic.bytes_out += relayed.backend_to_client;
+            if failed {
+                known.health.failed(service, endpoint);
+            } else {
+                known.health.served();
+            }
+        });
     }
 
     /// Each member's figures, for the metrics.
@@ -273,24 +264,25 @@ impl Pool {
             return Vec::new();
         };
         let now = Instant::now();
-        let health = lock(&self.health);
+        let known = lock(&self.known);
         let active = lock(&self.active);
         members
             .list
             .iter()
             .map(|member| {
-                let state = health.get(&member.endpoint);
+                let state = known.get(&member.endpoint);
+                let traffic = state.map(|s| &s.traffic);
                 BackendLine {
                     service: service.to_owned(),
                     up: usable(state, now),
                     active: active
                         .get(&member.endpoint)
                         .map_or(0, |c| c.load(Ordering::Acquire) as u64),
-                    connections: state.map_or(0, |s| s.connections),
-                    failures: state.map_or(0, |s| s.connect_failures),
-                    bytes_in: state.map_or(0, |s| s.bytes_in),
-                    bytes_out: state.map_or(0, |s| s.bytes_out),
-                    last_check: state.and_then(|s| s.last_check),
+                    connections: traffic.map_or(0, |t| t.connections),
+                    failures: traffic.map_or(0, |t| t.connect_failures),
+                    bytes_in: traffic.map_or(0, |t| t.bytes_in),
+                    bytes_out: traffic.map_or(0, |t| t.bytes_out),
+                    last_check: state.and_then(|s| s.health.last_check),
                     backend: member.endpoint.to_string(),
                 }
             })
@@ -300,27 +292,11 @@ impl Pool {
     /// An active check of `endpoint` passed or failed; `rise` passes bring a
     /// down backend up, `fall` failures take an up one down.
     pub fn checked(&self, service: &str, endpoint: &Endpoint, passed: bool, rise: u32, fall: u32) {
-        let mut health = lock(&self.health);
-        let state = health.entry(endpoint.clone()).or_default();
-        state.last_check = Some(passed);
-        // A result that agrees with the state ends any run against it.
-        if passed != state.checked_down {
-            state.streak = 0;
-            return;
-        }
-        state.streak += 1;
-        let needed = if state.checked_down { rise } else { fall };
-        if state.streak >= needed {
-            state.checked_down = !state.checked_down;
-            state.streak = 0;
-            if state.checked_down {
-                tracing::warn!(service, backend = %endpoint, checks = fall, "backend down");
-            } else {
-                state.failures = 0;
-                state.ejected_until = None;
-                tracing::info!(service, backend = %endpoint, checks = rise, "backend up");
-            }
-        }
+        self.update(endpoint, |known| {
+            known
+                .health
+                .checked(service, endpoint, passed, (rise, fall));
+        });
     }
 
     /// `balance`'s order over `candidates` (indices into `list`).
@@ -348,16 +324,17 @@ impl Pool {
                 // Ties go round, not always to the first backend.
                 let start = self.turn.fetch_add(1, Ordering::Relaxed) % n;
                 let mut order: Vec<usize> = rotated(start).collect();
-                order.sort_by_key(|&i| self.load(&list[i]));
+                let loads = self.loads(list, candidates);
+                order.sort_by_key(|i| loads[i]);
                 order
             }
             Balance::RandomTwo => {
-                let (a, b) = (candidates[self.random(n)], candidates[self.random(n)]);
-                let best = if self.load(&list[b]) < self.load(&list[a]) {
-                    b
-                } else {
-                    a
-                };
+                // Two different members: the second is drawn from the rest.
+                let first = self.random(n);
+                let second = (first + 1 + self.random(n - 1)) % n;
+                let (a, b) = (candidates[first], candidates[second]);
+                let loads = self.loads(list, &[a, b]);
+                let best = if loads[&b] < loads[&a] { b } else { a };
                 std::iter::once(best)
                     .chain(candidates.iter().copied().filter(|&i| i != best))
                     .collect()
@@ -380,13 +357,6 @@ impl Pool {
         self.random.store(x, Ordering::Relaxed);
         (x % n.max(1) as u64) as usize
     }
-}
-
-/// Whether a backend may be tried now; one never heard of counts as up.
-fn usable(health: Option<&Health>, now: Instant) -> bool {
-    health.map_or(true, |h| {
-        !h.checked_down && h.ejected_until.map_or(true, |t| now >= t)
-    })
 }
 
 #[cfg(test)]

@@ -1,18 +1,20 @@
 //! The pool's balancing orders, health runs and passive ejection.
 
 use super::*;
-use crate::model::{Backend, RelayMode};
+use crate::model::{Backend, RelayMode, Weighted};
 
 fn proxy(balance: Balance, weights: &[u32]) -> Proxy {
     Proxy {
-        backends: (0..weights.len())
-            .map(|i| {
-                format!("127.0.0.1:{}", 1000 + i)
+        backends: weights
+            .iter()
+            .enumerate()
+            .map(|(i, &weight)| Weighted {
+                backend: format!("127.0.0.1:{}", 1000 + i)
                     .parse::<Backend>()
-                    .unwrap()
+                    .unwrap(),
+                weight,
             })
             .collect(),
-        weights: weights.to_vec(),
         balance,
         health_check: None,
         connect_timeout: Duration::from_secs(1),
@@ -82,9 +84,9 @@ fn checks_take_a_backend_down_after_fall_and_up_after_rise() {
     assert_eq!(order(), [1]);
     // Still failing after the cool-down: out again after one more failure.
     let expire = |pool: &Pool| {
-        let mut health = lock(&pool.health);
-        let state = health.get_mut(a).unwrap();
-        state.ejected_until = Some(Instant::now() - Duration::from_millis(1));
+        let mut known = lock(&pool.known);
+        let state = known.get_mut(a).unwrap();
+        state.health.ejected_until = Some(Instant::now() - Duration::from_millis(1));
     };
     expire(&pool);
     assert_eq!(order(), [0, 1], "tried again after the cool-down");
@@ -122,7 +124,7 @@ fn member(port: u16, weight: u32, priority: u16) -> Member {
 #[test]
 fn the_best_srv_priority_is_balanced_and_the_rest_kept_for_failover() {
     let mut proxy = proxy(Balance::RoundRobin, &[1]);
-    proxy.backends = vec!["srv:_x._tcp.test".parse().unwrap()];
+    proxy.backends = vec![Weighted::one("srv:_x._tcp.test".parse().unwrap())];
     let pool = Pool::default();
     pool.configure(&Arc::new(proxy.clone()));
     assert!(
@@ -149,7 +151,46 @@ fn the_best_srv_priority_is_balanced_and_the_rest_kept_for_failover() {
     assert_eq!(pool.order(Balance::RoundRobin, &members), [0]);
     // A reload to other backends makes the old answers stale.
     let mut other = proxy.clone();
-    other.backends = vec!["srv:_y._tcp.test".parse().unwrap()];
+    other.backends = vec![Weighted::one("srv:_y._tcp.test".parse().unwrap())];
     pool.configure(&Arc::new(other));
     assert!(!pool.publish(&proxy, vec![member(1, 1, 0)]));
+}
+
+#[test]
+fn a_member_dns_dropped_is_not_brought_back_by_its_last_sessions() {
+    let mut proxy = proxy(Balance::RoundRobin, &[1]);
+    proxy.backends = vec![Weighted::one("srv:_x._tcp.test".parse().unwrap())];
+    let pool = Pool::default();
+    pool.configure(&Arc::new(proxy.clone()));
+    assert!(pool.publish(&proxy, vec![member(1, 1, 0), member(2, 1, 0)]));
+    let gone = member(2, 1, 0).endpoint;
+    pool.connected(&gone);
+    assert!(lock(&pool.known).contains_key(&gone));
+    // DNS no longer lists it; its sessions end and a check finishes after.
+    assert!(pool.publish(&proxy, vec![member(1, 1, 0)]));
+    assert!(!lock(&pool.known).contains_key(&gone));
+    pool.connect_failed("s", &gone);
+    pool.relayed("s", &gone, &Relayed::default(), true);
+    pool.checked("s", &gone, false, 1, 1);
+    assert!(
+        !lock(&pool.known).contains_key(&gone),
+        "an entry came back for a member that left"
+    );
+    let lines = pool.lines("s", &proxy);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+}
+
+#[test]
+fn random_two_compares_two_different_members() {
+    // Two members, one loaded: if both draws could land on the loaded one,
+    // it would sometimes come first; two different draws always compare
+    // it with the idle one.
+    let proxy = Arc::new(proxy(Balance::RandomTwo, &[1, 1]));
+    let pool = Pool::default();
+    pool.configure(&proxy);
+    let members = pool.current(&proxy).unwrap();
+    let _busy = pool.hold(&members.list[0].endpoint);
+    for _ in 0..1000 {
+        assert_eq!(pool.order(Balance::RandomTwo, &members), [1, 0]);
+    }
 }
