@@ -25,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=${BASE_PORT:-27600}
-cargo build --release --quiet -p tcpmuxd -p tcpmux-bench -p tcpmux
+cargo build --release --quiet -p tcpmuxd -p tcpmux-bench -p tcpmux-cli
 . bench/lib.sh
 DAEMON=${TCPMUXD:-target/release/tcpmuxd}
 SECTIONS=${SECTIONS:-1 5 8 10 p4 p5}

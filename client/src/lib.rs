@@ -18,6 +18,7 @@
 mod blocking;
 mod error;
 pub mod handoff;
+#[cfg(feature = "async")]
 mod nonblocking;
 mod stream;
 #[cfg(feature = "tls")]
@@ -27,6 +28,7 @@ pub use blocking::{
     connect, connect_unix, connect_unix_with, connect_with, list, negotiate, open, Socket,
 };
 pub use error::Error;
+#[cfg(feature = "async")]
 pub use nonblocking::{connect_async, connect_unix_async, negotiate_async, AsyncPeek};
 pub use stream::Stream;
 pub use tcpmux_proto::{ReplyLine, ServiceName};
@@ -61,17 +63,6 @@ fn accepted(reply: ReplyLine) -> Result<ReplyLine, Error> {
         Err(Error::Refused {
             message: reply.message,
         })
-    }
-}
-
-/// `future`, bounded by `limit` when there is one.
-async fn within<F: std::future::Future>(
-    limit: Option<Duration>,
-    future: F,
-) -> Result<F::Output, tokio::time::error::Elapsed> {
-    match limit {
-        Some(limit) => tokio::time::timeout(limit, future).await,
-        None => Ok(future.await),
     }
 }
 

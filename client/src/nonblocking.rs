@@ -2,13 +2,14 @@
 
 use std::io;
 use std::path::Path;
+use std::time::Duration;
 
 use rustix::net::{recv, RecvFlags};
 use tcpmux_proto::{encode_request, ReplyLine, ReplyParser, ReplyProgress, ServiceName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs, UnixStream};
 
-use crate::{accepted, parse_name, within, Error, Options};
+use crate::{accepted, parse_name, Error, Options};
 
 /// Async [`crate::connect`]: the stream is returned once the server answered `+`.
 pub async fn connect_async<A: ToSocketAddrs>(
@@ -89,5 +90,16 @@ impl AsyncPeek for UnixStream {
                 .map_err(io::Error::from)
         })
         .await
+    }
+}
+
+/// `future`, bounded by `limit` when there is one.
+pub(crate) async fn within<F: std::future::Future>(
+    limit: Option<Duration>,
+    future: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, future).await,
+        None => Ok(future.await),
     }
 }

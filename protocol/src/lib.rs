@@ -25,3 +25,8 @@ pub mod upgrade;
 pub use name::{NameError, ServiceName, MAX_NAME_LEN};
 pub use reply::{encode_reply, ReplyError, ReplyLine, ReplyParser, ReplyProgress, MAX_REPLY_LINE};
 pub use request::{encode_request, Decision, Progress, RequestParser};
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -21,7 +21,7 @@ use clap_complete::Shell;
 #[path = "../../bench/src/cli.rs"]
 #[allow(dead_code)]
 mod bench_cli;
-#[path = "../../client/src/bin/tcpmux/args.rs"]
+#[path = "../../cli/src/args.rs"]
 #[allow(dead_code)]
 mod client_args;
 

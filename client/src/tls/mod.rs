@@ -21,18 +21,20 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
-use tcpmux_proto::{encode_request, ReplyLine, ReplyParser, ReplyProgress, ServiceName};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tcpmux_proto::{encode_request, ReplyLine, ReplyParser, ReplyProgress};
 
-use crate::{accepted, help_lines, parse_name, within, Error, Options};
+use crate::{accepted, parse_name, Error, Options};
 
 /// The ALPN protocol offered to the server.
 pub const ALPN: &[u8] = b"tcpmux";
 
+#[cfg(feature = "async-tls")]
+mod nonblocking;
+#[cfg(feature = "async-tls")]
+pub use nonblocking::{connect_async, list_async, negotiate_async, AsyncTlsStream};
+
 /// A blocking TLS connection to a service.
 pub type TlsStream = StreamOwned<ClientConnection, TcpStream>;
-/// An async TLS connection to a service.
-pub type AsyncTlsStream = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
 
 /// Whom to trust and what to present.
 #[derive(Clone, Debug, Default)]
@@ -106,14 +108,14 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
     Ok(certs)
 }
 
-fn parse_server_name(name: &str) -> Result<ServerName<'static>, Error> {
+pub(crate) fn parse_server_name(name: &str) -> Result<ServerName<'static>, Error> {
     ServerName::try_from(name.to_owned())
         .map_err(|_| Error::Tls(format!("{name:?} is not a valid server name")))
 }
 
 /// A failed handshake as the library reports it: a certificate the client
 /// refused is [`Error::Certificate`], anything else [`Error::Tls`].
-fn handshake_error(e: io::Error) -> Error {
+pub(crate) fn handshake_error(e: io::Error) -> Error {
     let tls = e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>());
@@ -153,98 +155,6 @@ pub fn connect<A: ToSocketAddrs>(
     stream.sock.set_read_timeout(None)?;
     accepted(reply)?;
     Ok(stream)
-}
-
-/// Async [`connect`], on tokio.
-pub async fn connect_async<A: tokio::net::ToSocketAddrs>(
-    addr: A,
-    server_name: &str,
-    name: &str,
-    tls: &TlsOptions,
-    options: &Options,
-) -> Result<AsyncTlsStream, Error> {
-    let name = parse_name(name)?;
-    let socket = open_async(addr, options).await?;
-    let negotiation = async {
-        let mut stream = handshake_async(socket, server_name, tls).await?;
-        negotiate_async(&mut stream, &name).await?;
-        Ok::<_, Error>(stream)
-    };
-    within(options.reply_timeout, negotiation)
-        .await
-        .map_err(|_| Error::ReplyTimeout)?
-}
-
-/// The server's service names (HELP) over TLS.
-pub async fn list_async<A: tokio::net::ToSocketAddrs>(
-    addr: A,
-    server_name: &str,
-    tls: &TlsOptions,
-    options: &Options,
-) -> Result<Vec<String>, Error> {
-    let socket = open_async(addr, options).await?;
-    let help = async {
-        let mut stream = handshake_async(socket, server_name, tls).await?;
-        // HELP has no status line: the names, then the server's close.
-        stream.write_all(b"help\r\n").await?;
-        let mut text = Vec::new();
-        stream.read_to_end(&mut text).await?;
-        Ok::<_, Error>(help_lines(&text))
-    };
-    within(options.reply_timeout, help)
-        .await
-        .map_err(|_| Error::ReplyTimeout)?
-}
-
-/// A TCP connection to `addr`, within the connect timeout.
-async fn open_async<A: tokio::net::ToSocketAddrs>(
-    addr: A,
-    options: &Options,
-) -> Result<tokio::net::TcpStream, Error> {
-    let socket = within(
-        options.connect_timeout,
-        tokio::net::TcpStream::connect(addr),
-    )
-    .await
-    .map_err(|_| Error::Connect(io::ErrorKind::TimedOut.into()))?
-    .map_err(Error::Connect)?;
-    socket.set_nodelay(true)?;
-    Ok(socket)
-}
-
-/// The client handshake on `socket`, the certificate checked for `server_name`.
-async fn handshake_async(
-    socket: tokio::net::TcpStream,
-    server_name: &str,
-    tls: &TlsOptions,
-) -> Result<AsyncTlsStream, Error> {
-    let connector = tokio_rustls::TlsConnector::from(tls.config()?);
-    connector
-        .connect(parse_server_name(server_name)?, socket)
-        .await
-        .map_err(handshake_error)
-}
-
-/// Sends the request inside an established TLS stream and consumes exactly
-/// the status line.
-pub async fn negotiate_async<S: AsyncRead + AsyncWrite + Unpin>(
-    stream: &mut S,
-    name: &ServiceName,
-) -> Result<ReplyLine, Error> {
-    stream.write_all(&encode_request(name)).await?;
-    stream.flush().await?;
-    let mut parser = ReplyParser::new();
-    let mut byte = [0u8; 1];
-    loop {
-        // One byte at a time from the decrypted buffer, so nothing behind the
-        // line is taken from the caller; no system call per byte.
-        if stream.read(&mut byte).await? == 0 {
-            return Err(Error::NoReply);
-        }
-        if let ReplyProgress::Done { reply, .. } = parser.feed(&byte) {
-            return accepted(reply?);
-        }
-    }
 }
 
 /// The status line, read a byte at a time through `read`.

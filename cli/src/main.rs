@@ -17,11 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-#[path = "tcpmux/args.rs"]
 mod args;
-#[path = "tcpmux/forward.rs"]
 mod forward;
-#[path = "tcpmux/tls.rs"]
 mod tls;
 
 use clap::Parser;
