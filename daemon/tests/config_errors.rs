@@ -143,9 +143,11 @@ fn drop_in_files_add_services_and_their_errors_name_them() {
         "{stderr}"
     );
 
-    // An empty conf.d is fine; a missing plain file is not.
+    // An empty or a missing conf.d is fine; a missing plain file is not.
     let (code, _, _) = check("include = [\"conf.d/*.toml\"]\n", &[("conf.d/README", "x")]);
     assert_eq!(code, Some(0));
+    let (code, _, stderr) = check("include = [\"conf.d/*.toml\"]\n", &[]);
+    assert_eq!(code, Some(0), "{stderr}");
     let (code, _, stderr) = check("include = [\"extra.toml\"]\n", &[]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("extra.toml"), "{stderr}");

@@ -1,8 +1,8 @@
 //! `include = ["/etc/tcpmuxd/conf.d/*.toml"]`: drop-in files that add
 //! `[service.NAME]` tables, xinetd.d style. A pattern may have `*` and `?` in
 //! its file name; its matches are read in name order, and a pattern that
-//! matches nothing adds nothing (an empty conf.d is fine). A path without a
-//! wildcard must exist. Relative paths are relative to the main file.
+//! matches nothing adds nothing (an empty or a missing conf.d is fine). A
+//! path without a wildcard must exist. Relative paths are relative to the main file.
 
 use std::path::{Path, PathBuf};
 
@@ -48,8 +48,16 @@ fn expand(path: &Path) -> Result<Vec<PathBuf>, String> {
     if dir.to_str().is_some_and(|d| d.contains(['*', '?'])) {
         return Err("wildcards go in the file name only".into());
     }
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        // As nginx and systemd drop-ins do: no directory, no drop-ins (the
+        // shipped file includes conf.d/*.toml whether or not it exists).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::debug!(directory = %dir.display(), "include: no such directory; nothing to include");
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
+    };
     let mut found: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .filter(|entry| {
