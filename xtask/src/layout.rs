@@ -13,7 +13,13 @@ pub const MAX_FILE_LINES: usize = 500;
 pub const MAX_FN_LINES: usize = 100;
 
 /// The crates whose sizes are checked, and the one whose imports are.
-const SOURCE_DIRS: [&str; 5] = ["daemon/src", "protocol/src", "client/src", "cli/src", "bench/src"];
+const SOURCE_DIRS: [&str; 5] = [
+    "daemon/src",
+    "protocol/src",
+    "client/src",
+    "cli/src",
+    "bench/src",
+];
 const ONE_WAY_DIR: &str = "daemon/src";
 
 /// A module path inside one crate: `["server", "listeners"]`; the root is `[]`.
