@@ -153,7 +153,13 @@ fn registration(value: &str) -> Result<Registration<'_>, FrameError> {
     let mut fields = value.split(' ');
     let mut number = || fields.next().and_then(|f| f.parse::<i64>().ok());
     let (uid, gid, pid) = (number(), number(), number());
-    let names = fields.next().ok_or(FrameError::BadBackend)?;
+    // What `encode` would refuse is refused here too (a name list that
+    // starts or ends with Unicode white space, say): a frame read can
+    // always be written back.
+    let names = fields
+        .next()
+        .and_then(|names| checked(names).ok())
+        .ok_or(FrameError::BadBackend)?;
     let acks = match fields.next() {
         None => false,
         Some("ack") => true,
@@ -181,6 +187,17 @@ fn registration(value: &str) -> Result<Registration<'_>, FrameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the fuzzer: a name list starting with U+202F (narrow
+    /// no-break space) was read, and `encode` refused to write it back.
+    #[test]
+    fn a_name_list_encode_would_refuse_is_not_read() {
+        let mut frame = [b' '; FRAME];
+        let text = "BACKEND 0 0 5 \u{202f}app".as_bytes();
+        frame[..text.len()].copy_from_slice(text);
+        frame[FRAME - 1] = b'\n';
+        assert_eq!(parse(&frame), Err(FrameError::BadBackend));
+    }
 
     #[test]
     fn every_kind_reads_back_as_written() {
