@@ -89,3 +89,36 @@ pub fn parse_route(text: &str) -> Result<(SocketAddr, ServiceName), String> {
     let service = ServiceName::parse(service).map_err(|e| format!("{service:?}: {e}"))?;
     Ok((local, service))
 }
+
+/// `tcpmux admin`: the daemon's admin socket from the command line.
+#[derive(Parser)]
+#[command(
+    name = "tcpmux admin",
+    about = "Control a running tcpmuxd through its admin socket (admin_socket): show its \
+             services, backends, listeners and handoff backends; drain a backend or put it \
+             in maintenance, change its weight, disable a service",
+    after_help = "Commands:\n  show services\n  show backends [SERVICE]\n  show listeners\n  \
+                  show handoff\n  set backend SERVICE ADDRESS state ready|drain|maint\n  \
+                  set backend SERVICE ADDRESS weight N|config\n  disable service NAME\n  \
+                  enable service NAME\n\nExit status: 0 done, 1 refused or unknown target, \
+                  3 cannot reach the socket."
+)]
+pub struct AdminArgs {
+    /// The daemon's admin socket (its `admin_socket`).
+    #[arg(
+        short,
+        long,
+        env = "TCPMUX_ADMIN_SOCKET",
+        default_value = "/run/tcpmuxd/admin.sock"
+    )]
+    pub socket: PathBuf,
+    /// Print the daemon's JSON reply as it is, for scripts.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds allowed for connecting and for the reply.
+    #[arg(short, long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// The command and its words, e.g. `show backends web`.
+    #[arg(required = true, num_args = 1.., value_name = "COMMAND")]
+    pub command: Vec<String>,
+}

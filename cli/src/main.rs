@@ -1,6 +1,7 @@
 //! `tcpmux`: ask a TCPMUX server for a service by name, then relay stdin and stdout
 //! to it like `nc`, with half-close carried across. `tcpmux forward` turns local
-//! ports into TCPMUX services for clients that cannot send a name (`forward.rs`).
+//! ports into TCPMUX services for clients that cannot send a name (`forward.rs`);
+//! `tcpmux admin` speaks to a daemon's admin socket (`admin.rs`).
 //!
 //! With `--tls`, the TLS handshake comes first and the negotiation runs inside
 //! it (`tls.rs`).
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod admin;
 mod args;
 mod forward;
 mod tls;
@@ -27,10 +29,12 @@ use args::Args;
 use tcpmux::{Error, Options, ServiceName, Stream};
 
 fn main() -> ExitCode {
-    // `tcpmux forward …` (a service named "forward" can still be asked for
-    // after an option: `tcpmux --port 1 forward`).
-    if std::env::args().nth(1).as_deref() == Some("forward") {
-        return forward::main(std::env::args().skip(1));
+    // `tcpmux forward …` and `tcpmux admin …` (a service named "forward" or
+    // "admin" can still be asked for after an option: `tcpmux --port 1 admin`).
+    match std::env::args().nth(1).as_deref() {
+        Some("forward") => return forward::main(std::env::args().skip(1)),
+        Some("admin") => return admin::main(std::env::args().skip(1)),
+        _ => {}
     }
     let args = Args::parse();
     if args

@@ -74,6 +74,9 @@ pub struct ServiceCounts {
     pub instances: Counter,
     /// A proxy service's balancing state.
     pub pool: Arc<crate::pool::Pool>,
+    /// Turned off on the admin socket: new clients are refused, running
+    /// sessions go on. Kept by name across reloads, like the counts.
+    pub disabled: std::sync::atomic::AtomicBool,
 }
 
 /// The counts of every service in a registry, by name.

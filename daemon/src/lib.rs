@@ -14,7 +14,8 @@
 //! - `hub`: handoff backends and their control socket.
 //! - `outcome`: how a session ended, for its log line.
 //! - `services`: what a name does, one file per kind.
-//! - `state`: what every connection shares; `session`: one connection.
+//! - `state`: what every connection shares; `admin`: the admin socket's
+//!   commands; `session`: one connection.
 //! - [`server`]: binding, the accept loops, reload and shutdown.
 //! - [`cli`]: the command line, for the binary and the man page.
 
@@ -25,6 +26,7 @@ pub mod net;
 pub mod ops;
 pub mod server;
 
+mod admin;
 mod admission;
 #[cfg(test)]
 mod heap;

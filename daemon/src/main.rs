@@ -191,6 +191,9 @@ fn run_workers(
     if config.handoff_socket.is_some() {
         return fail("handoff services need a single event loop: run with --workers 1");
     }
+    if config.upgrade_socket.is_some() {
+        return fail("binary upgrades hand over one event loop's sockets: run with --workers 1, or remove upgrade_socket");
+    }
     let sets = if inherited.is_empty() {
         match prebind(&config.listen, workers) {
             Ok(sets) => sets,
@@ -220,7 +223,6 @@ fn run_workers(
             return fail(e);
         }
     }
-    let metrics_listen = config.metrics_listen.take();
     // One set of counters for every worker: limits and metrics are the daemon's.
     let counters = Counters::default();
     let threads: Vec<_> = sets
@@ -228,8 +230,11 @@ fn run_workers(
         .enumerate()
         .map(|(index, set)| {
             let mut config = config.clone();
-            // One metrics endpoint, on the first worker; it reports all of them.
-            config.metrics_listen = if index == 0 { metrics_listen } else { None };
+            // One metrics endpoint and admin socket, on the first worker; they
+            // report, and act on, all of them.
+            if index != 0 {
+                config.leave_daemon_sockets();
+            }
             let (path, counters) = (path.clone(), counters.clone());
             std::thread::Builder::new()
                 .name(format!("tcpmuxd-worker-{index}"))

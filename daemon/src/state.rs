@@ -24,6 +24,8 @@ pub struct Settings {
     pub limits: Limits,
     pub control_limits: ControlLimits,
     pub dns: Dns,
+    /// `admin_uids`: who besides root and the daemon's user may use the admin socket.
+    pub admin_uids: Vec<u32>,
 }
 
 impl Settings {
@@ -38,6 +40,7 @@ impl Settings {
             limits: config.limits,
             control_limits: config.control_limits,
             dns: config.dns,
+            admin_uids: config.admin.map(|a| a.uids).unwrap_or_default(),
         }
     }
 }

@@ -68,3 +68,66 @@ fn health_checks_run_once_per_daemon_whatever_the_workers() {
         "11 checks in {span:?}: more than one set of health checks runs"
     );
 }
+
+/// The sockets a daemon has one of (metrics endpoint, admin socket) are worker
+/// 0's: the other workers leave them out at start and at every reload, which
+/// each worker does on SIGHUP, so a reload succeeds on all of them.
+#[test]
+fn a_reload_with_workers_keeps_one_metrics_endpoint_and_admin_socket() {
+    let dir = common::scratch_dir();
+    let socket = dir.join("admin.sock");
+    let daemon = Daemon::start_with(
+        Some(&format!(
+            "metrics_listen = \"127.0.0.1:0\"\nadmin_socket = \"{}\"\n",
+            socket.display()
+        )),
+        &["--workers", "2"],
+    );
+    daemon.signal("HUP");
+    let reloaded = daemon.wait_for_lines(2, |l| {
+        l.contains("configuration reloaded") || l.contains("reload failed")
+    });
+    assert_eq!(reloaded, 2, "{:#?}", daemon.logs());
+    let failed: Vec<_> = daemon
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("reload failed"))
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+    let out = std::process::Command::new(common::sibling_binary("tcpmux"))
+        .arg("admin")
+        .arg("--socket")
+        .arg(&socket)
+        .args(["show", "services"])
+        .output()
+        .expect("run tcpmux admin");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("daytime"));
+}
+
+#[test]
+fn workers_with_an_upgrade_socket_fail_the_start_with_advice() {
+    let dir = common::scratch_dir();
+    let config = dir.join("tcpmuxd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = [\"127.0.0.1:0\"]\nupgrade_socket = \"{}\"\n",
+            dir.join("upgrade.sock").display()
+        ),
+    )
+    .expect("write the configuration");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--workers", "2"])
+        .output()
+        .expect("run tcpmuxd");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--workers 1"), "{stderr}");
+}

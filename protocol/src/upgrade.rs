@@ -27,6 +27,8 @@ pub enum Frame<'a> {
     Control(&'a str),
     /// The upgrade socket itself, by its path.
     Upgrade(&'a str),
+    /// The admin socket, by its path.
+    Admin(&'a str),
     /// A handoff backend's registration; its control connection travels
     /// with it.
     Backend(Registration<'a>),
@@ -43,6 +45,7 @@ impl Frame<'_> {
             Frame::Metrics(_) => "METRICS",
             Frame::Control(_) => "CONTROL",
             Frame::Upgrade(_) => "UPGRADE",
+            Frame::Admin(_) => "ADMIN",
             Frame::Backend(_) => "BACKEND",
             Frame::End(_) => "END",
         }
@@ -90,7 +93,11 @@ pub enum FrameError {
 pub fn encode(frame: &Frame<'_>) -> Result<[u8; FRAME], FrameError> {
     let kind = frame.kind();
     let text = match frame {
-        Frame::Listen(v) | Frame::Metrics(v) | Frame::Control(v) | Frame::Upgrade(v) => {
+        Frame::Listen(v)
+        | Frame::Metrics(v)
+        | Frame::Control(v)
+        | Frame::Upgrade(v)
+        | Frame::Admin(v) => {
             format!("{kind} {}", checked(v)?)
         }
         Frame::Backend(r) => {
@@ -140,6 +147,7 @@ pub fn parse(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
         "METRICS" => Frame::Metrics(value?),
         "CONTROL" => Frame::Control(value?),
         "UPGRADE" => Frame::Upgrade(value?),
+        "ADMIN" => Frame::Admin(value?),
         "BACKEND" => Frame::Backend(registration(value?)?),
         // `END` alone: a daemon from before versions.
         "END" if value.is_err() => Frame::End(0),
@@ -206,6 +214,7 @@ mod tests {
             Frame::Metrics("[::1]:9100"),
             Frame::Control("/run/tcpmuxd/handoff.sock"),
             Frame::Upgrade("/run/tcpmuxd/upgrade sock with spaces"),
+            Frame::Admin("/run/tcpmuxd/admin.sock"),
             Frame::Backend(Registration {
                 uid: 1000,
                 gid: 100,

@@ -37,6 +37,7 @@ fn commands() -> Vec<(clap::Command, &'static str)> {
             client_args::ForwardArgs::command().name("tcpmux-forward"),
             "1",
         ),
+        (client_args::AdminArgs::command().name("tcpmux-admin"), "1"),
     ]
     .into_iter()
     .chain(bench_pages())
@@ -75,7 +76,7 @@ fn assets(root: &Path) -> Result<Vec<Asset>, String> {
             .render(&mut page)
             .map_err(|e| format!("{name}: {e}"))?;
         out.push((PathBuf::from(format!("man/{name}.{section}")), page));
-        if name == "tcpmux-forward" || name.starts_with("tcpmux-bench-") {
+        if name == "tcpmux-forward" || name == "tcpmux-admin" || name.starts_with("tcpmux-bench-") {
             continue; // completed as part of their command's words
         }
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {

@@ -21,7 +21,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::model::{ControlLimits, Dns, Limits, ListenAddr, ListenSpec};
+use crate::model::{AdminSettings, ControlLimits, Dns, Limits, ListenAddr, ListenSpec};
 use crate::registry::Registry;
 
 pub use durations::ConfigDuration;
@@ -55,6 +55,8 @@ pub struct Config {
     pub handoff_socket: Option<PathBuf>,
     /// Where a new binary asks this one for its sockets (`upgrade_socket`).
     pub upgrade_socket: Option<PathBuf>,
+    /// The admin socket (`admin_socket`, `admin_uids`).
+    pub admin: Option<AdminSettings>,
     /// On SIGTERM/SIGINT, how long running sessions may take to finish.
     pub shutdown_grace: Duration,
     pub limits: Limits,
@@ -81,6 +83,7 @@ impl Default for Config {
             registry: Registry::builtins(),
             handoff_socket: None,
             upgrade_socket: None,
+            admin: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             limits: Limits {
                 max_connections: Some(DEFAULT_MAX_CONNECTIONS),
@@ -110,6 +113,16 @@ impl Config {
     pub fn override_listen(&mut self, listen: Vec<ListenSpec>) {
         self.listen = listen;
         self.listen_from_command_line = true;
+    }
+
+    /// Leaves out the sockets a daemon has one of (the metrics endpoint, the
+    /// admin and upgrade sockets): with `--workers`, worker 0 serves them for
+    /// the whole daemon, and every other worker's configuration, at start and
+    /// at each reload, goes through here.
+    pub fn leave_daemon_sockets(&mut self) {
+        self.metrics_listen = None;
+        self.admin = None;
+        self.upgrade_socket = None;
     }
 
     /// Parses and validates `text`; `origin` names it in errors.
@@ -168,6 +181,7 @@ impl Config {
             registry,
             handoff_socket: raw.handoff_socket.clone().map(Into::into),
             upgrade_socket: raw.upgrade_socket.clone().map(Into::into),
+            admin: users::admin(src, &raw)?,
             shutdown_grace: raw
                 .shutdown_grace
                 .as_ref()

@@ -76,6 +76,8 @@ pub(crate) struct RawConfig {
     pub(crate) import_etc_services: Option<RawImport>,
     pub(crate) handoff_socket: Option<String>,
     pub(crate) upgrade_socket: Option<String>,
+    pub(crate) admin_socket: Option<String>,
+    pub(crate) admin_uids: Option<Spanned<Vec<toml::Value>>>,
     pub(crate) handoff_max_connections: Option<Spanned<usize>>,
     pub(crate) handoff_max_connections_per_uid: Option<Spanned<usize>>,
     pub(crate) handoff_register_timeout: Option<Spanned<ConfigDuration>>,

@@ -1,5 +1,5 @@
-//! User and group names to ids, for the daemon's own `user`/`group` and an exec
-//! service's, through the system's name service switch (NSS): /etc/passwd and
+//! User and group names to ids, for the daemon's own `user`/`group`, an exec
+//! service's and `admin_uids`, through the system's name service switch (NSS): /etc/passwd and
 //! /etc/group, and LDAP, sssd or systemd's DynamicUser users where nsswitch.conf
 //! says so. Lookups happen when the configuration is read, never on the event
 //! loop (a reload reads the file on a blocking thread).
@@ -8,6 +8,8 @@ use nix::unistd::{Group, Uid, User};
 use toml::Spanned;
 
 use super::error::{ConfigError, Source};
+use super::raw::RawConfig;
+use crate::model::AdminSettings;
 
 /// A `user` (name or uid; its primary group by default) and optional `group`
 /// (name or gid) to (uid, gid).
@@ -27,6 +29,35 @@ pub(crate) fn resolve_user(
     // A group alone keeps the daemon's uid.
     let uid = user.map_or_else(|| rustix::process::getuid().as_raw(), |(uid, _)| uid);
     Ok(Some((uid, gid)))
+}
+
+/// `admin_socket` and `admin_uids` (uids or user names); the uids need the
+/// socket.
+pub(crate) fn admin(
+    src: Source<'_>,
+    raw: &RawConfig,
+) -> Result<Option<AdminSettings>, ConfigError> {
+    let mut uids = Vec::new();
+    if let Some(list) = &raw.admin_uids {
+        for value in list.get_ref() {
+            let uid = match value {
+                toml::Value::Integer(n) => {
+                    u32::try_from(*n).map_err(|_| format!("uid {n} is out of range"))
+                }
+                toml::Value::String(name) => user_ids(name).map(|(uid, _)| uid),
+                _ => Err("admin_uids lists uids or user names".into()),
+            };
+            uids.push(uid.map_err(|e| src.at(list.span(), format!("admin_uids: {e}")))?);
+        }
+    }
+    match (&raw.admin_socket, &raw.admin_uids) {
+        (Some(socket), _) => Ok(Some(AdminSettings {
+            socket: socket.into(),
+            uids,
+        })),
+        (None, Some(list)) => Err(src.at(list.span(), "admin_uids needs admin_socket")),
+        (None, None) => Ok(None),
+    }
 }
 
 /// A user's uid and primary gid; a number is a uid (its primary group if it

@@ -22,6 +22,11 @@ pub struct Acks {
 }
 
 impl Acks {
+    /// Deliveries sent and not yet acknowledged.
+    pub fn in_flight(&self) -> usize {
+        self.lock().len()
+    }
+
     /// The number the next client frame carries.
     pub fn next_seq(&self) -> u64 {
         self.next.fetch_add(1, Ordering::Relaxed)

@@ -3,6 +3,7 @@
 //! everything above; this module imports nothing else of the daemon.
 
 mod access;
+mod admin;
 mod cidr;
 mod exec;
 mod listen;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use tcpmux_proto::ServiceName;
 
 pub use access::Access;
+pub use admin::{AdminSettings, AdminState};
 pub use cidr::{Cidr, CidrError};
 pub use exec::{Exec, ExecReply, OnShutdown};
 pub use listen::{ListenAddr, ListenAddrError, ListenOptions, ListenSpec};

@@ -45,6 +45,17 @@ impl Metrics {
         *outcomes.entry((outcome, routed)).or_insert(0) += 1;
     }
 
+    /// `service`'s finished connections by outcome (`served`, `refused`, ...),
+    /// however they were routed.
+    pub fn totals(&self, service: &str) -> BTreeMap<&'static str, u64> {
+        let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        let mut totals = BTreeMap::new();
+        for ((outcome, _routed), count) in map.get(service).into_iter().flatten() {
+            *totals.entry(*outcome).or_insert(0) += count;
+        }
+        totals
+    }
+
     /// The exposition text, with `active` connections and live handoff backends.
     pub fn render(
         &self,
@@ -126,6 +137,12 @@ pub struct BackendLine {
     pub bytes_out: u64,
     /// The last active check's result, if checks run.
     pub last_check: Option<bool>,
+    /// The weight in force (an operator's, else the configured or SRV one).
+    pub weight: u32,
+    /// The administrative state set on the admin socket.
+    pub admin: crate::model::AdminState,
+    /// Whether the operator set its state or weight at run time.
+    pub set_at_runtime: bool,
 }
 
 fn render_backends(out: &mut String, backends: &[BackendLine]) {

@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::Pool;
-use crate::model::{Endpoint, HealthCheck, Proxy};
+use crate::model::{AdminState, Endpoint, HealthCheck, Proxy};
 use crate::net::stream::Stream;
 
 /// Checks `proxy`'s members until the task is dropped.
@@ -30,6 +30,10 @@ pub async fn check_loop(service: String, proxy: Arc<Proxy>, pool: Arc<Pool>) {
         // dropping the set (the task's end) cancels the probes.
         let mut probes = JoinSet::new();
         for member in &members.list {
+            // In maintenance: not checked until it is back.
+            if pool.override_of(&member.endpoint).state == AdminState::Maint {
+                continue;
+            }
             let (endpoint, check) = (member.endpoint.clone(), Arc::clone(&check));
             probes.spawn(async move {
                 let passed = tokio::time::timeout(check.timeout, probe(&endpoint, &check))

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use known::{usable, Known};
 
-use crate::model::{Balance, Endpoint, Member, Proxy};
+use crate::model::{AdminState, Balance, Endpoint, Member, Proxy};
 use crate::net::relay::Relayed;
 use crate::ops::metrics::BackendLine;
 
@@ -31,6 +31,17 @@ pub struct Pool {
     /// What is known of each current member: entries exist only for members
     /// (`replace` drops those that left, `update` never re-creates them).
     known: Mutex<HashMap<Endpoint, Known>>,
+    /// Set on the admin socket, by endpoint. Kept across reloads and DNS
+    /// changes: the operator's word stands until the operator changes it.
+    overrides: Mutex<HashMap<Endpoint, Override>>,
+}
+
+/// What an operator set for one backend at run time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Override {
+    pub state: AdminState,
+    /// Replaces the configured (or SRV) weight.
+    pub weight: Option<u32>,
 }
 
 impl Default for Pool {
@@ -41,6 +52,7 @@ impl Default for Pool {
             members: watch::Sender::new(Arc::default()),
             active: Mutex::default(),
             known: Mutex::default(),
+            overrides: Mutex::default(),
         }
     }
 }
@@ -181,18 +193,45 @@ impl Pool {
 
     /// Each of `candidates`' connections per unit of weight, in
     /// thousandths, read under one lock.
-    fn loads(&self, list: &[Member], candidates: &[usize]) -> HashMap<usize, u64> {
+    fn loads(&self, list: &[Member], weights: &[u32], candidates: &[usize]) -> HashMap<usize, u64> {
         let active = lock(&self.active);
         candidates
             .iter()
             .map(|&i| {
-                let member = &list[i];
                 let held = active
-                    .get(&member.endpoint)
+                    .get(&list[i].endpoint)
                     .map_or(0, |c| c.load(Ordering::Acquire));
-                (i, held as u64 * 1000 / u64::from(member.weight.max(1)))
+                (i, held as u64 * 1000 / u64::from(weights[i].max(1)))
             })
             .collect()
+    }
+
+    /// What the operator set for `endpoint` (the defaults if nothing).
+    pub fn override_of(&self, endpoint: &Endpoint) -> Override {
+        lock(&self.overrides)
+            .get(endpoint)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Sets `endpoint`'s administrative state (`drain`, `maint`, `ready`).
+    pub fn set_state(&self, endpoint: &Endpoint, state: AdminState) {
+        self.set(endpoint, |o| o.state = state);
+    }
+
+    /// Sets `endpoint`'s weight; `None` returns to the configured one.
+    pub fn set_weight(&self, endpoint: &Endpoint, weight: Option<u32>) {
+        self.set(endpoint, |o| o.weight = weight);
+    }
+
+    fn set(&self, endpoint: &Endpoint, change: impl FnOnce(&mut Override)) {
+        let mut overrides = lock(&self.overrides);
+        let entry = overrides.entry(endpoint.clone()).or_default();
+        change(entry);
+        // Back to the defaults: nothing to remember.
+        if *entry == Override::default() {
+            overrides.remove(endpoint);
+        }
     }
 
     /// The order in which a new client tries `members` (indices into its
@@ -201,12 +240,24 @@ impl Pool {
     /// the others follow, by priority, for failover.
     pub fn order(&self, balance: Balance, members: &Members) -> Vec<usize> {
         let list = &members.list;
-        let mut usable: Vec<usize> = {
+        let (mut usable, weights): (Vec<usize>, Vec<u32>) = {
             let now = Instant::now();
             let known = lock(&self.known);
-            (0..list.len())
+            let overrides = lock(&self.overrides);
+            let set = |i: usize| {
+                overrides
+                    .get(&list[i].endpoint)
+                    .copied()
+                    .unwrap_or_default()
+            };
+            let usable = (0..list.len())
+                .filter(|&i| set(i).state == AdminState::Ready)
                 .filter(|&i| usable(known.get(&list[i].endpoint), now))
-                .collect()
+                .collect();
+            let weights = (0..list.len())
+                .map(|i| set(i).weight.unwrap_or(list[i].weight))
+                .collect();
+            (usable, weights)
         };
         let Some(best) = usable.iter().map(|&i| list[i].priority).min() else {
             return usable;
@@ -221,7 +272,7 @@ impl Pool {
             rest
         };
         usable.retain(|&i| list[i].priority == best);
-        let mut order = self.balanced(balance, list, &usable);
+        let mut order = self.balanced(balance, list, &weights, &usable);
         order.extend(rest);
         order
     }
@@ -266,13 +317,18 @@ impl Pool {
         let now = Instant::now();
         let known = lock(&self.known);
         let active = lock(&self.active);
+        let overrides = lock(&self.overrides);
         members
             .list
             .iter()
             .map(|member| {
                 let state = known.get(&member.endpoint);
                 let traffic = state.map(|s| &s.traffic);
+                let set = overrides.get(&member.endpoint);
                 BackendLine {
+                    weight: set.and_then(|o| o.weight).unwrap_or(member.weight),
+                    admin: set.map(|o| o.state).unwrap_or_default(),
+                    set_at_runtime: set.is_some(),
                     service: service.to_owned(),
                     up: usable(state, now),
                     active: active
@@ -300,14 +356,20 @@ impl Pool {
     }
 
     /// `balance`'s order over `candidates` (indices into `list`).
-    fn balanced(&self, balance: Balance, list: &[Member], candidates: &[usize]) -> Vec<usize> {
+    fn balanced(
+        &self,
+        balance: Balance,
+        list: &[Member],
+        weights: &[u32],
+        candidates: &[usize],
+    ) -> Vec<usize> {
         let n = candidates.len();
         let rotated = |start: usize| (0..n).map(move |i| candidates[(start + i) % n]);
         match balance {
             _ if n <= 1 => candidates.to_vec(),
             Balance::First => candidates.to_vec(),
             Balance::RoundRobin => {
-                let weight = |i: usize| list[i].weight.max(1) as usize;
+                let weight = |i: usize| weights[i].max(1) as usize;
                 let total: usize = candidates.iter().map(|&i| weight(i)).sum();
                 let mut turn = self.turn.fetch_add(1, Ordering::Relaxed) % total.max(1);
                 let first = candidates
@@ -324,7 +386,7 @@ impl Pool {
                 // Ties go round, not always to the first backend.
                 let start = self.turn.fetch_add(1, Ordering::Relaxed) % n;
                 let mut order: Vec<usize> = rotated(start).collect();
-                let loads = self.loads(list, candidates);
+                let loads = self.loads(list, weights, candidates);
                 order.sort_by_key(|i| loads[i]);
                 order
             }
@@ -333,7 +395,7 @@ impl Pool {
                 let first = self.random(n);
                 let second = (first + 1 + self.random(n - 1)) % n;
                 let (a, b) = (candidates[first], candidates[second]);
-                let loads = self.loads(list, &[a, b]);
+                let loads = self.loads(list, weights, &[a, b]);
                 let best = if loads[&b] < loads[&a] { b } else { a };
                 std::iter::once(best)
                     .chain(candidates.iter().copied().filter(|&i| i != best))

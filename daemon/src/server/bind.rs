@@ -89,22 +89,42 @@ pub(super) enum UnixSocket {
     Control,
     /// For the daemon's own user (0600).
     Upgrade,
+    /// The admin socket: 0600, or open to every local user (0666) when
+    /// `admin_uids` names others, whom SO_PEERCRED then tells apart.
+    Admin { others: bool },
 }
 
-/// Binds the handoff control or the upgrade socket at `path`, with its mode.
+impl UnixSocket {
+    /// The admin socket for `settings`.
+    pub(super) fn admin(settings: Option<&crate::model::AdminSettings>) -> UnixSocket {
+        UnixSocket::Admin {
+            others: settings.is_some_and(|s| !s.uids.is_empty()),
+        }
+    }
+}
+
+/// Binds one of the daemon's own Unix sockets at `path`, with its mode.
 pub(super) fn bind_unix_socket(path: &Path, kind: UnixSocket) -> Result<Listener, BindError> {
+    let addr = ListenAddr::Unix(path.to_owned());
+    let listener = Listener::bind(&addr)?;
+    set_mode(path, kind)?;
+    Ok(listener)
+}
+
+/// Gives the socket file at `path` the mode of its `kind`: at bind, and at a
+/// reload that keeps the admin socket but changes who may use it.
+pub(super) fn set_mode(path: &Path, kind: UnixSocket) -> Result<(), BindError> {
     use std::os::unix::fs::PermissionsExt;
     let (mode, why) = match kind {
         UnixSocket::Control => (0o666, "cannot make the control socket connectable"),
         UnixSocket::Upgrade => (0o600, "cannot restrict the upgrade socket to its owner"),
-    };
-    let addr = ListenAddr::Unix(path.to_owned());
-    let listener = Listener::bind(&addr)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
-        BindError {
-            addr,
-            reason: format!("{why}: {e}"),
+        UnixSocket::Admin { others: false } => {
+            (0o600, "cannot restrict the admin socket to its owner")
         }
-    })?;
-    Ok(listener)
+        UnixSocket::Admin { others: true } => (0o666, "cannot make the admin socket connectable"),
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| BindError {
+        addr: ListenAddr::Unix(path.to_owned()),
+        reason: format!("{why}: {e}"),
+    })
 }

@@ -14,8 +14,9 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::bind::{bind_unix_socket, UnixSocket};
+use super::bind::{bind_unix_socket, set_mode, UnixSocket};
 use super::sessions::{accept_loop, Sessions, SharedOptions};
+use super::single::{close, handed, restage, Shown, Single};
 use super::upgrade::encoded;
 use crate::config::Config;
 use crate::hub::Adopted;
@@ -48,32 +49,6 @@ impl Tcpmux {
     }
 }
 
-/// A socket the daemon has at most one of: the metrics endpoint (at a
-/// `SocketAddr`), the handoff control or the upgrade socket (at a path).
-struct Single<A> {
-    configured: A,
-    task: AbortHandle,
-    /// A second descriptor, to hand to a successor.
-    fd: Option<OwnedFd>,
-}
-
-/// How a single socket's address is written in the log and in its frame.
-trait Shown {
-    fn shown(&self) -> String;
-}
-
-impl Shown for SocketAddr {
-    fn shown(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl Shown for PathBuf {
-    fn shown(&self) -> String {
-        self.display().to_string()
-    }
-}
-
 /// Every socket the daemon serves now.
 pub(super) struct Live {
     accepting: JoinSet<()>,
@@ -81,6 +56,9 @@ pub(super) struct Live {
     metrics: Option<Single<SocketAddr>>,
     control: Option<Single<PathBuf>>,
     upgrade: Option<Single<PathBuf>>,
+    admin: Option<Single<PathBuf>>,
+    /// What `show listeners` on the admin socket reports, kept current.
+    listening: crate::admin::Listening,
     /// Where successors on any upgrade socket are passed (the run loop).
     upgrade_requests: Option<mpsc::Sender<UnixStream>>,
     /// Whether a reloaded file's `listen` applies: not when the command line
@@ -98,6 +76,7 @@ pub(super) struct Staged {
     metrics: Option<Option<Listener>>,
     control: Option<Option<Listener>>,
     upgrade: Option<Option<Listener>>,
+    admin: Option<Option<Listener>>,
 }
 
 impl Live {
@@ -108,6 +87,8 @@ impl Live {
             metrics: None,
             control: None,
             upgrade: None,
+            admin: None,
+            listening: crate::admin::Listening::default(),
             upgrade_requests: None,
             follow_file,
             options_follow_file,
@@ -238,6 +219,72 @@ impl Live {
         });
     }
 
+    /// Serves the admin socket.
+    pub(super) fn serve_admin(&mut self, path: PathBuf, listener: Listener, shared: &Arc<Shared>) {
+        tracing::info!(address = %listener.local_addr(), "admin socket");
+        let fd = listener.as_fd().try_clone_to_owned().ok();
+        let serving =
+            crate::admin::serve(listener, Arc::clone(shared), Arc::clone(&self.listening));
+        let task = self.accepting.spawn(serving);
+        self.admin = Some(Single {
+            configured: path,
+            task,
+            fd,
+        });
+        self.publish();
+    }
+
+    /// Puts the sockets in service where `show listeners` reads them.
+    pub(super) fn publish(&self) {
+        let row = |kind, address: String| crate::admin::ListenerRow {
+            kind,
+            address,
+            name: None,
+            detect: false,
+            tls: false,
+            accept_proxy_from: Vec::new(),
+        };
+        let mut rows: Vec<_> = self
+            .tcpmux
+            .iter()
+            .map(|live| {
+                let options = live.options.read().unwrap_or_else(|p| p.into_inner());
+                crate::admin::ListenerRow {
+                    name: live.name.clone(),
+                    detect: options.detect.is_some(),
+                    tls: options.tls.is_some(),
+                    accept_proxy_from: options
+                        .accept_proxy_from
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                    ..row("tcpmux", live.bound.to_string())
+                }
+            })
+            .collect();
+        rows.extend(
+            self.metrics
+                .as_ref()
+                .map(|s| row("metrics", s.configured.shown())),
+        );
+        rows.extend(
+            self.control
+                .as_ref()
+                .map(|s| row("handoff control", s.configured.shown())),
+        );
+        rows.extend(
+            self.upgrade
+                .as_ref()
+                .map(|s| row("upgrade", s.configured.shown())),
+        );
+        rows.extend(
+            self.admin
+                .as_ref()
+                .map(|s| row("admin", s.configured.shown())),
+        );
+        *self.listening.lock().unwrap_or_else(|p| p.into_inner()) = rows;
+    }
+
     /// Every socket in service, for a successor: its frame (what it was
     /// configured as) and a descriptor of its own, for the exchange that
     /// runs beside this loop.
@@ -252,6 +299,7 @@ impl Live {
         sockets.extend(handed(&self.metrics, |a| Frame::Metrics(a))?);
         sockets.extend(handed(&self.control, |p| Frame::Control(p))?);
         sockets.extend(handed(&self.upgrade, |p| Frame::Upgrade(p))?);
+        sockets.extend(handed(&self.admin, |p| Frame::Admin(p))?);
         Ok(sockets)
     }
 
@@ -277,11 +325,20 @@ impl Live {
         let upgrade = restage(current, config.upgrade_socket.clone(), |path| {
             bind_unix_socket(&path, UnixSocket::Upgrade)
         })?;
+        let current = self.admin.as_ref().map(|a| a.configured.clone());
+        let wanted = config.admin.as_ref().map(|a| a.socket.clone());
+        let admin_kind = UnixSocket::admin(config.admin.as_ref());
+        if let (Some(kept), true) = (&current, current == wanted) {
+            // The same socket, perhaps for other users: `admin_uids` sets its mode.
+            set_mode(kept, admin_kind)?;
+        }
+        let admin = restage(current, wanted, |path| bind_unix_socket(&path, admin_kind))?;
         Ok(Staged {
             tcpmux,
             metrics,
             control,
             upgrade,
+            admin,
         })
     }
 
@@ -312,6 +369,13 @@ impl Live {
                 self.serve_upgrades(path.clone(), listener);
             }
         }
+        if let Some(admin) = staged.admin {
+            close(&mut self.admin, "admin socket");
+            if let (Some(listener), Some(admin_config)) = (admin, &config.admin) {
+                self.serve_admin(admin_config.socket.clone(), listener, shared);
+            }
+        }
+        self.publish();
     }
 
     fn commit_tcpmux(
@@ -361,32 +425,6 @@ impl Live {
     }
 }
 
-fn close<A: Shown>(slot: &mut Option<Single<A>>, what: &str) {
-    if let Some(old) = slot.take() {
-        tracing::info!(address = %old.configured.shown(), "{what} closed");
-        old.task.abort();
-    }
-}
-
-/// A single socket for a successor: its frame and a descriptor of its own.
-fn handed<A: Shown>(
-    single: &Option<Single<A>>,
-    frame: fn(&str) -> Frame<'_>,
-) -> io::Result<Option<super::upgrade::Socket>> {
-    let Some(Single {
-        configured,
-        fd: Some(fd),
-        ..
-    }) = single
-    else {
-        return Ok(None);
-    };
-    Ok(Some((
-        encoded(&frame(&configured.shown()))?,
-        fd.try_clone()?,
-    )))
-}
-
 /// Fast Open and deferred accept on a TCP listener; a failure (an old kernel)
 /// is logged and the listener serves without them.
 fn apply_accept_options(
@@ -402,18 +440,4 @@ fn apply_accept_options(
     if let Err(e) = crate::net::listener::set_accept_options(socket, options, defer) {
         tracing::warn!(address = %addr, error = %e, "cannot set fast_open or defer_accept; serving without them");
     }
-}
-
-/// What a reload does to a single socket (the metrics endpoint, the control
-/// or the upgrade socket): `None` keeps it, `Some(None)` closes it,
-/// `Some(Some(..))` replaces it with one bound for `wanted`.
-fn restage<A: PartialEq>(
-    current: Option<A>,
-    wanted: Option<A>,
-    bind: impl FnOnce(A) -> Result<Listener, BindError>,
-) -> Result<Option<Option<Listener>>, BindError> {
-    if current == wanted {
-        return Ok(None);
-    }
-    Ok(Some(wanted.map(bind).transpose()?))
 }

@@ -10,6 +10,7 @@ mod bind;
 mod error;
 mod listeners;
 mod sessions;
+mod single;
 pub mod upgrade;
 
 use std::future::Future;
@@ -49,6 +50,7 @@ pub struct Server {
     /// Whether listener options follow the file on reload: not when `--listen` gave plain addresses.
     options_follow_file: bool,
     upgrade: Option<(PathBuf, Listener)>,
+    admin: Option<(PathBuf, Listener)>,
     /// The predecessor waiting for this one's READY, when started by `--upgrade`.
     predecessor: Option<std::os::unix::net::UnixStream>,
     /// Handoff registrations the predecessor handed over.
@@ -137,6 +139,11 @@ impl Server {
         let upgrade = single(&mut handed.upgrade, config.upgrade_socket.clone(), |path| {
             bind_unix_socket(path, UnixSocket::Upgrade)
         })?;
+        let admin_path = config.admin.as_ref().map(|a| a.socket.clone());
+        let admin_kind = UnixSocket::admin(config.admin.as_ref());
+        let admin = single(&mut handed.admin, admin_path, |path| {
+            bind_unix_socket(path, admin_kind)
+        })?;
         // Everything privileged (binding port 1, creating sockets in /run) is done.
         if let Some((uid, gid)) = config.run_as {
             drop_privileges(uid, gid)?;
@@ -157,6 +164,7 @@ impl Server {
             follow_file,
             options_follow_file,
             upgrade,
+            admin,
             predecessor,
             adopted: std::mem::take(&mut handed.backends),
             worker: 0,
@@ -207,6 +215,10 @@ impl Server {
         if let Some((path, listener)) = self.upgrade {
             live.serve_upgrades(path, listener);
         }
+        if let Some((path, listener)) = self.admin {
+            live.serve_admin(path, listener, &shared);
+        }
+        live.publish();
         let took_over = self.predecessor.is_some();
         if let Some(predecessor) = self.predecessor {
             // Serving on every socket now: the old daemon may stop accepting.
@@ -231,13 +243,7 @@ impl Server {
             counted.gate.take_peak()
         }));
         live.store_in_systemd();
-        if took_over {
-            // The service's main process from now on: systemd follows it
-            // (the unit needs NotifyAccess=all to hear a second process).
-            systemd::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
-        } else {
-            systemd::notify("READY=1");
-        }
+        announce_ready(took_over);
         let mut watchdog = systemd::watchdog_interval().map(tokio::time::interval);
         let mut handing: Option<upgrade::Exchange> = None;
         let mut handed_over = false;
@@ -251,7 +257,8 @@ impl Server {
                 }
                 Some(()) = reload.recv() => {
                     systemd::notify_reloading();
-                    reload_config(&shared, &mut live, &sessions, self.config_path.as_deref()).await;
+                    let path = self.config_path.as_deref();
+                    reload_config(&shared, &mut live, &sessions, path, self.worker).await;
                     // Checks and lookups follow the configuration in force.
                     pools.abort_all();
                     if first {
@@ -287,6 +294,17 @@ impl Server {
         sessions.finish(grace).await;
         trim.abort();
         lag.abort();
+    }
+}
+
+/// Tells systemd this daemon serves.
+fn announce_ready(took_over: bool) {
+    if took_over {
+        // The service's main process from now on: systemd follows it
+        // (the unit needs NotifyAccess=all to hear a second process).
+        systemd::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+    } else {
+        systemd::notify("READY=1");
     }
 }
 
@@ -348,6 +366,7 @@ async fn reload_config(
     live: &mut Live,
     sessions: &Sessions,
     path: Option<&Path>,
+    worker: usize,
 ) {
     let Some(path) = path else {
         tracing::warn!("reload ignored: started without --config, nothing to reload");
@@ -356,7 +375,14 @@ async fn reload_config(
     // Off the event loop: reading the file, its certificates and NSS lookups
     // (an LDAP user) may block.
     let owned = path.to_owned();
-    let loaded = tokio::task::spawn_blocking(move || Config::load(&owned)).await;
+    let loaded = tokio::task::spawn_blocking(move || {
+        let mut config = Config::load(&owned)?;
+        if worker != 0 {
+            config.leave_daemon_sockets();
+        }
+        Ok(config)
+    })
+    .await;
     let staged = match loaded {
         Ok(Ok(config)) => live
             .stage(&config)

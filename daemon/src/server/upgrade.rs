@@ -61,6 +61,7 @@ pub struct Handed {
     pub(super) metrics: Option<(SocketAddr, OwnedFd)>,
     pub(super) control: Option<(PathBuf, OwnedFd)>,
     pub(super) upgrade: Option<(PathBuf, OwnedFd)>,
+    pub(super) admin: Option<(PathBuf, OwnedFd)>,
     /// Handoff backends' registrations, with their control connections.
     pub(super) backends: Vec<Adopted>,
 }
@@ -92,6 +93,7 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
             Frame::Metrics(addr) => handed.metrics = Some((addr.parse().map_err(|_| bad())?, fd)),
             Frame::Control(path) => handed.control = Some((path.into(), fd)),
             Frame::Upgrade(path) => handed.upgrade = Some((path.into(), fd)),
+            Frame::Admin(path) => handed.admin = Some((path.into(), fd)),
             Frame::Backend(r) => handed.backends.push(Adopted {
                 names: r.names.iter().map(|n| (*n).to_owned()).collect(),
                 uid: r.uid,

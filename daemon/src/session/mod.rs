@@ -284,6 +284,13 @@ async fn serve_named(
         .get(&service.name)
         .cloned()
         .unwrap_or_default();
+    if counts.disabled.load(std::sync::atomic::Ordering::Acquire) {
+        let reason = "service disabled";
+        if tcpmux {
+            refuse(conn, reason).await;
+        }
+        return Outcome::Refused(reason.into());
+    }
     let Some(_slot) = counts.connections.acquire(service.max_connections) else {
         let reason = "service busy: too many connections, try again later";
         if tcpmux {

@@ -1,0 +1,219 @@
+//! The admin socket end to end, through the `tcpmux admin` command an
+//! operator uses: draining a backend, maintenance, weights, turning a
+//! service off and on, what survives a reload, and who may connect.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{read_all, tagged_echo, Daemon, PATIENCE};
+
+/// `tcpmux admin --socket SOCKET WORDS...`.
+fn admin(socket: &Path, words: &str) -> Output {
+    Command::new(common::sibling_binary("tcpmux"))
+        .arg("admin")
+        .arg("--socket")
+        .arg(socket)
+        .args(words.split_whitespace())
+        .output()
+        .expect("run tcpmux admin")
+}
+
+fn admin_ok(socket: &Path, words: &str) -> String {
+    let out = admin(socket, words);
+    assert!(
+        out.status.success(),
+        "{words}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The tag of the backend a new client of `web` reaches.
+fn reached(daemon: &Daemon) -> String {
+    let mut stream = daemon.connect();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    stream.write_all(b"web\r\n").unwrap();
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    String::from_utf8_lossy(&read_all(&mut stream)).into_owned()
+}
+
+/// A daemon with a round-robin pool of two tagged backends, A and B.
+fn pool() -> (Daemon, PathBuf, SocketAddr, SocketAddr) {
+    let a = tagged_echo(SocketAddr::from(([127, 0, 0, 1], 0)), "A");
+    let b = tagged_echo(SocketAddr::from(([127, 0, 0, 1], 0)), "B");
+    let dir = common::scratch_dir();
+    let socket = dir.join("admin.sock");
+    let daemon = Daemon::with_config(&format!(
+        "admin_socket = \"{}\"\n[service.web]\nproxy = [\"{a}\", \"{b}\"]\nbalance = \"round-robin\"\n",
+        socket.display()
+    ));
+    (daemon, socket, a, b)
+}
+
+#[test]
+fn a_drained_backend_gets_no_new_client_while_its_session_goes_on() {
+    let (daemon, socket, a, _b) = pool();
+    // Hold a session on A (round robin: one of the first two clients).
+    let mut held = None;
+    for _ in 0..2 {
+        let mut stream = daemon.connect();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        stream.write_all(b"web\r\n").unwrap();
+        let mut tag = [0u8; 4];
+        stream.read_exact(&mut tag[..3]).unwrap();
+        stream.read_exact(&mut tag[3..]).unwrap();
+        if &tag[3..] == b"A" {
+            held = Some(stream);
+        }
+    }
+    let mut held = held.expect("a session on A");
+    let text = admin_ok(&socket, &format!("set backend web {a} state drain"));
+    assert!(text.contains("drain*"), "{text}");
+    let tags: Vec<String> = (0..100).map(|_| reached(&daemon)).collect();
+    assert!(
+        tags.iter().all(|t| t == "+\r\nB"),
+        "a drained backend got clients: {:?}",
+        tags.iter().filter(|t| t.ends_with('A')).count()
+    );
+    // The held session still echoes.
+    held.write_all(b"still here").unwrap();
+    let mut back = [0u8; 10];
+    held.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"still here");
+    let table = admin_ok(&socket, "show backends web");
+    let line = table.lines().find(|l| l.contains(&a.to_string())).unwrap();
+    assert!(line.contains("drain*") && line.contains(" 1 "), "{table}");
+    // Maintenance: no clients either; ready again brings it back.
+    admin_ok(&socket, &format!("set backend web {a} state maint"));
+    assert!((0..10).all(|_| reached(&daemon) == "+\r\nB"));
+    admin_ok(&socket, &format!("set backend web {a} state ready"));
+    let tags: Vec<String> = (0..10).map(|_| reached(&daemon)).collect();
+    assert_eq!(
+        tags.iter().filter(|t| t.ends_with('A')).count(),
+        5,
+        "{tags:?}"
+    );
+}
+
+#[test]
+fn weights_set_at_run_time_share_the_clients() {
+    let (daemon, socket, _a, b) = pool();
+    admin_ok(&socket, &format!("set backend web {b} weight 3"));
+    let tags: Vec<String> = (0..40).map(|_| reached(&daemon)).collect();
+    assert_eq!(
+        tags.iter().filter(|t| t.ends_with('B')).count(),
+        30,
+        "{tags:?}"
+    );
+    // Back to the configured weight.
+    admin_ok(&socket, &format!("set backend web {b} weight config"));
+    let tags: Vec<String> = (0..40).map(|_| reached(&daemon)).collect();
+    assert_eq!(
+        tags.iter().filter(|t| t.ends_with('B')).count(),
+        20,
+        "{tags:?}"
+    );
+}
+
+#[test]
+fn a_disabled_service_refuses_new_clients_and_state_survives_a_reload() {
+    let (mut daemon, socket, a, _b) = pool();
+    admin_ok(&socket, "disable service web");
+    assert_eq!(reached(&daemon), "-service disabled\r\n");
+    admin_ok(&socket, &format!("set backend web {a} state drain"));
+    daemon.signal("HUP");
+    daemon
+        .wait_for_log(|l| l.contains("configuration reloaded"))
+        .expect("reloaded");
+    let services = admin_ok(&socket, "show services");
+    let web = services.lines().find(|l| l.starts_with("web ")).unwrap();
+    assert!(web.contains("disabled*"), "{services}");
+    let backends = admin_ok(&socket, "--json show backends");
+    assert!(backends.contains("\"state\":\"drain\""), "{backends}");
+    assert_eq!(reached(&daemon), "-service disabled\r\n");
+    admin_ok(&socket, "enable service web");
+    assert_eq!(reached(&daemon), "+\r\nB");
+    let log = daemon
+        .wait_for_log(|l| l.contains("admin command") && l.contains("enable service web"))
+        .expect("the command's log line");
+    assert!(
+        log.contains("uid=0") || log.contains(&format!("uid={}", common::my_uid())),
+        "{log}"
+    );
+}
+
+#[test]
+fn mistakes_are_refused_with_exit_1_and_no_socket_is_exit_3() {
+    let (_daemon, socket, _a, _b) = pool();
+    let out = admin(&socket, "set backend web 192.0.2.1:80 state drain");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("its backends:"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        admin(&socket, "disable service nope").status.code(),
+        Some(1)
+    );
+    assert_eq!(admin(&socket, "frobnicate").status.code(), Some(1));
+    assert_eq!(
+        admin(&socket, "set backend web x state sleepy")
+            .status
+            .code(),
+        Some(1)
+    );
+    let missing = socket.with_file_name("missing.sock");
+    assert_eq!(admin(&missing, "show services").status.code(), Some(3));
+    // The tables every show command prints.
+    for (words, header) in [
+        ("show listeners", "KIND"),
+        ("show handoff", "PID"),
+        ("help", "show services"),
+    ] {
+        assert!(admin_ok(&socket, words).contains(header), "{words}");
+    }
+}
+
+#[test]
+#[ignore = "needs root (setpriv to another uid)"]
+fn a_uid_not_allowed_is_refused() {
+    common::require_root();
+    common::require_program("setpriv", "--version", "util-linux");
+    let dir = common::scratch_dir();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let socket = dir.join("admin.sock");
+    // admin_uids names another uid, so the socket is open (0666) and
+    // SO_PEERCRED decides: 65534 is not listed.
+    let _daemon = Daemon::with_config(&format!(
+        "admin_socket = \"{}\"\nadmin_uids = [65533]\n",
+        socket.display()
+    ));
+    let as_uid = |uid: u32| {
+        Command::new("setpriv")
+            .arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={uid}"))
+            .arg("--clear-groups")
+            .arg(common::sibling_binary("tcpmux"))
+            .args(["admin", "--socket"])
+            .arg(&socket)
+            .args(["show", "services"])
+            .output()
+            .unwrap()
+    };
+    let out = as_uid(65534);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("uid not allowed"), "{stderr}");
+    // Listed, it is served.
+    let allowed = as_uid(65533);
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+}
