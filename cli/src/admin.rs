@@ -76,6 +76,13 @@ fn render(value: &Value) -> String {
     if value.get("handoff").is_some() {
         return handoff(&rows("handoff"));
     }
+    if value.get("sessions").is_some() {
+        return sessions(&rows("sessions"));
+    }
+    if let Some(killed) = value["killed"].as_u64() {
+        let plural = if killed == 1 { "" } else { "s" };
+        return format!("ended {killed} session{plural}\n");
+    }
     if let Some(commands) = value["commands"].as_array() {
         return commands
             .iter()
@@ -231,6 +238,61 @@ fn handoff(rows: &[Value]) -> String {
     table(&["PID", "UID", "NAMES", "ACKS", "IN FLIGHT"], &body)
 }
 
+fn sessions(rows: &[Value]) -> String {
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let tls = match (r["tls"].as_str(), r["cert"].as_str()) {
+                (Some(version), Some(cert)) => format!("{version} {cert}"),
+                (Some(version), None) => version.to_owned(),
+                _ => "-".into(),
+            };
+            vec![
+                cell(&r["id"]),
+                cell(&r["client"]),
+                cell(&r["listener"]),
+                cell(&r["service"]),
+                cell(&r["routed"]),
+                age(r["age"].as_f64().unwrap_or(0.0)),
+                size(r["bytes_in"].as_u64().unwrap_or(0)),
+                size(r["bytes_out"].as_u64().unwrap_or(0)),
+                cell(&r["backend"]),
+                tls,
+            ]
+        })
+        .collect();
+    let headers = [
+        "ID", "CLIENT", "LISTENER", "SERVICE", "ROUTED", "AGE", "IN", "OUT", "BACKEND", "TLS",
+    ];
+    table(&headers, &body)
+}
+
+/// Seconds as people read a duration: `42s`, `5m07s`, `3h12m`, `2d04h`.
+fn age(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// Bytes in binary units: `512 B`, `1.5 KiB`, `3.0 MiB`.
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 fn footnote(rows: &[Value]) -> String {
     if rows
         .iter()
@@ -245,6 +307,17 @@ fn footnote(rows: &[Value]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ages_and_sizes_read_as_people_write_them() {
+        assert_eq!(age(0.4), "0s");
+        assert_eq!(age(427.0), "7m07s");
+        assert_eq!(age(3.0 * 3600.0 + 720.0), "3h12m");
+        assert_eq!(age(2.0 * 86400.0 + 4.0 * 3600.0), "2d04h");
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(size(3 * 1024 * 1024), "3.0 MiB");
+    }
 
     #[test]
     fn columns_line_up_and_numbers_go_right() {

@@ -36,6 +36,11 @@ pub enum Outcome {
     Incomplete(&'static str),
     ClosedBeforeRequest,
     ReadError(io::Error),
+    /// Ended from the admin socket (`kill session`, `shutdown sessions`);
+    /// `backend` is the proxy member it was relayed to, if any.
+    Killed {
+        backend: Option<String>,
+    },
 }
 
 impl Outcome {
@@ -51,6 +56,7 @@ impl Outcome {
             Outcome::TlsHandshake(_) => "refused",
             Outcome::Incomplete(_) => "refused",
             Outcome::ClosedBeforeRequest => "closed",
+            Outcome::Killed { .. } => "killed",
         }
     }
 
@@ -73,7 +79,7 @@ impl Outcome {
     /// The proxy backend that served the client, if any.
     pub fn backend(&self) -> Option<&str> {
         match self {
-            Outcome::Served { backend } => backend.as_deref(),
+            Outcome::Served { backend } | Outcome::Killed { backend } => backend.as_deref(),
             _ => None,
         }
     }
@@ -96,6 +102,7 @@ impl fmt::Display for Outcome {
             Outcome::Incomplete(what) => write!(f, "refused: incomplete {what}"),
             Outcome::ClosedBeforeRequest => f.write_str("closed before request"),
             Outcome::ReadError(e) => write!(f, "read error: {e}"),
+            Outcome::Killed { .. } => f.write_str("killed from the admin socket"),
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::hub::Hub;
 use crate::model::{ControlLimits, Dns, Limits, ServiceKind};
 use crate::ops::metrics::Metrics;
+use crate::ops::session_table::SessionTable;
 use crate::registry::Registry;
 
 /// The part of the configuration a reload replaces. A session takes a snapshot
@@ -46,14 +47,15 @@ impl Settings {
 }
 
 /// What every worker of one daemon shares: the daemon-wide admission counts,
-/// every name's counts and the metrics, so that limits and `stats` are the
-/// daemon's, not one event loop's.
+/// every name's counts, the metrics and the session table, so that limits,
+/// `stats` and the admin socket are the daemon's, not one event loop's.
 #[derive(Clone, Default)]
 pub struct Counters {
     gate: Arc<Gate>,
     usage: Arc<UsageTable>,
     metrics: Arc<Metrics>,
     own: Arc<OwnConnections>,
+    sessions: Arc<SessionTable>,
 }
 
 /// What every connection of one event loop shares.
@@ -67,6 +69,8 @@ pub struct Shared {
     usage: Arc<UsageTable>,
     /// The daemon's own outgoing proxy connections, to tell one come back.
     pub own: Arc<OwnConnections>,
+    /// Every live session of the daemon, for the admin socket.
+    pub sessions: Arc<SessionTable>,
 }
 
 impl Shared {
@@ -78,6 +82,7 @@ impl Shared {
             metrics: counters.metrics,
             usage: counters.usage,
             own: counters.own,
+            sessions: counters.sessions,
         }
     }
 

@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -54,19 +54,42 @@ fn pool() -> (Daemon, PathBuf, SocketAddr, SocketAddr) {
     (daemon, socket, a, b)
 }
 
+/// A session of `web` held open: its stream and the tag of its backend.
+fn hold(daemon: &Daemon) -> (TcpStream, u8) {
+    let mut stream = daemon.connect();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    stream.write_all(b"web\r\n").unwrap();
+    let mut reply = [0u8; 4];
+    stream.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply[..3], b"+\r\n");
+    (stream, reply[3])
+}
+
+/// Sends `bytes` on a held session and reads them back.
+fn echoes(stream: &mut TcpStream, bytes: &[u8]) {
+    stream.write_all(bytes).unwrap();
+    let mut back = vec![0u8; bytes.len()];
+    stream.read_exact(&mut back).unwrap();
+    assert_eq!(back, bytes);
+}
+
+/// The client sees the end of its session: EOF (or a reset) before PATIENCE.
+fn ended(stream: &mut TcpStream) {
+    let mut rest = Vec::new();
+    match stream.read_to_end(&mut rest) {
+        Ok(_) => {}
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+}
+
 #[test]
 fn a_drained_backend_gets_no_new_client_while_its_session_goes_on() {
     let (daemon, socket, a, _b) = pool();
     // Hold a session on A (round robin: one of the first two clients).
     let mut held = None;
     for _ in 0..2 {
-        let mut stream = daemon.connect();
-        stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        stream.write_all(b"web\r\n").unwrap();
-        let mut tag = [0u8; 4];
-        stream.read_exact(&mut tag[..3]).unwrap();
-        stream.read_exact(&mut tag[3..]).unwrap();
-        if &tag[3..] == b"A" {
+        let (stream, tag) = hold(&daemon);
+        if tag == b'A' {
             held = Some(stream);
         }
     }
@@ -80,10 +103,7 @@ fn a_drained_backend_gets_no_new_client_while_its_session_goes_on() {
         tags.iter().filter(|t| t.ends_with('A')).count()
     );
     // The held session still echoes.
-    held.write_all(b"still here").unwrap();
-    let mut back = [0u8; 10];
-    held.read_exact(&mut back).unwrap();
-    assert_eq!(&back, b"still here");
+    echoes(&mut held, b"still here");
     let table = admin_ok(&socket, "show backends web");
     let line = table.lines().find(|l| l.contains(&a.to_string())).unwrap();
     assert!(line.contains("drain*") && line.contains(" 1 "), "{table}");
@@ -216,4 +236,66 @@ fn a_uid_not_allowed_is_refused() {
         "{}",
         String::from_utf8_lossy(&allowed.stderr)
     );
+}
+
+#[test]
+fn show_sessions_lists_a_live_session_and_kill_ends_it() {
+    let (mut daemon, socket, a, b) = pool();
+    let (mut held, tag) = hold(&daemon);
+    echoes(&mut held, b"12345");
+    let out = admin(&socket, "--json show sessions web");
+    assert!(out.status.success());
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let sessions = reply["sessions"].as_array().expect("a list");
+    assert_eq!(sessions.len(), 1, "{reply}");
+    let row = &sessions[0];
+    let backend = if tag == b'A' { a } else { b };
+    assert_eq!(row["client"], held.local_addr().unwrap().to_string());
+    assert_eq!(row["service"], "web");
+    assert_eq!(row["routed"], "tcpmux");
+    assert_eq!(row["backend"], backend.to_string());
+    assert_eq!(row["bytes_in"], 5, "{row}");
+    assert_eq!(row["bytes_out"], 6, "the tag and the echo: {row}");
+    let table = admin_ok(&socket, "show sessions");
+    assert!(
+        table.contains("CLIENT") && table.contains("web") && table.contains("5 B"),
+        "{table}"
+    );
+    let id = row["id"].as_u64().expect("an id");
+    let text = admin_ok(&socket, &format!("kill session {id}"));
+    assert!(text.contains("ended 1 session"), "{text}");
+    ended(&mut held);
+    let line = daemon.wait_for_log(|l| l.contains("killed from the admin socket"));
+    let line = line.expect("the kill is logged");
+    assert!(line.contains("service=web"), "{line}");
+    // Gone: a second kill is refused, and the table is empty.
+    assert_eq!(
+        admin(&socket, &format!("kill session {id}")).status.code(),
+        Some(1)
+    );
+    let out = admin(&socket, "--json show sessions web");
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        reply["sessions"].as_array().map(Vec::len),
+        Some(0),
+        "{reply}"
+    );
+}
+
+#[test]
+fn shutdown_sessions_backend_ends_that_members_sessions_only() {
+    let (daemon, socket, a, _b) = pool();
+    let held: Vec<(TcpStream, u8)> = (0..4).map(|_| hold(&daemon)).collect();
+    let text = admin_ok(&socket, &format!("shutdown sessions backend web {a}"));
+    assert!(text.contains("ended 2 sessions"), "{text}");
+    for (mut stream, tag) in held {
+        if tag == b'A' {
+            ended(&mut stream);
+        } else {
+            echoes(&mut stream, b"on B");
+        }
+    }
+    // Not a member and nothing on it: refused.
+    let out = admin(&socket, "shutdown sessions backend web 127.0.0.1:1");
+    assert_eq!(out.status.code(), Some(1));
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
@@ -73,7 +74,7 @@ fn health_checks_run_once_per_daemon_whatever_the_workers() {
 /// 0's: the other workers leave them out at start and at every reload, which
 /// each worker does on SIGHUP, so a reload succeeds on all of them.
 #[test]
-fn a_reload_with_workers_keeps_one_metrics_endpoint_and_admin_socket() {
+fn workers_share_one_metrics_endpoint_admin_socket_and_session_table() {
     let dir = common::scratch_dir();
     let socket = dir.join("admin.sock");
     let daemon = Daemon::start_with(
@@ -107,6 +108,29 @@ fn a_reload_with_workers_keeps_one_metrics_endpoint_and_admin_socket() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("daytime"));
+    // The session table is the daemon's: sessions on either worker are listed
+    // (the kernel spreads eight connections over both; worker 0 answers).
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let mut stream = daemon.connect();
+        stream.write_all(b"echo\r\n").expect("ask for echo");
+        let mut plus = [0u8; 3];
+        stream.read_exact(&mut plus).expect("the + line");
+        held.push(stream);
+    }
+    let out = std::process::Command::new(common::sibling_binary("tcpmux"))
+        .arg("admin")
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--json", "show", "sessions", "echo"])
+        .output()
+        .expect("run tcpmux admin");
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        reply["sessions"].as_array().map(Vec::len),
+        Some(8),
+        "{reply}"
+    );
 }
 
 #[test]

@@ -15,6 +15,15 @@ pub enum Command {
     ShowBackends(Option<String>),
     ShowListeners,
     ShowHandoff,
+    /// Every live session, or one service's.
+    ShowSessions(Option<String>),
+    /// End the session with this id.
+    KillSession(u64),
+    /// End every session relayed to one proxy member.
+    ShutdownBackend {
+        service: String,
+        backend: String,
+    },
     SetState {
         service: String,
         backend: String,
@@ -49,6 +58,9 @@ pub const HELP: &[&str] = &[
     "show backends [SERVICE]",
     "show listeners",
     "show handoff",
+    "show sessions [SERVICE]",
+    "kill session ID",
+    "shutdown sessions backend SERVICE ADDRESS",
     "set backend SERVICE ADDRESS state ready|drain|maint",
     "set backend SERVICE ADDRESS weight N|config",
     "disable service NAME",
@@ -67,8 +79,21 @@ pub fn parse(line: &str) -> Result<Command, CommandError> {
         ["show", "backends", service] => Ok(Command::ShowBackends(Some(owned(service)))),
         ["show", "listeners"] => Ok(Command::ShowListeners),
         ["show", "handoff"] => Ok(Command::ShowHandoff),
+        ["show", "sessions"] => Ok(Command::ShowSessions(None)),
+        ["show", "sessions", service] => Ok(Command::ShowSessions(Some(owned(service)))),
         ["show", ..] => Err(CommandError::Usage(
-            "show services|backends [SERVICE]|listeners|handoff",
+            "show services|backends [SERVICE]|sessions [SERVICE]|listeners|handoff",
+        )),
+        ["kill", "session", id] => id.parse().map(Command::KillSession).map_err(|_| {
+            CommandError::Value(format!("session id {id:?}: a number from show sessions"))
+        }),
+        ["kill", ..] => Err(CommandError::Usage("kill session ID")),
+        ["shutdown", "sessions", "backend", service, backend] => Ok(Command::ShutdownBackend {
+            service: owned(service),
+            backend: owned(backend),
+        }),
+        ["shutdown", ..] => Err(CommandError::Usage(
+            "shutdown sessions backend SERVICE ADDRESS",
         )),
         ["set", "backend", service, backend, "state", state] => Ok(Command::SetState {
             service: owned(service),
@@ -150,6 +175,19 @@ mod tests {
             parse("enable service web"),
             Ok(Command::Enable("web".into()))
         );
+        assert_eq!(parse("show sessions"), Ok(Command::ShowSessions(None)));
+        assert_eq!(
+            parse("show sessions web"),
+            Ok(Command::ShowSessions(Some("web".into())))
+        );
+        assert_eq!(parse("kill session 42"), Ok(Command::KillSession(42)));
+        assert_eq!(
+            parse("shutdown sessions backend web 10.0.0.1:80"),
+            Ok(Command::ShutdownBackend {
+                service: "web".into(),
+                backend: "10.0.0.1:80".into()
+            })
+        );
     }
 
     #[test]
@@ -182,5 +220,14 @@ mod tests {
             );
         }
         assert!(matches!(parse("disable web"), Err(CommandError::Usage(_))));
+        assert!(matches!(
+            parse("kill session x1"),
+            Err(CommandError::Value(_))
+        ));
+        assert!(matches!(parse("kill 3"), Err(CommandError::Usage(_))));
+        assert!(matches!(
+            parse("shutdown sessions web"),
+            Err(CommandError::Usage(_))
+        ));
     }
 }

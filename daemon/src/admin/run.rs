@@ -11,6 +11,7 @@ use super::command::{Command, HELP};
 use crate::admission::ServiceCounts;
 use crate::model::{AdminState, Proxy, Service, ServiceKind};
 use crate::ops::metrics::BackendLine;
+use crate::ops::session_table::SessionRow;
 use crate::state::{Settings, Shared};
 
 /// One listening socket, as `show listeners` reports it.
@@ -41,6 +42,23 @@ pub fn run(command: &Command, shared: &Shared, listeners: &[ListenerRow]) -> Res
             Ok(json!({ "listeners": listeners.iter().map(listener).collect::<Vec<_>>() }))
         }
         Command::ShowHandoff => Ok(json!({ "handoff": handoff(shared) })),
+        Command::ShowSessions(only) => {
+            let only = match only {
+                Some(name) => Some(counts(&settings, name)?.0.name.as_str()),
+                None => None,
+            };
+            Ok(json!({ "sessions": sessions(shared, only) }))
+        }
+        Command::KillSession(id) => {
+            let session = shared.sessions.get(*id).ok_or_else(|| {
+                format!("no session {id}; it may have ended (show sessions lists the live ones)")
+            })?;
+            session.kill();
+            Ok(json!({ "killed": 1, "session": session.row() }))
+        }
+        Command::ShutdownBackend { service, backend } => {
+            shutdown_backend(shared, &settings, service, backend)
+        }
         Command::SetState {
             service,
             backend,
@@ -220,6 +238,40 @@ fn set_backend(
         .find(|l| l.backend == backend)
         .map(|line| self::backend(proxy, line));
     Ok(json!({ "backend": row }))
+}
+
+fn sessions(shared: &Shared, only: Option<&str>) -> Vec<SessionRow> {
+    shared
+        .sessions
+        .sessions()
+        .iter()
+        .map(|s| s.row())
+        .filter(|row| only.is_none() || row.service.as_deref() == only)
+        .collect()
+}
+
+/// Ends every session of `service` relayed to `backend`. A member DNS has
+/// dropped may still have sessions; with none, the address must be a member.
+fn shutdown_backend(
+    shared: &Shared,
+    settings: &Settings,
+    service: &str,
+    backend: &str,
+) -> Result<Value, String> {
+    let (proxy, counts) = proxy_of(settings, service)?;
+    let service = self::counts(settings, service)?.0.name.as_str();
+    let killed = shared.sessions.kill_backend(service, backend);
+    let member = counts
+        .pool
+        .lines(service, proxy)
+        .iter()
+        .any(|l| l.backend == backend);
+    if killed == 0 && !member {
+        return Err(format!(
+            "no backend {backend} in {service} and no session on it"
+        ));
+    }
+    Ok(json!({ "service": service, "backend": backend, "killed": killed }))
 }
 
 fn switch(settings: &Settings, name: &str, disable: bool) -> Result<Value, String> {

@@ -42,6 +42,16 @@ impl Relayed {
     }
 }
 
+/// Bytes moved each way, counted as they move, so that someone else (the
+/// live-session table) can read a running relay's progress.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    /// From the client to the backend.
+    pub up: AtomicU64,
+    /// From the backend to the client.
+    pub down: AtomicU64,
+}
+
 /// Pipe size asked for, and most bytes one splice moves. The kernel allocates pipe
 /// pages only as data flows, so an idle relay does not hold this much; on a
 /// 2-core loopback, 1 MiB moved 1.6x what 64 KiB did (docs/benchmarks.md).
@@ -53,25 +63,27 @@ const COPY_BUFFER: usize = 256 * 1024;
 /// Relays until both directions have seen EOF, an error, or `idle` passes with no
 /// byte moving either way. Each direction's EOF becomes a `shutdown(SHUT_WR)` of
 /// the other socket, so half-closing protocols work end to end. The byte counts
-/// are returned whatever the result, for the log.
+/// are returned whatever the result, for the log, and counted into `traffic`
+/// as they move.
 pub async fn relay(
     client: &Stream,
     backend: &Stream,
     mode: RelayMode,
     idle: Option<Duration>,
+    traffic: &Traffic,
 ) -> (Relayed, io::Result<()>) {
-    let activity = Activity::new();
+    let activity = Activity::new(traffic);
     let both = async {
         // Built inside the blocks, so that each direction's future is stored
         // once (an async fn taking it as an argument would hold two slots).
         tokio::try_join!(
             async {
-                let result = one_way(client, backend, mode, &activity, &activity.up).await;
+                let result = one_way(client, backend, mode, &activity, activity.up).await;
                 activity.client_ended(&result);
                 result
             },
             async {
-                let result = one_way(backend, client, mode, &activity, &activity.down).await;
+                let result = one_way(backend, client, mode, &activity, activity.down).await;
                 activity.backend_ended();
                 result
             }
@@ -89,23 +101,24 @@ pub async fn relay_streams<A, B>(
     a: &mut A,
     b: &mut B,
     idle: Option<Duration>,
+    traffic: &Traffic,
 ) -> (Relayed, io::Result<()>)
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let activity = Activity::new();
+    let activity = Activity::new(traffic);
     let (a_read, a_write) = tokio::io::split(a);
     let (b_read, b_write) = tokio::io::split(b);
     let both = async {
         tokio::try_join!(
             async {
-                let result = pump(a_read, b_write, &activity, &activity.up).await;
+                let result = pump(a_read, b_write, &activity, activity.up).await;
                 activity.client_ended(&result);
                 result
             },
             async {
-                let result = pump(b_read, a_write, &activity, &activity.down).await;
+                let result = pump(b_read, a_write, &activity, activity.down).await;
                 activity.backend_ended();
                 result
             }
@@ -118,7 +131,7 @@ where
 async fn pump(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
-    activity: &Activity,
+    activity: &Activity<'_>,
     moved: &AtomicU64,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; 16 * 1024];
@@ -137,7 +150,7 @@ async fn one_way(
     from: &Stream,
     to: &Stream,
     mode: RelayMode,
-    activity: &Activity,
+    activity: &Activity<'_>,
     moved: &AtomicU64,
 ) -> io::Result<()> {
     match mode {
@@ -172,7 +185,7 @@ const FIRST_COPY: usize = 16 * 1024;
 async fn copy_until_bulk(
     from: &Stream,
     to: &Stream,
-    activity: &Activity,
+    activity: &Activity<'_>,
     moved: &AtomicU64,
 ) -> io::Result<bool> {
     loop {
@@ -206,7 +219,7 @@ async fn splice_one_way(
     from: &Stream,
     to: &Stream,
     pipe: &Pipe,
-    activity: &Activity,
+    activity: &Activity<'_>,
     moved: &AtomicU64,
 ) -> io::Result<()> {
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
@@ -250,7 +263,7 @@ async fn splice_one_way(
 async fn copy_one_way(
     from: &Stream,
     to: &Stream,
-    activity: &Activity,
+    activity: &Activity<'_>,
     moved: &AtomicU64,
 ) -> io::Result<()> {
     while copy_once(from, to, COPY_BUFFER, activity, moved).await? != 0 {}
@@ -264,7 +277,7 @@ async fn copy_once(
     from: &Stream,
     to: &Stream,
     len: usize,
-    activity: &Activity,
+    activity: &Activity<'_>,
     moved: &AtomicU64,
 ) -> io::Result<usize> {
     let (buf, n) = from.read_lent(len).await?;
@@ -286,23 +299,29 @@ async fn copy_once(
 
 /// When a byte last moved and how many moved each way, shared by the two
 /// directions of one relay (atomics only because the session future must be Send).
-struct Activity {
+struct Activity<'a> {
     start: Instant,
     last_ms: AtomicU64,
-    up: AtomicU64,
-    down: AtomicU64,
+    /// The caller's counters, and what they held when this relay began.
+    up: &'a AtomicU64,
+    down: &'a AtomicU64,
+    before: (u64, u64),
     /// The client's direction reached EOF.
     client_done: AtomicBool,
     backend_quit: AtomicBool,
 }
 
-impl Activity {
-    fn new() -> Self {
+impl<'a> Activity<'a> {
+    fn new(traffic: &'a Traffic) -> Self {
         Self {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
-            up: AtomicU64::new(0),
-            down: AtomicU64::new(0),
+            up: &traffic.up,
+            down: &traffic.down,
+            before: (
+                traffic.up.load(Ordering::Relaxed),
+                traffic.down.load(Ordering::Relaxed),
+            ),
             client_done: AtomicBool::new(false),
             backend_quit: AtomicBool::new(false),
         }
@@ -319,7 +338,7 @@ impl Activity {
     /// The backend-to-client direction ended (EOF or an error): before its
     /// first byte, with the client still open, the backend quit.
     fn backend_ended(&self) {
-        let silent = self.down.load(Ordering::Relaxed) == 0;
+        let silent = self.down.load(Ordering::Relaxed) == self.before.1;
         if silent && !self.client_done.load(Ordering::Relaxed) {
             self.backend_quit.store(true, Ordering::Relaxed);
         }
@@ -347,8 +366,8 @@ impl Activity {
             },
         };
         let relayed = Relayed {
-            client_to_backend: self.up.load(Ordering::Relaxed),
-            backend_to_client: self.down.load(Ordering::Relaxed),
+            client_to_backend: self.up.load(Ordering::Relaxed) - self.before.0,
+            backend_to_client: self.down.load(Ordering::Relaxed) - self.before.1,
             backend_quit: self.backend_quit.load(Ordering::Relaxed),
             client_finished: self.client_done.load(Ordering::Relaxed),
         };
@@ -401,8 +420,13 @@ mod tests {
             let (client_side, mut client) = pair().await;
             let (backend_side, mut backend) = pair().await;
             let before = heap::live() - kept_buffers();
-            let relay =
-                tokio::spawn(async move { relay(&client_side, &backend_side, mode, None).await.0 });
+            let traffic = std::sync::Arc::new(Traffic::default());
+            let counted = std::sync::Arc::clone(&traffic);
+            let relay = tokio::spawn(async move {
+                relay(&client_side, &backend_side, mode, None, &counted)
+                    .await
+                    .0
+            });
             for bytes in [&b"request"[..], &big[..]] {
                 bounce(&mut client, &mut backend, bytes).await;
                 bounce(&mut backend, &mut client, bytes).await;
@@ -418,6 +442,7 @@ mod tests {
             let moved = relay.await.unwrap();
             assert_eq!(moved.client_to_backend, 300_007);
             assert_eq!(moved.backend_to_client, 300_007);
+            assert_eq!(traffic.up.load(Ordering::Relaxed), 300_007);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Running the daemon as an operator sees it: counters and their HTTP endpoint,
 //! the log writer and its line format, systemd integration, the privilege
-//! drop, giving memory back after a wave of clients, and how late each event
-//! loop runs.
+//! drop, giving memory back after a wave of clients, how late each event
+//! loop runs, and the table of live sessions.
 
 pub(crate) mod lag;
 pub mod log_format;
@@ -9,5 +9,6 @@ pub mod logging;
 pub(crate) mod metrics;
 pub(crate) mod metrics_endpoint;
 pub mod privileges;
+pub mod session_table;
 pub mod systemd;
 pub(crate) mod trim;

@@ -29,6 +29,7 @@ use crate::hub::Hub;
 use crate::model::{Builtin, ClientInfo, Service, ServiceKind};
 use crate::net::conn::Conn;
 use crate::net::stream::Metered;
+use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
 
 pub use status::refuse;
@@ -43,6 +44,9 @@ pub struct Context<'a> {
     pub counts: &'a ServiceCounts,
     /// The daemon's own outgoing connections, where a proxy registers its own.
     pub own: &'a OwnConnections,
+    /// This session's row in the live-session table: a proxy records its
+    /// backend there and counts its relay into it.
+    pub live: &'a LiveSession,
 }
 
 /// Builds the built-ins' fixed texts (and their memfds) before the first client,
@@ -90,7 +94,7 @@ pub async fn serve(
             Box::pin(proxy::serve(
                 settings,
                 pool,
-                context.own,
+                (context.own, context.live),
                 status,
                 conn,
                 client,

@@ -14,15 +14,17 @@ use crate::net::conn::Conn;
 use crate::net::proxy_protocol;
 use crate::net::relay::{relay, relay_streams};
 use crate::net::stream::{Metered, Stream};
+use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
 use crate::pool::Pool;
 
 /// `status`: the `+` line's message, for a TCPMUX client; `pool` the
-/// service's balancing state.
+/// service's balancing state; `own` the daemon's own connections (where this
+/// one registers) and `live` the session's row (its backend and bytes).
 pub async fn serve(
     proxy: &Proxy,
     (service, pool): (&str, &Pool),
-    own: &OwnConnections,
+    (own, live): (&OwnConnections, &LiveSession),
     status: Option<&str>,
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
@@ -40,6 +42,8 @@ pub async fn serve(
     };
     // Held for the relay's life, for least-connections and random-two.
     let _held = pool.hold(&used);
+    live.update(|d| d.backend = Some(used.to_string()));
+    let traffic = &live.traffic;
     // Known as ours before a byte reaches the backend, so that if the backend
     // is this daemon, the session there sees where its request came from.
     let _own = match (backend.local_addr(), backend.peer_addr()) {
@@ -62,8 +66,8 @@ pub async fn serve(
 
     // splice needs two sockets; a TLS session's bytes pass through us.
     let (relayed, result) = match conn.get_ref().plain() {
-        Some(socket) => relay(socket, &backend, proxy.relay, proxy.idle_timeout).await,
-        None => relay_streams(conn.get_mut(), &mut backend, proxy.idle_timeout).await,
+        Some(socket) => relay(socket, &backend, proxy.relay, proxy.idle_timeout, traffic).await,
+        None => relay_streams(conn.get_mut(), &mut backend, proxy.idle_timeout, traffic).await,
     };
     conn.bytes_in += relayed.client_to_backend;
     conn.bytes_out += relayed.backend_to_client;

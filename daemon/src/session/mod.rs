@@ -21,6 +21,7 @@ use crate::net::close::close_gracefully;
 use crate::net::conn::Conn;
 use crate::net::listener::Accepted;
 use crate::net::stream::Metered;
+use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
 use crate::services::{self, help, refuse};
 use crate::state::{Settings, Shared};
@@ -61,46 +62,75 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
     };
     let via = client.peer.clone();
     let mut conn = Metered::new(Conn::Plain(stream));
+    let listener = local.map_or_else(|| "unix".to_owned(), |addr| addr.to_string());
+    let live = shared.sessions.open(via.to_string(), listener);
 
     let expect_header = client
         .peer
         .tcp_addr()
         .is_some_and(|addr| listen.trusts_proxy(addr.ip()));
-    let negotiated = match &mut admission {
-        Err(refusal) => Ok(Ok(Negotiated::NotAdmitted(*refusal))),
-        Ok(admission) => {
-            // Per-address limits count the client, which behind a trusted
-            // upstream is the address its header announces.
-            let admit = |peer: &Peer| admission.admit_address(&shared.gate, peer, &settings.limits);
-            let detecting = listen.detect.as_ref().map(|d| (d, &*settings.registry));
-            let tls = listen.tls.as_ref().map(|t| Arc::clone(&t.server));
-            let negotiation =
-                negotiate(&mut conn, expect_header, &mut client, admit, tls, detecting);
-            // Boxed, so its buffers and the TLS handshake are gone from the
-            // session once it is over instead of sized into every session.
-            Box::pin(tokio::time::timeout(
-                settings.negotiation_timeout,
-                negotiation,
-            ))
-            .await
+    let work = async {
+        let negotiated = match &mut admission {
+            Err(refusal) => Ok(Ok(Negotiated::NotAdmitted(*refusal))),
+            Ok(admission) => {
+                // Per-address limits count the client, which behind a trusted
+                // upstream is the address its header announces.
+                let admit =
+                    |peer: &Peer| admission.admit_address(&shared.gate, peer, &settings.limits);
+                let detecting = listen.detect.as_ref().map(|d| (d, &*settings.registry));
+                let tls = listen.tls.as_ref().map(|t| Arc::clone(&t.server));
+                let negotiation =
+                    negotiate(&mut conn, expect_header, &mut client, admit, tls, detecting);
+                // Boxed, so its buffers and the TLS handshake are gone from the
+                // session once it is over instead of sized into every session.
+                Box::pin(tokio::time::timeout(
+                    settings.negotiation_timeout,
+                    negotiation,
+                ))
+                .await
+            }
+        };
+        if client.tls.is_some() || client.peer.tcp_addr() != via.tcp_addr() {
+            live.update(|d| {
+                d.client = client.peer.to_string();
+                d.tls = client.tls.as_ref().map(|t| t.version.clone());
+                d.cert = client
+                    .tls
+                    .as_ref()
+                    .and_then(|t| t.name())
+                    .map(str::to_owned);
+            });
+        }
+        match negotiated {
+            Err(_elapsed) => {
+                refuse(&mut conn, "negotiation timeout").await;
+                Answer::new(Outcome::NegotiationTimeout)
+            }
+            Ok(Err(e)) => Answer::new(Outcome::ReadError(e)),
+            // Checked once a request has arrived: by then the proxy that made this
+            // connection has registered it (it does so before relaying a byte).
+            Ok(Ok(Negotiated::Decided(_) | Negotiated::Routed(..)))
+                if is_own(&shared.own, &via, local) =>
+            {
+                let reason = "proxy loop: this connection comes from tcpmuxd's own proxy";
+                refuse(&mut conn, reason).await;
+                Answer::new(Outcome::Refused(reason.into()))
+            }
+            Ok(Ok(negotiated)) => {
+                respond(negotiated, &mut conn, &client, (&shared, &settings), &live).await
+            }
         }
     };
-    let answer = match negotiated {
-        Err(_elapsed) => {
-            refuse(&mut conn, "negotiation timeout").await;
-            Answer::new(Outcome::NegotiationTimeout)
+    let answer = tokio::select! {
+        answer = work => answer,
+        () = live.killed() => {
+            let detail = live.detail();
+            Answer {
+                outcome: Outcome::Killed { backend: detail.backend },
+                service: detail.service,
+                routed: detail.routed,
+            }
         }
-        Ok(Err(e)) => Answer::new(Outcome::ReadError(e)),
-        // Checked once a request has arrived: by then the proxy that made this
-        // connection has registered it (it does so before relaying a byte).
-        Ok(Ok(Negotiated::Decided(_) | Negotiated::Routed(..)))
-            if is_own(&shared.own, &via, local) =>
-        {
-            let reason = "proxy loop: this connection comes from tcpmuxd's own proxy";
-            refuse(&mut conn, reason).await;
-            Answer::new(Outcome::Refused(reason.into()))
-        }
-        Ok(Ok(negotiated)) => respond(negotiated, &mut conn, &client, &shared, &settings).await,
     };
     // A handed-off socket belongs to its backend now: closing our descriptor is
     // all we may do, and dropping `conn` does that.
@@ -126,8 +156,8 @@ async fn respond(
     negotiated: Negotiated,
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
-    shared: &Shared,
-    settings: &Settings,
+    (shared, settings): (&Shared, &Settings),
+    live: &LiveSession,
 ) -> Answer {
     let outcome = match negotiated {
         Negotiated::Closed => Outcome::ClosedBeforeRequest,
@@ -165,8 +195,11 @@ async fn respond(
             };
         }
         Negotiated::Decided(Decision::Service(name)) => {
+            live.update(|d| d.service = Some(name.to_string()));
             let outcome = match settings.registry.lookup(&name) {
-                Some(service) => serve_named(service, conn, client, shared, settings, true).await,
+                Some(service) => {
+                    serve_named(service, conn, client, (shared, settings), live, true).await
+                }
                 None => {
                     let reason = format!("unknown service {name}; send HELP for the list");
                     refuse(conn, &reason).await;
@@ -179,9 +212,15 @@ async fn respond(
             };
         }
         Negotiated::Routed(name, routed) => {
+            live.update(|d| {
+                d.service = Some(name.to_string());
+                d.routed = routed;
+            });
             // Checked at load, but a reload may have removed it since.
             let outcome = match settings.registry.lookup(&name) {
-                Some(service) => serve_named(service, conn, client, shared, settings, false).await,
+                Some(service) => {
+                    serve_named(service, conn, client, (shared, settings), live, false).await
+                }
                 None => Outcome::Refused(format!("service {name} is no longer configured")),
             };
             return Answer {
@@ -269,8 +308,8 @@ async fn serve_named(
     service: &Service,
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
-    shared: &Shared,
-    settings: &Settings,
+    (shared, settings): (&Shared, &Settings),
+    live: &LiveSession,
     tcpmux: bool,
 ) -> Outcome {
     if !service.access.permits_client(client) {
@@ -304,6 +343,7 @@ async fn serve_named(
         stats: &stats,
         counts: &counts,
         own: &shared.own,
+        live,
     };
     // Boxed: the service futures would otherwise size every session future,
     // including the idle ones still negotiating.

@@ -1,0 +1,249 @@
+//! The live-session table: every connection from accept to close, what it has
+//! become (client, service, route, backend, TLS) and the bytes it relays, with a
+//! way to end it. `show sessions`, `kill session` and the dashboard read it;
+//! every worker of a daemon registers in the same table.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime};
+
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::model::Routed;
+use crate::net::relay::Traffic;
+
+/// Locks are per shard, so workers registering at once rarely meet.
+const SHARDS: usize = 16;
+
+type Shard = Mutex<HashMap<u64, Arc<LiveSession>>>;
+
+/// Every live session of the daemon, by id.
+pub struct SessionTable {
+    next: AtomicU64,
+    shards: Vec<Shard>,
+}
+
+impl Default for SessionTable {
+    fn default() -> Self {
+        SessionTable {
+            next: AtomicU64::new(1),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+}
+
+/// One session as the table knows it.
+pub struct LiveSession {
+    pub id: u64,
+    started: Instant,
+    started_at: SystemTime,
+    /// The local address the client connected to.
+    listener: String,
+    /// What a relay moves, counted as it moves.
+    pub traffic: Traffic,
+    detail: Mutex<Detail>,
+    kill: Notify,
+}
+
+/// What a session learns as it goes: set by the session, read by `show`.
+#[derive(Clone, Debug)]
+pub struct Detail {
+    /// The client: the announced address behind a PROXY header.
+    pub client: String,
+    pub service: Option<String>,
+    pub routed: Routed,
+    pub backend: Option<String>,
+    pub tls: Option<String>,
+    pub cert: Option<String>,
+}
+
+/// One row of `show sessions`.
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionRow {
+    pub id: u64,
+    pub client: String,
+    pub listener: String,
+    pub service: Option<String>,
+    pub routed: &'static str,
+    /// Seconds since accept.
+    pub age: f64,
+    /// Unix time of the accept, in seconds.
+    pub started: u64,
+    /// Bytes relayed from the client and to it so far, by a proxy service
+    /// (the other services' bytes are in the log line when they end).
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub backend: Option<String>,
+    pub tls: Option<String>,
+    pub cert: Option<String>,
+}
+
+/// A session's place in the table, given up when it is dropped.
+pub struct Registered {
+    table: Arc<SessionTable>,
+    live: Arc<LiveSession>,
+}
+
+impl SessionTable {
+    /// Enters a session accepted from `client` on `listener`.
+    pub fn open(self: &Arc<Self>, client: String, listener: String) -> Registered {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let live = Arc::new(LiveSession {
+            id,
+            started: Instant::now(),
+            started_at: SystemTime::now(),
+            listener,
+            traffic: Traffic::default(),
+            detail: Mutex::new(Detail {
+                client,
+                service: None,
+                routed: Routed::Tcpmux,
+                backend: None,
+                tls: None,
+                cert: None,
+            }),
+            kill: Notify::new(),
+        });
+        self.shard(id).insert(id, Arc::clone(&live));
+        Registered {
+            table: Arc::clone(self),
+            live,
+        }
+    }
+
+    /// The session `id`, if it is live.
+    pub fn get(&self, id: u64) -> Option<Arc<LiveSession>> {
+        self.shard(id).get(&id).cloned()
+    }
+
+    /// Every live session, oldest first.
+    pub fn sessions(&self) -> Vec<Arc<LiveSession>> {
+        let mut all: Vec<_> = self
+            .shards
+            .iter()
+            .flat_map(|shard| lock(shard).values().cloned().collect::<Vec<_>>())
+            .collect();
+        all.sort_by_key(|s| s.id);
+        all
+    }
+
+    /// Ends every session of `service` relayed to `backend`; how many.
+    pub fn kill_backend(&self, service: &str, backend: &str) -> usize {
+        let mut killed = 0;
+        for session in self.sessions() {
+            let detail = session.detail();
+            if detail.service.as_deref() == Some(service)
+                && detail.backend.as_deref() == Some(backend)
+            {
+                session.kill();
+                killed += 1;
+            }
+        }
+        killed
+    }
+
+    fn shard(&self, id: u64) -> MutexGuard<'_, HashMap<u64, Arc<LiveSession>>> {
+        lock(&self.shards[(id % SHARDS as u64) as usize])
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl LiveSession {
+    /// Records what the session has learnt.
+    pub fn update(&self, f: impl FnOnce(&mut Detail)) {
+        f(&mut lock(&self.detail));
+    }
+
+    pub fn detail(&self) -> Detail {
+        lock(&self.detail).clone()
+    }
+
+    /// Asks the session to end; it closes its client (who sees EOF) and logs
+    /// the outcome `killed`.
+    pub fn kill(&self) {
+        // A stored permit: a session not yet waiting still sees it.
+        self.kill.notify_one();
+    }
+
+    /// Resolves once [`LiveSession::kill`] was called.
+    pub async fn killed(&self) {
+        self.kill.notified().await;
+    }
+
+    pub fn row(&self) -> SessionRow {
+        let detail = self.detail();
+        let started = self
+            .started_at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        SessionRow {
+            id: self.id,
+            client: detail.client,
+            listener: self.listener.clone(),
+            service: detail.service,
+            routed: detail.routed.label(),
+            age: self.started.elapsed().as_secs_f64(),
+            started,
+            bytes_in: self.traffic.up.load(Ordering::Relaxed),
+            bytes_out: self.traffic.down.load(Ordering::Relaxed),
+            backend: detail.backend,
+            tls: detail.tls,
+            cert: detail.cert,
+        }
+    }
+}
+
+impl std::ops::Deref for Registered {
+    type Target = LiveSession;
+
+    fn deref(&self) -> &LiveSession {
+        &self.live
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.table.shard(self.live.id).remove(&self.live.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_are_listed_until_dropped_and_killed_by_backend() {
+        let table = Arc::new(SessionTable::default());
+        let a = table.open("127.0.0.1:1".into(), "127.0.0.1:9".into());
+        let b = table.open("127.0.0.1:2".into(), "127.0.0.1:9".into());
+        for (s, backend) in [(&a, "10.0.0.1:80"), (&b, "10.0.0.2:80")] {
+            s.update(|d| {
+                d.service = Some("web".into());
+                d.backend = Some(backend.into());
+            });
+        }
+        assert_eq!(table.sessions().len(), 2);
+        assert!(table.get(a.id).is_some());
+        assert_eq!(table.kill_backend("web", "10.0.0.2:80"), 1);
+        assert_eq!(table.kill_backend("other", "10.0.0.2:80"), 0);
+        let id = b.id;
+        drop(b);
+        assert!(table.get(id).is_none());
+        assert_eq!(table.sessions().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_kill_before_the_wait_is_not_lost() {
+        let table = Arc::new(SessionTable::default());
+        let s = table.open("c".into(), "l".into());
+        s.kill();
+        tokio::time::timeout(std::time::Duration::from_secs(5), s.killed())
+            .await
+            .expect("the stored kill is seen");
+    }
+}
