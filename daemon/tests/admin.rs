@@ -299,3 +299,65 @@ fn shutdown_sessions_backend_ends_that_members_sessions_only() {
     let out = admin(&socket, "shutdown sessions backend web 127.0.0.1:1");
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// A successor started with `--upgrade`, killed when dropped.
+struct Successor(std::process::Child);
+
+impl Drop for Successor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn runtime_state_travels_with_a_binary_upgrade() {
+    let a = tagged_echo(SocketAddr::from(([127, 0, 0, 1], 0)), "A");
+    let b = tagged_echo(SocketAddr::from(([127, 0, 0, 1], 0)), "B");
+    let dir = common::scratch_dir();
+    let socket = dir.join("admin.sock");
+    let mut old = Daemon::binary(&format!(
+        "admin_socket = \"{}\"\nupgrade_socket = \"{}\"\n\
+         [service.web]\nproxy = [\"{a}\", \"{b}\"]\nbalance = \"round-robin\"\n\
+         [service.other]\nbuiltin = \"daytime\"\n",
+        socket.display(),
+        dir.join("upgrade.sock").display(),
+    ));
+    admin_ok(&socket, &format!("set backend web {a} state drain"));
+    admin_ok(&socket, &format!("set backend web {b} weight 7"));
+    admin_ok(&socket, "disable service other");
+    // The harness passed --listen to the old daemon; the successor reads the
+    // file: give it the same address.
+    let config = old.config_path();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("listen = [\"{}\"]\n{text}", old.addr)).unwrap();
+    let _successor = Successor(
+        Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--upgrade")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the successor"),
+    );
+    assert!(old.wait_exit().is_some_and(|s| s.success()));
+    // The new daemon answers on the handed-over admin socket, with the state.
+    let backends = admin_ok(&socket, "--json show backends web");
+    let reply: serde_json::Value = serde_json::from_str(&backends).expect("JSON");
+    let rows = reply["backends"].as_array().expect("rows");
+    let row = |addr: SocketAddr| {
+        rows.iter()
+            .find(|r| r["backend"] == addr.to_string())
+            .unwrap_or_else(|| panic!("{addr} in {reply}"))
+    };
+    assert_eq!(row(a)["state"], "drain", "{reply}");
+    assert_eq!(row(a)["set_at_runtime"], true, "{reply}");
+    assert_eq!(row(b)["weight"], 7, "{reply}");
+    let services = admin_ok(&socket, "show services");
+    let other = services.lines().find(|l| l.starts_with("other ")).unwrap();
+    assert!(other.contains("disabled*"), "{services}");
+    assert!((0..10).all(|_| reached(&old) == "+\r\nB"));
+    let mut stream = old.connect();
+    stream.write_all(b"other\r\n").unwrap();
+    assert_eq!(read_all(&mut stream), b"-service disabled\r\n");
+}

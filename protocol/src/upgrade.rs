@@ -6,7 +6,9 @@
 //! daemon can still hand over to an old binary (a rollback), and a successor
 //! learns the exchange's version before it serves, refusing one it does not
 //! know. A frame from a daemon before versions says `END` alone: version 0,
-//! the same frames.
+//! the same frames. What an operator set at run time travels too, as frames
+//! without a socket (`DISABLED`, `MEMBER`); a daemon with none sends none, so
+//! the exchange an older successor reads is unchanged.
 
 /// Every frame's size, so frames never merge or split ambiguously.
 pub const FRAME: usize = 512;
@@ -32,6 +34,11 @@ pub enum Frame<'a> {
     /// A handoff backend's registration; its control connection travels
     /// with it.
     Backend(Registration<'a>),
+    /// A service an operator turned off at run time (no socket).
+    Disabled(&'a str),
+    /// A proxy member's state or weight an operator set at run time (no
+    /// socket).
+    Member(Member<'a>),
     /// The last frame: the exchange's version (0 from a daemon before
     /// versions).
     End(u32),
@@ -47,6 +54,8 @@ impl Frame<'_> {
             Frame::Upgrade(_) => "UPGRADE",
             Frame::Admin(_) => "ADMIN",
             Frame::Backend(_) => "BACKEND",
+            Frame::Disabled(_) => "DISABLED",
+            Frame::Member(_) => "MEMBER",
             Frame::End(_) => "END",
         }
     }
@@ -68,6 +77,24 @@ pub struct Registration<'a> {
     pub acks: bool,
 }
 
+/// A proxy member's run-time settings as they travel in a `MEMBER` frame:
+/// `MEMBER SERVICE STATE WEIGHT|- BACKEND`, the backend last so that a Unix
+/// socket path may hold spaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member<'a> {
+    /// The proxy service's name.
+    pub service: &'a str,
+    /// `ready`, `drain` or `maint`.
+    pub state: &'a str,
+    /// The weight set in place of the configured one, if any.
+    pub weight: Option<u32>,
+    /// The member as the daemon writes it (`10.0.0.1:80`, `unix:/path`).
+    pub backend: &'a str,
+}
+
+/// The administrative states a `MEMBER` frame may carry.
+pub const MEMBER_STATES: [&str; 3] = ["ready", "drain", "maint"];
+
 /// Why a frame cannot be made or read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
@@ -87,6 +114,9 @@ pub enum FrameError {
     /// A `BACKEND` frame whose fields do not parse.
     #[error("a malformed BACKEND upgrade frame")]
     BadBackend,
+    /// A `MEMBER` or `DISABLED` frame whose fields do not parse.
+    #[error("a malformed run-time state upgrade frame")]
+    BadState,
 }
 
 /// The frame's bytes: `KIND VALUE`, spaces, and a newline at the end.
@@ -112,6 +142,15 @@ pub fn encode(frame: &Frame<'_>) -> Result<[u8; FRAME], FrameError> {
             let acks = if r.acks { " ack" } else { "" };
             format!("{kind} {} {} {} {names}{acks}", r.uid, r.gid, r.pid)
         }
+        Frame::Disabled(name) => format!("{kind} {}", word(name)?),
+        Frame::Member(m) => {
+            if !MEMBER_STATES.contains(&m.state) {
+                return Err(FrameError::BadValue);
+            }
+            let weight = m.weight.map_or_else(|| "-".to_owned(), |w| w.to_string());
+            let (service, backend) = (word(m.service)?, checked(m.backend)?);
+            format!("{kind} {service} {} {weight} {backend}", m.state)
+        }
         Frame::End(version) => format!("{kind} {version}"),
     };
     if text.len() > MAX_TEXT {
@@ -133,6 +172,14 @@ fn checked(value: &str) -> Result<&str, FrameError> {
     Ok(value)
 }
 
+/// A value that must be one word: [`checked`], and no space.
+fn word(value: &str) -> Result<&str, FrameError> {
+    checked(value).and_then(|v| match v.contains(' ') {
+        true => Err(FrameError::BadValue),
+        false => Ok(v),
+    })
+}
+
 /// Reads one whole frame.
 pub fn parse(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
     if bytes.len() != FRAME || bytes[FRAME - 1] != b'\n' {
@@ -149,10 +196,33 @@ pub fn parse(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
         "UPGRADE" => Frame::Upgrade(value?),
         "ADMIN" => Frame::Admin(value?),
         "BACKEND" => Frame::Backend(registration(value?)?),
+        "DISABLED" => Frame::Disabled(word(value?).map_err(|_| FrameError::BadState)?),
+        "MEMBER" => Frame::Member(member(value?)?),
         // `END` alone: a daemon from before versions.
         "END" if value.is_err() => Frame::End(0),
         "END" => Frame::End(value?.parse().map_err(|_| FrameError::Malformed)?),
         other => return Err(FrameError::UnknownKind(other.chars().take(32).collect())),
+    })
+}
+
+/// `service state weight|- backend`.
+fn member(value: &str) -> Result<Member<'_>, FrameError> {
+    let mut fields = value.splitn(4, ' ');
+    let mut field = || fields.next().ok_or(FrameError::BadState);
+    let (service, state, weight, backend) = (field()?, field()?, field()?, field()?);
+    let weight = match weight {
+        "-" => None,
+        w => Some(w.parse().map_err(|_| FrameError::BadState)?),
+    };
+    let state = MEMBER_STATES
+        .into_iter()
+        .find(|s| *s == state)
+        .ok_or(FrameError::BadState)?;
+    Ok(Member {
+        service: word(service).map_err(|_| FrameError::BadState)?,
+        state,
+        weight,
+        backend: checked(backend).map_err(|_| FrameError::BadState)?,
     })
 }
 
@@ -229,6 +299,19 @@ mod tests {
                 names: vec!["acked"],
                 acks: true,
             }),
+            Frame::Disabled("web"),
+            Frame::Member(Member {
+                service: "web",
+                state: "drain",
+                weight: None,
+                backend: "10.0.0.1:80",
+            }),
+            Frame::Member(Member {
+                service: "web",
+                state: "ready",
+                weight: Some(5),
+                backend: "unix:/run/app sock",
+            }),
             Frame::End(VERSION),
         ];
         for frame in frames {
@@ -291,5 +374,14 @@ mod tests {
             assert_eq!(parse(&frame(bad)), Err(FrameError::BadBackend), "{bad}");
         }
         assert_eq!(parse(&frame("END soon")), Err(FrameError::Malformed));
+        for bad in [
+            "MEMBER web drain -",
+            "MEMBER web sleepy - a:1",
+            "MEMBER web drain x a:1",
+            "MEMBER web drain -1 a:1",
+            "DISABLED a b",
+        ] {
+            assert_eq!(parse(&frame(bad)), Err(FrameError::BadState), "{bad}");
+        }
     }
 }

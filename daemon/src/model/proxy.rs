@@ -166,6 +166,22 @@ impl fmt::Display for Endpoint {
     }
 }
 
+impl FromStr for Endpoint {
+    type Err = BackendError;
+
+    /// What `Display` writes: `IP:port`, `[IPv6]:port` or `unix:/path`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.strip_prefix("unix:") {
+            Some(path) if !path.is_empty() => Ok(Endpoint::Unix(path.into())),
+            Some(_) => Err(BackendError(text.to_owned())),
+            None => text
+                .parse()
+                .map(Endpoint::Tcp)
+                .map_err(|_| BackendError(text.to_owned())),
+        }
+    }
+}
+
 /// One member of a pool: an endpoint with its weight and SRV priority (lower
 /// first; 0 for backends that are not SRV records).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -214,6 +214,13 @@ impl Pool {
             .unwrap_or_default()
     }
 
+    /// Every member an operator set something for, for a binary upgrade to
+    /// carry.
+    pub fn overrides(&self) -> Vec<(Endpoint, Override)> {
+        let overrides = lock(&self.overrides);
+        overrides.iter().map(|(e, o)| (e.clone(), *o)).collect()
+    }
+
     /// Sets `endpoint`'s administrative state (`drain`, `maint`, `ready`).
     pub fn set_state(&self, endpoint: &Endpoint, state: AdminState) {
         self.set(endpoint, |o| o.state = state);

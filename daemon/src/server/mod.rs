@@ -153,10 +153,12 @@ impl Server {
         let metrics = single(&mut handed.metrics, config.metrics_listen, |addr| {
             Listener::bind(&ListenAddr::Tcp(*addr))
         })?;
+        let shared = Arc::new(Shared::new(config, counters));
+        upgrade::restore(&shared, std::mem::take(&mut handed.carried));
         // What the predecessor served and this configuration does not is
         // closed with `handed`.
         Ok(Server {
-            shared: Arc::new(Shared::new(config, counters)),
+            shared,
             listeners,
             control,
             metrics,
@@ -267,7 +269,7 @@ impl Server {
                     systemd::notify("READY=1");
                 }
                 Some(successor) = upgrades.recv(), if handing.is_none() => {
-                    handing = upgrade::start(successor, live.sockets(), &shared.hub);
+                    handing = upgrade::start(successor, live.sockets(), &shared);
                 }
                 Some(done) = async { Some(handing.as_mut()?.await) }, if handing.is_some() => {
                     handing = None;

@@ -8,7 +8,9 @@
 //! the running daemon answers with one frame per socket, each carrying it
 //! (SCM_RIGHTS), then an `END` frame with the exchange's version (the frames
 //! are pure code in `tcpmux_proto::upgrade`); the successor answers
-//! `READY\n` once it serves.
+//! `READY\n` once it serves. What an operator set on the admin socket (a
+//! disabled service, a member's state or weight) follows the sockets, as
+//! frames without one, and the successor puts it back in force.
 
 use std::io::{self, IoSlice, IoSliceMut, Write};
 use std::mem::MaybeUninit;
@@ -16,6 +18,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rustix::net::{
@@ -29,10 +32,11 @@ use tokio::sync::mpsc;
 use tcpmux_proto::upgrade::{self, Frame, FrameError, FRAME, VERSION};
 
 use crate::hub::{Adopted, Hub};
-use crate::model::ListenAddr;
+use crate::model::{AdminState, Endpoint, ListenAddr};
 use crate::net::accept_errors::AcceptErrors;
 use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
+use crate::state::Shared;
 
 /// How long a successor may take to ask, and to say it serves.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -64,6 +68,20 @@ pub struct Handed {
     pub(super) admin: Option<(PathBuf, OwnedFd)>,
     /// Handoff backends' registrations, with their control connections.
     pub(super) backends: Vec<Adopted>,
+    /// What an operator set at run time in the running daemon.
+    pub(super) carried: Vec<Carried>,
+}
+
+/// One run-time setting that travels with an upgrade.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Carried {
+    Disabled(String),
+    Member {
+        service: String,
+        backend: Endpoint,
+        state: AdminState,
+        weight: Option<u32>,
+    },
 }
 
 /// A successor's side: asks the daemon at `path` for its sockets. The returned
@@ -79,6 +97,10 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
     loop {
         let (bytes, fd) = receive_frame(&stream)?;
         let frame = upgrade::parse(&bytes)?;
+        if let Some(setting) = carried(&frame)? {
+            handed.carried.push(setting);
+            continue;
+        }
         let fd = match (&frame, fd) {
             (Frame::End(version), _) if *version > VERSION => {
                 return Err(UpgradeError::Version(*version))
@@ -102,9 +124,93 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
                 control: fd,
                 acks: r.acks,
             }),
+            Frame::Disabled(_) | Frame::Member(_) => {}
             Frame::End(_) => return Ok((stream, handed)),
         }
     }
+}
+
+/// The run-time setting a frame carries, if it is one.
+fn carried(frame: &Frame<'_>) -> Result<Option<Carried>, UpgradeError> {
+    let bad = || UpgradeError::Protocol(FrameError::BadState);
+    Ok(match frame {
+        Frame::Disabled(name) => Some(Carried::Disabled((*name).to_owned())),
+        Frame::Member(m) => Some(Carried::Member {
+            service: m.service.to_owned(),
+            backend: m.backend.parse().map_err(|_| bad())?,
+            state: m.state.parse().map_err(|_| bad())?,
+            weight: m.weight,
+        }),
+        _ => None,
+    })
+}
+
+/// The frames for what an operator set at run time: disabled services and
+/// the members with a state or weight of their own.
+fn carried_frames(shared: &Shared) -> Vec<[u8; FRAME]> {
+    let settings = shared.settings();
+    let mut frames = Vec::new();
+    for service in settings.registry.services() {
+        let Some(counts) = settings.usage.get(&service.name) else {
+            continue;
+        };
+        let name = service.name.as_str();
+        if counts.disabled.load(Ordering::Acquire) {
+            frames.push(upgrade::encode(&Frame::Disabled(name)));
+        }
+        for (endpoint, set) in counts.pool.overrides() {
+            let backend = endpoint.to_string();
+            frames.push(upgrade::encode(&Frame::Member(upgrade::Member {
+                service: name,
+                state: set.state.as_str(),
+                weight: set.weight,
+                backend: &backend,
+            })));
+        }
+    }
+    frames
+        .into_iter()
+        .filter_map(|frame| {
+            frame
+                .inspect_err(|e| tracing::warn!(error = %e, "upgrade: a run-time setting that cannot travel; the successor starts without it"))
+                .ok()
+        })
+        .collect()
+}
+
+/// Puts the settings carried from the old daemon back in force; one the new
+/// configuration has no place for is logged and left.
+pub(super) fn restore(shared: &Shared, carried: Vec<Carried>) {
+    if carried.is_empty() {
+        return;
+    }
+    let settings = shared.settings();
+    let count = carried.len();
+    for setting in carried {
+        let name = match &setting {
+            Carried::Disabled(name) | Carried::Member { service: name, .. } => name,
+        };
+        let counts = tcpmux_proto::ServiceName::parse(name)
+            .ok()
+            .and_then(|n| settings.usage.get(&n));
+        let Some(counts) = counts else {
+            tracing::warn!(service = %name, "upgrade: a run-time setting for a service this configuration does not have; left out");
+            continue;
+        };
+        match setting {
+            Carried::Disabled(_) => counts.disabled.store(true, Ordering::Release),
+            Carried::Member {
+                backend,
+                state,
+                weight,
+                ..
+            } => {
+                counts.pool.set_state(&backend, state);
+                counts.pool.set_weight(&backend, weight);
+            }
+        }
+    }
+    tracing::info!(settings = count, "upgrade: run-time settings carried over");
 }
 
 /// `frame`'s bytes, or an I/O error where it cannot be made (a path too long).
@@ -187,19 +293,20 @@ pub(super) type Exchange = tokio::task::JoinHandle<io::Result<bool>>;
 pub(super) fn start(
     successor: UnixStream,
     sockets: io::Result<Vec<Socket>>,
-    hub: &Hub,
+    shared: &Shared,
 ) -> Option<Exchange> {
     let sockets = sockets.and_then(|mut sockets| {
-        sockets.extend(backend_sockets(hub)?);
+        sockets.extend(backend_sockets(&shared.hub)?);
         Ok(sockets)
     });
+    let state = carried_frames(shared);
     match sockets {
         Ok(sockets) => {
             tracing::info!(
                 sockets = sockets.len(),
                 "upgrade: a successor connected; handing over"
             );
-            Some(tokio::spawn(hand_over(successor, sockets)))
+            Some(tokio::spawn(hand_over(successor, sockets, state)))
         }
         Err(e) => {
             tracing::warn!(error = %e, "upgrade failed: cannot share the sockets; still serving");
@@ -260,10 +367,15 @@ const REQUEST_WAIT: Duration = Duration::from_secs(5);
 const FRAME_WAIT: Duration = Duration::from_secs(5);
 const READY_WAIT: Duration = PATIENCE;
 
-/// The old daemon's side: reads the request, hands `sockets` over, and waits
-/// for the successor's READY. `Ok(true)`: the successor serves. Every step is
-/// bounded, and it runs as a task of its own beside the serving loop.
-pub(super) async fn hand_over(mut stream: UnixStream, sockets: Vec<Socket>) -> io::Result<bool> {
+/// The old daemon's side: reads the request, hands `sockets` over, then the
+/// run-time `state`, and waits for the successor's READY. `Ok(true)`: the
+/// successor serves. Every step is bounded, and it runs as a task of its own
+/// beside the serving loop.
+pub(super) async fn hand_over(
+    mut stream: UnixStream,
+    sockets: Vec<Socket>,
+    state: Vec<[u8; FRAME]>,
+) -> io::Result<bool> {
     let mut request = [0u8; 8];
     step(
         REQUEST_WAIT,
@@ -281,6 +393,9 @@ pub(super) async fn hand_over(mut stream: UnixStream, sockets: Vec<Socket>) -> i
             send_frame(&stream, frame, Some(fd.as_fd())),
         )
         .await?;
+    }
+    for frame in &state {
+        step(FRAME_WAIT, "a frame", send_frame(&stream, frame, None)).await?;
     }
     let end = encoded(&Frame::End(VERSION))?;
     step(FRAME_WAIT, "a frame", send_frame(&stream, &end, None)).await?;
