@@ -8,6 +8,7 @@ use crate::admission::{Gate, OwnConnections, Usage, UsageTable};
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::model::{ControlLimits, Dns, Limits, ServiceKind};
+use crate::ops::history::{History, Totals};
 use crate::ops::metrics::Metrics;
 use crate::ops::session_table::SessionTable;
 use crate::registry::Registry;
@@ -56,6 +57,7 @@ pub struct Counters {
     metrics: Arc<Metrics>,
     own: Arc<OwnConnections>,
     sessions: Arc<SessionTable>,
+    history: Arc<History>,
 }
 
 /// What every connection of one event loop shares.
@@ -71,6 +73,8 @@ pub struct Shared {
     pub own: Arc<OwnConnections>,
     /// Every live session of the daemon, for the admin socket.
     pub sessions: Arc<SessionTable>,
+    /// Each service's recent traffic, for the dashboard.
+    pub history: Arc<History>,
 }
 
 impl Shared {
@@ -83,6 +87,7 @@ impl Shared {
             usage: counters.usage,
             own: counters.own,
             sessions: counters.sessions,
+            history: counters.history,
         }
     }
 
@@ -96,6 +101,16 @@ impl Shared {
     pub fn replace_settings(&self, config: Config) {
         let settings = Arc::new(Settings::new(config, &self.usage));
         *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
+    }
+
+    /// Each service's connections finished and bytes moved so far, live
+    /// relays included, for [`History`].
+    pub fn traffic_totals(&self) -> Totals {
+        let mut totals = self.metrics.finished();
+        for (service, bytes) in self.sessions.relayed_by_service() {
+            totals.entry(service).or_default().1 += bytes;
+        }
+        totals
     }
 
     /// The counters in the Prometheus text format.

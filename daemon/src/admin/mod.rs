@@ -1,10 +1,12 @@
 //! The admin socket (`admin_socket`): an operator's run-time control. One
 //! command per line in (`command.rs`), one JSON object per line out
 //! (`run.rs`). Only root, the daemon's own user and `admin_uids` may connect
-//! (SO_PEERCRED); every command is one log line naming the uid.
+//! (SO_PEERCRED); every command is one log line naming the uid. The same
+//! data, read-only, feeds the dashboard (`status.rs`).
 
 mod command;
 mod run;
+mod status;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +18,7 @@ use tokio::task::JoinSet;
 
 pub use command::MAX_LINE;
 pub use run::ListenerRow;
+pub use status::status;
 
 use crate::model::Peer;
 use crate::net::accept_errors::AcceptErrors;

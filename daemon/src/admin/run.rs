@@ -98,7 +98,7 @@ fn counts<'s>(
     Ok((service, counts))
 }
 
-fn services(shared: &Shared, settings: &Settings) -> Vec<Value> {
+pub(super) fn services(shared: &Shared, settings: &Settings) -> Vec<Value> {
     let mut services: Vec<&Service> = settings.registry.services().collect();
     services.sort_by(|a, b| a.name.cmp(&b.name));
     services
@@ -130,7 +130,7 @@ fn proxy_of<'s>(
     }
 }
 
-fn backends(settings: &Settings, only: Option<&str>) -> Vec<Value> {
+pub(super) fn backends(settings: &Settings, only: Option<&str>) -> Vec<Value> {
     let mut rows = Vec::new();
     let mut services: Vec<&Service> = settings.registry.services().collect();
     services.sort_by(|a, b| a.name.cmp(&b.name));
@@ -176,7 +176,7 @@ fn backend(proxy: &Proxy, line: &BackendLine) -> Value {
     })
 }
 
-fn listener(row: &ListenerRow) -> Value {
+pub(super) fn listener(row: &ListenerRow) -> Value {
     json!({
         "kind": row.kind,
         "address": row.address,
@@ -187,7 +187,7 @@ fn listener(row: &ListenerRow) -> Value {
     })
 }
 
-fn handoff(shared: &Shared) -> Vec<Value> {
+pub(super) fn handoff(shared: &Shared) -> Vec<Value> {
     shared
         .hub
         .registrations()
@@ -240,7 +240,7 @@ fn set_backend(
     Ok(json!({ "backend": row }))
 }
 
-fn sessions(shared: &Shared, only: Option<&str>) -> Vec<SessionRow> {
+pub(super) fn sessions(shared: &Shared, only: Option<&str>) -> Vec<SessionRow> {
     shared
         .sessions
         .sessions()

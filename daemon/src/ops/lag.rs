@@ -76,6 +76,46 @@ impl Lag {
     }
 }
 
+/// One loop's lateness in brief, for the dashboard.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LoopLag {
+    pub worker: usize,
+    pub samples: u64,
+    pub mean_ms: f64,
+    /// The histogram bucket the 99th percentile falls in, by its upper
+    /// bound; `None` when it is above the last one (10 s).
+    pub p99_ms_at_most: Option<f64>,
+}
+
+impl Lag {
+    /// Every loop's lag in brief.
+    pub fn summary(&self) -> Vec<LoopLag> {
+        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        workers
+            .iter()
+            .map(|(&worker, h)| {
+                let samples: u64 = h.counts.iter().sum();
+                let wanted = (samples as f64 * 0.99).ceil() as u64;
+                let mut seen = 0;
+                let bucket = h.counts.iter().position(|&c| {
+                    seen += c;
+                    seen >= wanted
+                });
+                LoopLag {
+                    worker,
+                    samples,
+                    mean_ms: if samples == 0 {
+                        0.0
+                    } else {
+                        h.sum * 1e3 / samples as f64
+                    },
+                    p99_ms_at_most: bucket.and_then(|b| BUCKETS.get(b)).map(|le| le * 1e3),
+                }
+            })
+            .collect()
+    }
+}
+
 /// Sets a timer every [`PERIOD`] on the calling loop for ever and records how
 /// late each fires; spawn it on the loop it is to watch.
 pub async fn watch(lag_of_loops: Arc<Lag>, worker: usize) {

@@ -8,8 +8,13 @@ use std::sync::{Arc, Mutex};
 
 use super::lag::Lag;
 
-/// One service's connections by (outcome, how they were routed).
-type Counts = BTreeMap<(&'static str, &'static str), u64>;
+/// One service's connections by (outcome, how they were routed), and the
+/// bytes its finished connections moved.
+#[derive(Default)]
+struct Counts {
+    outcomes: BTreeMap<(&'static str, &'static str), u64>,
+    bytes: u64,
+}
 
 /// Connection counts by (service, outcome, routed), and byte totals.
 #[derive(Default)]
@@ -42,7 +47,20 @@ impl Metrics {
             Some(outcomes) => outcomes,
             None => map.entry(service.to_owned()).or_default(),
         };
-        *outcomes.entry((outcome, routed)).or_insert(0) += 1;
+        *outcomes.outcomes.entry((outcome, routed)).or_insert(0) += 1;
+        outcomes.bytes += bytes_in + bytes_out;
+    }
+
+    /// Every service's finished connections and the bytes they moved (both
+    /// ways), for the dashboard's rates.
+    pub fn finished(&self) -> BTreeMap<String, (u64, u64)> {
+        let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter()
+            .map(|(service, counts)| {
+                let connections = counts.outcomes.values().sum();
+                (service.clone(), (connections, counts.bytes))
+            })
+            .collect()
     }
 
     /// `service`'s finished connections by outcome (`served`, `refused`, ...),
@@ -50,7 +68,8 @@ impl Metrics {
     pub fn totals(&self, service: &str) -> BTreeMap<&'static str, u64> {
         let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         let mut totals = BTreeMap::new();
-        for ((outcome, _routed), count) in map.get(service).into_iter().flatten() {
+        let outcomes = map.get(service).map(|c| &c.outcomes);
+        for ((outcome, _routed), count) in outcomes.into_iter().flatten() {
             *totals.entry(*outcome).or_insert(0) += count;
         }
         totals
@@ -71,8 +90,8 @@ impl Metrics {
             "Connections closed, by service, outcome and how they were routed.",
         );
         let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
-        for (service, outcomes) in map.iter() {
-            for ((outcome, routed), count) in outcomes {
+        for (service, counts) in map.iter() {
+            for ((outcome, routed), count) in &counts.outcomes {
                 let _ = writeln!(
                     out,
                     "tcpmuxd_connections_total{{service=\"{}\",outcome=\"{outcome}\",routed=\"{routed}\"}} {count}",

@@ -1,8 +1,10 @@
 //! Running the daemon as an operator sees it: counters and their HTTP endpoint,
 //! the log writer and its line format, systemd integration, the privilege
 //! drop, giving memory back after a wave of clients, how late each event
-//! loop runs, and the table of live sessions.
+//! loop runs, the table of live sessions, and the recent history of each
+//! service's traffic.
 
+pub(crate) mod history;
 pub(crate) mod lag;
 pub mod log_format;
 pub mod logging;

@@ -129,6 +129,19 @@ impl SessionTable {
         all
     }
 
+    /// The bytes live sessions relayed so far, by service.
+    pub fn relayed_by_service(&self) -> HashMap<String, u64> {
+        let mut by = HashMap::new();
+        for session in self.sessions() {
+            let moved = session.traffic.up.load(Ordering::Relaxed)
+                + session.traffic.down.load(Ordering::Relaxed);
+            if let (Some(service), true) = (session.detail().service, moved > 0) {
+                *by.entry(service).or_insert(0) += moved;
+            }
+        }
+        by
+    }
+
     /// Ends every session of `service` relayed to `backend`; how many.
     pub fn kill_backend(&self, service: &str, backend: &str) -> usize {
         let mut killed = 0;

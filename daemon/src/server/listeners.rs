@@ -154,12 +154,16 @@ impl Live {
         shared: &Arc<Shared>,
     ) {
         tracing::info!(address = %listener.local_addr(), "metrics endpoint");
-        let source = Arc::clone(shared);
-        let render = Arc::new(move || source.render_metrics());
+        let (counters, state) = (Arc::clone(shared), Arc::clone(shared));
+        let listening = Arc::clone(&self.listening);
+        let pages = Arc::new(metrics_endpoint::Pages {
+            metrics: Box::new(move || counters.render_metrics()),
+            status: Box::new(move || crate::admin::status(&state, &listening).to_string()),
+        });
         let fd = listener.as_fd().try_clone_to_owned().ok();
         let task = self
             .accepting
-            .spawn(metrics_endpoint::serve(listener, render));
+            .spawn(metrics_endpoint::serve(listener, pages));
         self.metrics = Some(Single {
             configured,
             task,

@@ -236,14 +236,7 @@ impl Server {
         } else {
             JoinSet::new()
         };
-        let lag = tokio::spawn(crate::ops::lag::watch(
-            Arc::clone(&shared.metrics.lag),
-            self.worker,
-        ));
-        let counted = Arc::clone(&shared);
-        let trim = tokio::spawn(crate::ops::trim::after_waves(move || {
-            counted.gate.take_peak()
-        }));
+        let chores = chores(&shared, self.worker);
         live.store_in_systemd();
         announce_ready(took_over);
         let mut watchdog = systemd::watchdog_interval().map(tokio::time::interval);
@@ -294,8 +287,7 @@ impl Server {
         // Dropping the accept loops drops the listeners, which removes Unix socket files.
         live.shutdown().await;
         sessions.finish(grace).await;
-        trim.abort();
-        lag.abort();
+        drop(chores);
     }
 }
 
@@ -313,6 +305,29 @@ fn announce_ready(took_over: bool) {
 /// The tasks that keep proxy pools current for the settings in force: one
 /// following DNS for each service with backends that need it, one checking
 /// health for each with `health_check`. Dropping the set stops them.
+/// The tasks an event loop runs beside its clients, ended with the returned
+/// set: its lag watch, giving memory back after waves of clients, and on
+/// worker 0 the daemon's traffic history.
+fn chores(shared: &Arc<Shared>, worker: usize) -> JoinSet<()> {
+    let mut chores = JoinSet::new();
+    chores.spawn(crate::ops::lag::watch(
+        Arc::clone(&shared.metrics.lag),
+        worker,
+    ));
+    let counted = Arc::clone(shared);
+    chores.spawn(crate::ops::trim::after_waves(move || {
+        counted.gate.take_peak()
+    }));
+    if worker == 0 {
+        let source = Arc::clone(shared);
+        chores.spawn(crate::ops::history::keep(
+            Arc::clone(&shared.history),
+            move || source.traffic_totals(),
+        ));
+    }
+    chores
+}
+
 fn pool_tasks(shared: &Shared) -> JoinSet<()> {
     let settings = shared.settings();
     let mut tasks = JoinSet::new();

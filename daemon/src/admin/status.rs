@@ -1,0 +1,54 @@
+//! The dashboard's data, `/status.json` on `metrics_listen`: what the admin
+//! socket's `show` commands answer, in one object, with each service's recent
+//! rates, the busiest sessions and every event loop's lag. Read-only: control
+//! stays on the admin socket.
+
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+
+use super::run::{backends, handoff, listener, services, ListenerRow};
+use crate::ops::history::INTERVAL;
+use crate::state::Shared;
+
+/// Sessions listed as the busiest, by bytes relayed.
+const BUSIEST: usize = 10;
+
+/// The whole status object; docs/operations.md lists its fields, which only
+/// ever gain new ones.
+pub fn status(shared: &Shared, listening: &Mutex<Vec<ListenerRow>>) -> Value {
+    let settings = shared.settings();
+    let history = shared.history.series();
+    let mut services = services(shared, &settings);
+    for service in &mut services {
+        let name = service["name"].as_str().unwrap_or_default();
+        service["history"] = json!(history.get(name));
+    }
+    let mut sessions: Vec<_> = shared.sessions.sessions().iter().map(|s| s.row()).collect();
+    let total = sessions.len();
+    sessions.sort_by_key(|row| std::cmp::Reverse(row.bytes_in + row.bytes_out));
+    sessions.truncate(BUSIEST);
+    let listeners: Vec<Value> = listening
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(listener)
+        .collect();
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "time": now,
+        "uptime_seconds": shared.history.started.elapsed().as_secs(),
+        "active": shared.gate.active.get(),
+        "history_interval_seconds": INTERVAL.as_secs(),
+        "listeners": listeners,
+        "services": services,
+        "backends": backends(&settings, None),
+        "handoff": handoff(shared),
+        "sessions": { "total": total, "busiest": sessions },
+        "event_loops": shared.metrics.lag.summary(),
+    })
+}
