@@ -28,6 +28,7 @@ pub(crate) fn proxy(
             ("round-robin", Balance::RoundRobin),
             ("least-connections", Balance::LeastConnections),
             ("random-two", Balance::RandomTwo),
+            ("source", Balance::Source),
         ],
     )?
     .unwrap_or_default();

@@ -95,6 +95,10 @@ pub enum Balance {
     LeastConnections,
     /// The better (fewer connections for its weight) of two picked at random.
     RandomTwo,
+    /// By the client's address (the announced one behind a PROXY header),
+    /// hashed: a client keeps its member while that member is up, and adding
+    /// or removing one of N members moves about 1/N of the clients.
+    Source,
 }
 
 /// Which PROXY protocol header to send.

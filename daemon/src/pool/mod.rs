@@ -5,10 +5,12 @@
 //! `discovery.rs` are the tasks that keep it current.
 
 pub mod discovery;
+mod hashing;
 pub mod health;
 mod known;
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -245,7 +247,7 @@ impl Pool {
     /// list), usable ones only: empty when none is (the client is refused at
     /// once). Balanced over the best SRV priority that has a usable member;
     /// the others follow, by priority, for failover.
-    pub fn order(&self, balance: Balance, members: &Members) -> Vec<usize> {
+    pub fn order(&self, balance: Balance, members: &Members, client: Option<IpAddr>) -> Vec<usize> {
         let list = &members.list;
         let (mut usable, weights): (Vec<usize>, Vec<u32>) = {
             let now = Instant::now();
@@ -279,7 +281,13 @@ impl Pool {
             rest
         };
         usable.retain(|&i| list[i].priority == best);
-        let mut order = self.balanced(balance, list, &weights, &usable);
+        let mut order = match balance {
+            Balance::Source => {
+                let endpoints: Vec<&Endpoint> = list.iter().map(|m| &m.endpoint).collect();
+                hashing::ranked(client, &endpoints, &weights, &usable)
+            }
+            _ => self.balanced(balance, list, &weights, &usable),
+        };
         order.extend(rest);
         order
     }
@@ -374,7 +382,8 @@ impl Pool {
         let rotated = |start: usize| (0..n).map(move |i| candidates[(start + i) % n]);
         match balance {
             _ if n <= 1 => candidates.to_vec(),
-            Balance::First => candidates.to_vec(),
+            // Source is ranked by `hashing` before this is reached.
+            Balance::First | Balance::Source => candidates.to_vec(),
             Balance::RoundRobin => {
                 let weight = |i: usize| weights[i].max(1) as usize;
                 let total: usize = candidates.iter().map(|&i| weight(i)).sum();

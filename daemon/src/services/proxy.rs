@@ -29,7 +29,8 @@ pub async fn serve(
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
-    let (mut backend, used) = match connect_first(proxy, service, pool).await {
+    let source = client.peer.tcp_addr().map(|a| a.ip());
+    let (mut backend, used) = match connect_first(proxy, service, pool, source).await {
         Ok(connected) => connected,
         Err(failure) => {
             // The client learns why in general terms; backend addresses stay in the log.
@@ -91,6 +92,7 @@ async fn connect_first(
     proxy: &Proxy,
     service: &str,
     pool: &Pool,
+    client: Option<std::net::IpAddr>,
 ) -> Result<(Stream, Endpoint), ConnectFailure> {
     let Some(members) = pool.members(proxy, proxy.connect_timeout).await else {
         return Err(ConnectFailure {
@@ -98,7 +100,7 @@ async fn connect_first(
             detail: "no DNS answer yet for its backends".into(),
         });
     };
-    let order = pool.order(proxy.balance, &members);
+    let order = pool.order(proxy.balance, &members, client);
     if order.is_empty() {
         let (reason, detail) = if members.list.is_empty() {
             ("no backend found", "DNS gave no address for its backends")

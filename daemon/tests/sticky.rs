@@ -1,0 +1,74 @@
+//! `balance = "source"`: a client (the address a PROXY header announces)
+//! keeps its member, clients spread over the members, and taking one member
+//! out moves only that member's clients.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::process::Command;
+
+use common::{tagged_echo, Daemon, PATIENCE};
+
+/// The tag of the member a client announced as `client` reaches.
+fn reached_as(daemon: &Daemon, client: &str) -> u8 {
+    let mut stream = daemon.connect();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let header = format!("PROXY TCP4 {client} 127.0.0.1 40000 1\r\nweb\r\n");
+    stream.write_all(header.as_bytes()).unwrap();
+    let mut reply = [0u8; 4];
+    stream.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply[..3], b"+\r\n");
+    reply[3]
+}
+
+#[test]
+fn a_client_keeps_its_member_and_only_a_removed_members_clients_move() {
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let members = [
+        tagged_echo(any, "A"),
+        tagged_echo(any, "B"),
+        tagged_echo(any, "C"),
+    ];
+    let socket = common::scratch_dir().join("admin.sock");
+    let daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", accept_proxy_from = [\"127.0.0.1/32\"] }}]\n\
+         admin_socket = \"{}\"\n\
+         [service.web]\nproxy = [\"{}\", \"{}\", \"{}\"]\nbalance = \"source\"\n",
+        socket.display(),
+        members[0],
+        members[1],
+        members[2]
+    ));
+    let clients: Vec<String> = (1..=60).map(|i| format!("10.1.{}.{i}", i % 7)).collect();
+    let first: Vec<u8> = clients.iter().map(|c| reached_as(&daemon, c)).collect();
+    let again: Vec<u8> = clients.iter().map(|c| reached_as(&daemon, c)).collect();
+    assert_eq!(first, again, "a client changed members");
+    for tag in [b'A', b'B', b'C'] {
+        let on = first.iter().filter(|&&t| t == tag).count();
+        assert!((8..=32).contains(&on), "{} of 60 on {}", on, tag as char);
+    }
+    // B out for maintenance: its clients move, no one else does.
+    let out = Command::new(common::sibling_binary("tcpmux"))
+        .args(["admin", "--socket"])
+        .arg(&socket)
+        .args([
+            "set",
+            "backend",
+            "web",
+            &members[1].to_string(),
+            "state",
+            "maint",
+        ])
+        .output()
+        .expect("run tcpmux admin");
+    assert!(out.status.success());
+    for (client, before) in clients.iter().zip(&first) {
+        let now = reached_as(&daemon, client);
+        if *before == b'B' {
+            assert_ne!(now, b'B', "{client} still on the member in maintenance");
+        } else {
+            assert_eq!(now, *before, "{client} moved though its member is up");
+        }
+    }
+}
