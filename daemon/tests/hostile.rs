@@ -44,11 +44,16 @@ fn config(ca: &Ca) -> String {
     format!(
         "negotiation_timeout = \"{}ms\"\nshutdown_grace = \"{}ms\"\n\
          listen = [\"127.0.0.1:0\", \"127.0.0.2:0\",\n\
-         {{ address = \"127.0.0.3:0\", detect = true, ssh = \"daytime\", http = \"web\" }},\n\
+         {{ address = \"127.0.0.3:0\", detect = true, ssh = \"daytime\", http = \"web\",\n\
+            openvpn = \"relay\", xmpp = \"relay\", socks = \"relay\", postgres = \"relay\",\n\
+            rdp = \"relay\", match = [{{ regex = 'anywhere', service = \"relay\" }}] }},\n\
          {{ address = \"127.0.0.4:0\", tls = {{ cert = \"{}\", key = \"{}\" }} }},\n\
          {{ address = \"127.0.0.5:0\", accept_proxy_from = [\"127.0.0.0/8\"] }}]\n\
          [service.web]\nproxy = \"{backend}\"\nsni = [\"db.example.com\"]\n\
-         http_host = [\"app.example.com\"]\n",
+         http_host = [\"app.example.com\"]\n\
+         # The probes route on a few bytes: a client that stalls after them is\n\
+         # a relayed one, ended by the idle timeout as an operator would set.\n\
+         [service.relay]\nproxy = \"{backend}\"\nidle_timeout = \"2s\"\n",
         NEGOTIATION_TIMEOUT.as_millis(),
         SHUTDOWN_GRACE.as_millis(),
         leaf.cert.display(),
@@ -79,6 +84,21 @@ fn openings() -> Vec<(&'static str, Vec<u8>)> {
             b"GET / HTTP/1.1\r\nHost: app.example.com\r\n\r\n".to_vec(),
         ),
         ("ssh", b"SSH-2.0-OpenSSH_9.2p1\r\n".to_vec()),
+        (
+            "openvpn",
+            b"\x00\x0e\x38\x1f\x2e\x3d\x4c\x5b\x6a\x79\x88\x00\x00\x00\x00\x00".to_vec(),
+        ),
+        (
+            "xmpp",
+            b"<?xml version='1.0'?><stream:stream to='example.com' xmlns='jabber:client'>".to_vec(),
+        ),
+        ("socks5", b"\x05\x02\x00\x01".to_vec()),
+        ("postgres", b"\x00\x00\x00\x08\x04\xd2\x16\x2f".to_vec()),
+        (
+            "rdp",
+            b"\x03\x00\x00\x0b\x06\xe0\x00\x00\x00\x00\x00".to_vec(),
+        ),
+        ("match", b"\x01 what goes anywhere".to_vec()),
     ]
 }
 

@@ -20,6 +20,8 @@ pub mod proxy_header;
 mod reply;
 mod request;
 pub mod sniff;
+#[cfg(test)]
+mod test_rng;
 pub mod upgrade;
 
 pub use name::{NameError, ServiceName, MAX_NAME_LEN};

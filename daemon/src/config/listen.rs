@@ -1,11 +1,10 @@
 //! `listen`: the addresses to serve and each one's options.
 
-use tcpmux_proto::ServiceName;
 use toml::Spanned;
 
 use super::error::{ConfigError, Source};
 use super::raw::RawListenTable;
-use crate::model::{Cidr, Detect, ListenAddr, ListenOptions, ListenSpec, DEFAULT_DETECT_TIMEOUT};
+use crate::model::{Cidr, ListenAddr, ListenOptions, ListenSpec};
 use crate::registry::Registry;
 
 /// `fast_open = true`: the queue length nginx and HAProxy use by default too.
@@ -75,7 +74,7 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
             "accept_proxy_from needs a TCP listener (upstreams are matched by IP)".into(),
         ));
     }
-    let detect = detect(src, item, &table)?;
+    let detect = super::detect::routes(src, item, &table)?;
     if let Some(name) = table
         .name
         .as_ref()
@@ -174,54 +173,6 @@ fn unix_directory(
         )),
         None => Ok(()),
     }
-}
-
-/// The detection routes of a listener table; its route keys need `detect`.
-fn detect(
-    src: Source<'_>,
-    item: &Spanned<toml::Value>,
-    table: &RawListenTable,
-) -> Result<Option<Detect>, ConfigError> {
-    let names = [
-        ("ssh", &table.ssh),
-        ("http", &table.http),
-        ("silent", &table.silent),
-        ("sni_default", &table.sni_default),
-    ];
-    if !table.detect {
-        let given = names.iter().find(|(_, v)| v.is_some()).map(|(k, _)| *k);
-        let given = given.or(table.detect_timeout.map(|_| "detect_timeout"));
-        return match given {
-            Some(key) => Err(src.at(
-                item.span(),
-                format!("listen: `{key}` needs `detect = true`"),
-            )),
-            None => Ok(None),
-        };
-    }
-    let name = |key: &str, value: &Option<String>| -> Result<Option<ServiceName>, ConfigError> {
-        value
-            .as_deref()
-            .map(|v| {
-                ServiceName::parse(v)
-                    .map_err(|e| src.at(item.span(), format!("listen: {key} {v:?}: {e}")))
-            })
-            .transpose()
-    };
-    let timeout = table.detect_timeout.map_or(DEFAULT_DETECT_TIMEOUT, |t| t.0);
-    if timeout.is_zero() {
-        return Err(src.at(
-            item.span(),
-            "listen: detect_timeout must be greater than zero",
-        ));
-    }
-    Ok(Some(Detect {
-        ssh: name("ssh", &table.ssh)?,
-        http: name("http", &table.http)?,
-        silent: name("silent", &table.silent)?,
-        sni_default: name("sni_default", &table.sni_default)?,
-        timeout,
-    }))
 }
 
 /// Every service a listener routes to must exist.

@@ -4,6 +4,7 @@
 //! and column.
 
 mod checks;
+mod detect;
 mod durations;
 mod error;
 mod etc_services;

@@ -24,10 +24,24 @@ pub(crate) struct RawListenTable {
     pub(crate) http: Option<String>,
     pub(crate) silent: Option<String>,
     pub(crate) sni_default: Option<String>,
+    pub(crate) openvpn: Option<String>,
+    pub(crate) xmpp: Option<String>,
+    pub(crate) socks: Option<String>,
+    pub(crate) postgres: Option<String>,
+    pub(crate) rdp: Option<String>,
+    #[serde(rename = "match")]
+    pub(crate) rules: Option<Vec<RawMatchRule>>,
     pub(crate) detect_timeout: Option<ConfigDuration>,
     pub(crate) tls: Option<RawTls>,
     pub(crate) fast_open: Option<toml::Value>,
     pub(crate) defer_accept: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMatchRule {
+    pub(crate) regex: String,
+    pub(crate) service: String,
 }
 
 #[derive(Deserialize)]

@@ -7,6 +7,7 @@ mod admin;
 mod cidr;
 mod exec;
 mod listen;
+mod pattern;
 mod peer;
 mod proxy;
 mod routes;
@@ -22,12 +23,15 @@ pub use admin::{AdminSettings, AdminState};
 pub use cidr::{Cidr, CidrError};
 pub use exec::{Exec, ExecReply, OnShutdown};
 pub use listen::{ListenAddr, ListenAddrError, ListenOptions, ListenSpec};
+pub use pattern::{Pattern, PatternError, MATCH_WINDOW};
 pub use peer::{ClientInfo, Peer};
 pub use proxy::{
     Backend, BackendError, Balance, Dns, Endpoint, HealthCheck, Member, Proxy, ProxyVersion,
     RelayMode, Weighted, DEFAULT_CONNECT_TIMEOUT,
 };
-pub use routes::{Detect, HostPattern, HostPatternError, Routed, DEFAULT_DETECT_TIMEOUT};
+pub use routes::{
+    Detect, HostPattern, HostPatternError, MatchRule, Routed, DEFAULT_DETECT_TIMEOUT,
+};
 pub use tls::{ClientAuth, Tls, TlsClient};
 
 /// One registered service: a name, what it does, and who may use it.

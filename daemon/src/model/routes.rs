@@ -1,12 +1,16 @@
 //! Routing for clients that send no TCPMUX name: which service a detecting
-//! listener gives an SSH, HTTP, TLS or silent client, and the host names
-//! (TLS SNI, HTTP Host) a service answers to.
+//! listener gives an SSH, HTTP, TLS, silent or other recognized client (by a
+//! probe or a `match` rule), and the host names (TLS SNI, HTTP Host) a
+//! service answers to.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use tcpmux_proto::sniff::{Probes, Protocol};
 use tcpmux_proto::ServiceName;
+
+use super::Pattern;
 
 /// How long a detecting listener waits for a first byte before it takes the
 /// client for one of those that wait for the server to speak first.
@@ -23,7 +27,20 @@ pub struct Detect {
     pub silent: Option<ServiceName>,
     /// For TLS ClientHellos whose SNI no service claims, or without one.
     pub sni_default: Option<ServiceName>,
+    /// The optional probes this listener runs (`openvpn = "vpn"`, ...), each
+    /// with the service its clients go to.
+    pub probes: Vec<(Protocol, ServiceName)>,
+    /// `match = [{ regex, service }, ...]`, tried in order on clients no
+    /// probe recognized.
+    pub rules: Vec<MatchRule>,
     pub timeout: Duration,
+}
+
+/// One `match` rule: clients whose first bytes match go to `service`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatchRule {
+    pub pattern: Pattern,
+    pub service: ServiceName,
 }
 
 impl Detect {
@@ -37,6 +54,21 @@ impl Detect {
         ]
         .into_iter()
         .filter_map(|(key, name)| Some((key, name.as_ref()?)))
+        .chain(self.probes.iter().map(|(p, name)| (p.name(), name)))
+        .chain(self.rules.iter().map(|rule| ("match", &rule.service)))
+    }
+
+    /// The optional probes to run.
+    pub fn enabled(&self) -> Probes {
+        self.probes
+            .iter()
+            .fold(Probes::NONE, |set, (protocol, _)| set.with(*protocol))
+    }
+
+    /// The service `protocol`'s clients go to.
+    pub fn probe_route(&self, protocol: Protocol) -> Option<&ServiceName> {
+        let mut routes = self.probes.iter();
+        routes.find(|(p, _)| *p == protocol).map(|(_, name)| name)
     }
 }
 
@@ -96,6 +128,10 @@ pub enum Routed {
     Ssh,
     Http,
     Silent,
+    /// By an optional probe (OpenVPN, XMPP, SOCKS, PostgreSQL, RDP).
+    Probe(Protocol),
+    /// By a listener's `match` rule.
+    Match,
 }
 
 impl Routed {
@@ -106,6 +142,8 @@ impl Routed {
             Routed::Ssh => "ssh",
             Routed::Http => "http",
             Routed::Silent => "silent",
+            Routed::Probe(protocol) => protocol.name(),
+            Routed::Match => "match",
         }
     }
 }

@@ -1,16 +1,17 @@
 //! Protocol detection on a listener with `detect = true`: the client's first
 //! bytes are peeked, never consumed, until they say TLS (routed by its SNI),
-//! SSH, HTTP (routed by its Host) or a TCPMUX name; a client silent for
-//! `detect_timeout` goes to the listener's `silent` service. The chosen
-//! service receives every byte the client sent.
+//! SSH, HTTP (routed by its Host), a probed protocol, a `match` rule's
+//! pattern, or a TCPMUX name; a client silent for `detect_timeout` goes to
+//! the listener's `silent` service. The chosen service receives every byte
+//! the client sent.
 
 use std::io;
 
-use tcpmux_proto::sniff::{classify, client_hello, http, Protocol};
+use tcpmux_proto::sniff::{classify_with, client_hello, http, Protocol, DECIDED_WITHIN};
 use tcpmux_proto::ServiceName;
 
 use super::opening::{Negotiated, Reply};
-use crate::model::{Detect, Routed};
+use crate::model::{Detect, MatchRule, Routed, MATCH_WINDOW};
 use crate::net::stream::Stream;
 use crate::ops::log_format::clipped;
 use crate::registry::Registry;
@@ -24,7 +25,7 @@ const MAX_HEAD: usize = 8 * 1024;
 /// small records.
 const HELLO_PEEK: usize = MAX_HELLO + 8 * 1024;
 /// Bytes peeked to tell the protocol.
-const FIRST_PEEK: usize = 16;
+const FIRST_PEEK: usize = DECIDED_WITHIN;
 
 /// What the first bytes decided: `None` is a TCPMUX request line (or a client
 /// too slow to tell, with no `silent` service), to negotiate as usual.
@@ -46,22 +47,25 @@ pub(super) async fn detect(
         }
         Ok(peeked) => peeked?,
     };
+    let probes = options.enabled();
     let protocol = loop {
         if buf.is_empty() {
             return Ok(Some(Negotiated::Closed));
         }
-        if let Some(protocol) = classify(&buf) {
+        if let Some(protocol) = classify_with(&buf, probes) {
             break protocol;
         }
         if !more {
             // Too short to tell, and no more will come: whatever it is, it is
-            // a prefix of a TCPMUX name too, and gets what a cut name gets.
-            return Ok(None);
+            // a prefix of a TCPMUX name too, and gets what a cut name gets
+            // (unless a `match` rule takes these bytes).
+            break Protocol::Tcpmux;
         }
         more = peek_more(stream, &mut buf, FIRST_PEEK).await?;
     };
     Ok(match protocol {
-        Protocol::Tcpmux => None,
+        Protocol::Tcpmux if options.rules.is_empty() => None,
+        Protocol::Tcpmux => route_match(stream, &mut buf, options, !more).await?,
         Protocol::Ssh => match &options.ssh {
             Some(name) => service(name.clone(), Routed::Ssh),
             None => unrouted(
@@ -72,7 +76,54 @@ pub(super) async fn detect(
         },
         Protocol::Tls => route_tls(stream, &mut buf, options, registry).await?,
         Protocol::Http => route_http(stream, &mut buf, options, registry).await?,
+        probed => match options.probe_route(probed) {
+            Some(name) => service(name.clone(), Routed::Probe(probed)),
+            None => unrouted(
+                Routed::Probe(probed),
+                format!("no {} service on this listener", probed.name()),
+                Reply::Close,
+            ),
+        },
     })
+}
+
+/// Tries the listener's `match` rules in order on bytes no probe took: the
+/// first that matches routes the client; none leaves a TCPMUX client. A rule
+/// sees the first line, up to [`MATCH_WINDOW`] bytes, or what came before the
+/// client ended or paused for `detect_timeout`.
+async fn route_match(
+    stream: &Stream,
+    buf: &mut Vec<u8>,
+    options: &Detect,
+    mut ended: bool,
+) -> io::Result<Detected> {
+    loop {
+        match first_match(&options.rules, buf, ended) {
+            Some(Some(rule)) => return Ok(service(rule.service.clone(), Routed::Match)),
+            Some(None) => return Ok(None),
+            None => {}
+        }
+        let more = tokio::time::timeout(options.timeout, peek_more(stream, buf, MATCH_WINDOW));
+        ended = match more.await {
+            Err(_paused) => true,
+            Ok(more) => !more?,
+        };
+    }
+}
+
+/// The first rule that matches `first` (`Some(None)`: none does), or `None`
+/// while a rule before it cannot tell yet.
+fn first_match<'a>(
+    rules: &'a [MatchRule],
+    first: &[u8],
+    ended: bool,
+) -> Option<Option<&'a MatchRule>> {
+    for rule in rules {
+        if rule.pattern.decide(first, ended)? {
+            return Some(Some(rule));
+        }
+    }
+    Some(None)
 }
 
 fn unrouted(routed: Routed, reason: String, reply: Reply) -> Detected {

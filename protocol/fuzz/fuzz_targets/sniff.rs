@@ -1,13 +1,27 @@
-//! Detection from arbitrary first bytes: never a panic; a complete ClientHello
-//! or request head claims no more than it was given and decides the same on
-//! those bytes alone; every strict prefix of what decided is "need more".
+//! Detection from arbitrary first bytes: never a panic; a protocol told from
+//! some bytes is told the same from any bytes they begin (the first input
+//! byte picks the optional probes); a complete ClientHello or request head
+//! claims no more than it was given and decides the same on those bytes
+//! alone; every strict prefix of what decided is "need more".
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tcpmux_proto::sniff::{classify, client_hello, http};
+use tcpmux_proto::sniff::{classify_with, client_hello, http, Probes, Protocol};
 
 fuzz_target!(|data: &[u8]| {
-    let _ = classify(data);
+    if let Some((&pick, first)) = data.split_first() {
+        let probes = Protocol::OPTIONAL
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| pick & 1 << i != 0)
+            .fold(Probes::NONE, |set, (_, p)| set.with(p));
+        let whole = classify_with(first, probes);
+        for cut in 0..first.len().min(600) {
+            if let Some(early) = classify_with(&first[..cut], probes) {
+                assert_eq!(Some(early), whole);
+            }
+        }
+    }
     if let Ok(Some(hello)) = client_hello::parse(data, 64 * 1024) {
         assert!(hello.length <= data.len());
         assert_eq!(client_hello::parse(&data[..hello.length], 64 * 1024), Ok(Some(hello.clone())));

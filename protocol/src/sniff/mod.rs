@@ -6,6 +6,9 @@
 
 pub mod client_hello;
 pub mod http;
+pub mod probes;
+
+use probes::Guess;
 
 /// The protocols a detecting listener tells apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -16,9 +19,93 @@ pub enum Protocol {
     Ssh,
     /// An HTTP/1.x request line (`METHOD SP`).
     Http,
+    /// An OpenVPN client's hard reset, TCP mode ([`probes::openvpn`]).
+    OpenVpn,
+    /// An XMPP client stream header ([`probes::xmpp`]).
+    Xmpp,
+    /// A SOCKS5 greeting or SOCKS4/4a request ([`probes::socks`]).
+    Socks,
+    /// A PostgreSQL SSLRequest, GSSENCRequest, CancelRequest or StartupMessage
+    /// ([`probes::postgres`]).
+    Postgres,
+    /// An RDP connection request ([`probes::rdp`]).
+    Rdp,
     /// Anything else: read as a TCPMUX request line.
     Tcpmux,
 }
+
+impl Protocol {
+    /// The optional probes, in the order they are tried.
+    pub const OPTIONAL: [Protocol; 5] = [
+        Protocol::OpenVpn,
+        Protocol::Xmpp,
+        Protocol::Socks,
+        Protocol::Postgres,
+        Protocol::Rdp,
+    ];
+
+    /// The protocol's name, as a listener key and a log label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tls => "tls",
+            Protocol::Ssh => "ssh",
+            Protocol::Http => "http",
+            Protocol::OpenVpn => "openvpn",
+            Protocol::Xmpp => "xmpp",
+            Protocol::Socks => "socks",
+            Protocol::Postgres => "postgres",
+            Protocol::Rdp => "rdp",
+            Protocol::Tcpmux => "tcpmux",
+        }
+    }
+
+    fn probe(self) -> fn(&[u8]) -> Guess {
+        match self {
+            Protocol::OpenVpn => probes::openvpn,
+            Protocol::Xmpp => probes::xmpp,
+            Protocol::Socks => probes::socks,
+            Protocol::Postgres => probes::postgres,
+            Protocol::Rdp => probes::rdp,
+            Protocol::Tls => |b| guess_prefix(b, b"\x16"),
+            Protocol::Ssh => |b| guess_prefix(b, b"SSH-"),
+            Protocol::Http => |b| {
+                METHODS
+                    .iter()
+                    .map(|m| guess_prefix(b, m))
+                    .fold(Guess::No, strongest)
+            },
+            Protocol::Tcpmux => |_| Guess::Yes,
+        }
+    }
+}
+
+/// The optional probes a listener runs (TLS, SSH and HTTP always run).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Probes(u8);
+
+impl Probes {
+    /// No optional probe.
+    pub const NONE: Probes = Probes(0);
+
+    /// These probes and `protocol`'s, if it is an optional one.
+    pub fn with(self, protocol: Protocol) -> Probes {
+        match Protocol::OPTIONAL.iter().position(|&p| p == protocol) {
+            Some(i) => Probes(self.0 | 1 << i),
+            None => self,
+        }
+    }
+
+    /// Whether `protocol`'s probe is among these.
+    pub fn contains(self, protocol: Protocol) -> bool {
+        Protocol::OPTIONAL
+            .iter()
+            .position(|&p| p == protocol)
+            .is_some_and(|i| self.0 & 1 << i != 0)
+    }
+}
+
+/// Every probe has decided by this many bytes.
+pub const DECIDED_WITHIN: usize = probes::XMPP_WINDOW;
 
 /// The HTTP methods recognized at the start of a connection.
 const METHODS: [&[u8]; 9] = [
@@ -38,24 +125,50 @@ const METHODS: [&[u8]; 9] = [
 /// (a name has no space) or TLS (no control bytes); a name starting `SSH-` in
 /// upper case is taken for SSH.
 pub fn classify(first: &[u8]) -> Option<Protocol> {
+    classify_with(first, Probes::NONE)
+}
+
+/// [`classify`] with the optional `probes` too. The answer for some bytes
+/// is the answer for any bytes they begin: however the opening is split, it
+/// is classified the same. No TCPMUX name is taken for an optional protocol
+/// (each needs a byte no name holds).
+pub fn classify_with(first: &[u8], probes: Probes) -> Option<Protocol> {
     if first.is_empty() {
         return None;
     }
-    if first[0] == 0x16 {
-        return Some(Protocol::Tls);
-    }
-    let mut undecided = false;
-    for (prefix, protocol) in METHODS
-        .iter()
-        .map(|m| (*m, Protocol::Http))
-        .chain(std::iter::once((&b"SSH-"[..], Protocol::Ssh)))
-    {
-        if first.starts_with(prefix) {
-            return Some(protocol);
+    let always = [Protocol::Tls, Protocol::Ssh, Protocol::Http];
+    let optional = Protocol::OPTIONAL
+        .into_iter()
+        .filter(|&p| probes.contains(p));
+    for protocol in always.into_iter().chain(optional) {
+        match protocol.probe()(first) {
+            Guess::Yes => return Some(protocol),
+            Guess::Maybe if first.len() < DECIDED_WITHIN => return None,
+            Guess::No | Guess::Maybe => {}
         }
-        undecided |= prefix.starts_with(first);
     }
-    (!undecided).then_some(Protocol::Tcpmux)
+    Some(Protocol::Tcpmux)
+}
+
+/// Whether `first` begins with `prefix` (or could, once more arrives).
+fn guess_prefix(first: &[u8], prefix: &[u8]) -> Guess {
+    if first.starts_with(prefix) {
+        Guess::Yes
+    } else if prefix.starts_with(first) {
+        Guess::Maybe
+    } else {
+        Guess::No
+    }
+}
+
+/// Of two answers about prefixes of which at most one can match, the one
+/// that decides most.
+fn strongest(a: Guess, b: Guess) -> Guess {
+    match (a, b) {
+        (Guess::Yes, _) | (_, Guess::Yes) => Guess::Yes,
+        (Guess::Maybe, _) | (_, Guess::Maybe) => Guess::Maybe,
+        _ => Guess::No,
+    }
 }
 
 #[cfg(test)]

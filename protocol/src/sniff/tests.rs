@@ -1,6 +1,7 @@
 use super::client_hello::{self, build, ClientHello, HelloError};
 use super::http::{self, HeadError, RequestHead};
 use super::*;
+use crate::test_rng::Rng;
 
 const HELLO_LIMIT: usize = 64 * 1024;
 const HEAD_LIMIT: usize = 8192;
@@ -182,4 +183,131 @@ fn hosts_and_malformed_heads() {
         http::parse(long.as_bytes(), HEAD_LIMIT),
         Err(HeadError::TooLong(HEAD_LIMIT))
     );
+}
+
+/// Openings captured from real clients (curl, psql, openvpn, mstsc, a
+/// jabber client), each with the protocol it is.
+const OPENINGS: [(&[u8], Protocol); 9] = [
+    (b"\x05\x02\x00\x01", Protocol::Socks),
+    (b"\x04\x01\x00\x50\x7f\x00\x00\x01curl\x00", Protocol::Socks),
+    (b"\x00\x00\x00\x08\x04\xd2\x16\x2f", Protocol::Postgres),
+    (
+        b"\x00\x00\x00\x25\x00\x03\x00\x00user\x00postgres\x00database\x00db\x00\x00",
+        Protocol::Postgres,
+    ),
+    (
+        b"\x03\x00\x00\x13\x0e\xe0\x00\x00\x00\x00\x00\x01\x00\x08\x00\x03\x00\x00\x00",
+        Protocol::Rdp,
+    ),
+    (
+        b"\x00\x0e\x38\x1f\x2e\x3d\x4c\x5b\x6a\x79\x88\x00\x00\x00\x00\x00",
+        Protocol::OpenVpn,
+    ),
+    (
+        b"<?xml version='1.0'?><stream:stream to='example.com' xmlns='jabber:client' \
+          xmlns:stream='http://etherx.jabber.org/streams' version='1.0'>",
+        Protocol::Xmpp,
+    ),
+    (b"SSH-2.0-OpenSSH_9.2p1\r\n", Protocol::Ssh),
+    (b"<echo>\r\n", Protocol::Tcpmux),
+];
+
+fn all_probes() -> Probes {
+    Protocol::OPTIONAL
+        .into_iter()
+        .fold(Probes::NONE, Probes::with)
+}
+
+#[test]
+fn each_optional_probe_knows_its_clients_and_only_when_turned_on() {
+    for (opening, protocol) in OPENINGS {
+        assert_eq!(
+            classify_with(opening, all_probes()),
+            Some(protocol),
+            "{opening:?}"
+        );
+        let alone = Probes::NONE.with(protocol);
+        assert_eq!(classify_with(opening, alone), Some(protocol));
+        if Protocol::OPTIONAL.contains(&protocol) {
+            // Not turned on: the bytes are read as a TCPMUX line.
+            let others = Protocol::OPTIONAL
+                .into_iter()
+                .filter(|&p| p != protocol)
+                .fold(Probes::NONE, Probes::with);
+            assert_eq!(classify_with(opening, others), Some(Protocol::Tcpmux));
+        }
+    }
+}
+
+#[test]
+fn near_misses_are_not_taken_for_a_protocol() {
+    let probes = all_probes();
+    for near in [
+        &b"\x05\x00\x00"[..],                // SOCKS5 with no method
+        b"\x05\x01\x42",                     // an unassigned method
+        b"\x04\x03\x00\x50\x7f\x00\x00\x01", // SOCKS4 command 3
+        b"\x00\x00\x00\x09\x04\xd2\x16\x2f", // an SSLRequest of length 9
+        b"\x00\x00\x00\x08\x00\x02\x00\x00", // protocol 2
+        b"\x03\x00\x00\x13\x0d\xe0",         // RDP with the wrong indicator
+        b"\x03\x00\x00\x13\x0e\xd0",         // not a connection request
+        b"\x00\x0e\x30",                     // OpenVPN opcode 6
+        b"\x00\x02\x38",                     // too short for a hard reset
+        b"<jabber>\r\n",                     // a TCPMUX name
+    ] {
+        assert_eq!(
+            classify_with(near, probes),
+            Some(Protocol::Tcpmux),
+            "{near:?}"
+        );
+    }
+    // XMPP without the namespace is decided at the window's end.
+    let plain_xml = format!("<?xml version='1.0'?><x a='{}'/>", "b".repeat(600));
+    assert_eq!(classify_with(&plain_xml.as_bytes()[..100], probes), None);
+    assert_eq!(
+        classify_with(plain_xml.as_bytes(), probes),
+        Some(Protocol::Tcpmux)
+    );
+    // One byte says nothing yet.
+    for first in [&b"\x05"[..], b"\x04", b"\x00", b"\x03", b"<"] {
+        assert_eq!(classify_with(first, probes), None, "{first:?}");
+    }
+}
+
+#[test]
+fn a_decision_on_some_bytes_holds_for_any_bytes_they_begin() {
+    let mut rng = Rng(0x5eed_cafe_f00d_0001);
+    for _ in 0..20_000 {
+        // A real opening, mutated here and there, cut anywhere, extended; or
+        // a soup of the tokens the probes look for.
+        const TOKENS: [&[u8]; 10] = [
+            b"<",
+            b"jabber",
+            b" ",
+            b"\r",
+            b"\n",
+            b"\x00",
+            b"\x05\x01",
+            b"\x04\x01",
+            b"x",
+            b"SSH-",
+        ];
+        let mut bytes = match rng.below(2) {
+            0 => OPENINGS[rng.below(OPENINGS.len())].0.to_vec(),
+            _ => (0..1 + rng.below(12))
+                .flat_map(|_| TOKENS[rng.below(TOKENS.len())].iter().copied())
+                .collect(),
+        };
+        for _ in 0..rng.below(3) {
+            let at = rng.below(bytes.len());
+            bytes[at] = [0, 3, 5, b'<', b'\n', b' ', b'j', rng.next() as u8][rng.below(8)];
+        }
+        bytes.extend((0..rng.below(40)).map(|_| b"jabber \r\n\x00"[rng.below(10)]));
+        let probes = Probes(rng.below(32) as u8);
+        let whole = classify_with(&bytes, probes);
+        for cut in 0..bytes.len() {
+            if let Some(early) = classify_with(&bytes[..cut], probes) {
+                assert_eq!(Some(early), whole, "{bytes:?} cut at {cut}, {probes:?}");
+            }
+        }
+    }
 }

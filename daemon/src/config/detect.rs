@@ -1,0 +1,77 @@
+//! A detecting listener's routes (`detect = true` and the keys beside it):
+//! which service gets SSH, HTTP, TLS, silent and probed clients, and the
+//! `match` rules.
+
+use tcpmux_proto::sniff::Protocol;
+use tcpmux_proto::ServiceName;
+use toml::Spanned;
+
+use super::error::{ConfigError, Source};
+use super::raw::RawListenTable;
+use crate::model::{Detect, MatchRule, Pattern, DEFAULT_DETECT_TIMEOUT};
+
+/// The detection routes of a listener table; its route keys need `detect`.
+pub(super) fn routes(
+    src: Source<'_>,
+    item: &Spanned<toml::Value>,
+    table: &RawListenTable,
+) -> Result<Option<Detect>, ConfigError> {
+    let at = |message: String| src.at(item.span(), message);
+    let names = [
+        ("ssh", &table.ssh),
+        ("http", &table.http),
+        ("silent", &table.silent),
+        ("sni_default", &table.sni_default),
+    ];
+    let probes = [
+        (Protocol::OpenVpn, &table.openvpn),
+        (Protocol::Xmpp, &table.xmpp),
+        (Protocol::Socks, &table.socks),
+        (Protocol::Postgres, &table.postgres),
+        (Protocol::Rdp, &table.rdp),
+    ];
+    if !table.detect {
+        let given = names.iter().find(|(_, v)| v.is_some()).map(|(k, _)| *k);
+        let given = given.or_else(|| {
+            let probe = probes.iter().find(|(_, v)| v.is_some());
+            probe.map(|(p, _)| p.name())
+        });
+        let given = given.or(table.rules.as_ref().map(|_| "match"));
+        let given = given.or(table.detect_timeout.map(|_| "detect_timeout"));
+        return match given {
+            Some(key) => Err(at(format!("listen: `{key}` needs `detect = true`"))),
+            None => Ok(None),
+        };
+    }
+    let name = |key: &str, value: &str| -> Result<ServiceName, ConfigError> {
+        ServiceName::parse(value).map_err(|e| at(format!("listen: {key} {value:?}: {e}")))
+    };
+    let optional =
+        |key: &str, value: &Option<String>| value.as_deref().map(|v| name(key, v)).transpose();
+    let timeout = table.detect_timeout.map_or(DEFAULT_DETECT_TIMEOUT, |t| t.0);
+    if timeout.is_zero() {
+        return Err(at("listen: detect_timeout must be greater than zero".into()));
+    }
+    let mut routed = Vec::new();
+    for (protocol, value) in probes {
+        if let Some(v) = value {
+            routed.push((protocol, name(protocol.name(), v)?));
+        }
+    }
+    let mut rules = Vec::new();
+    for (i, rule) in table.rules.iter().flatten().enumerate() {
+        let pattern = Pattern::new(&rule.regex)
+            .map_err(|e| at(format!("listen: match[{i}] regex {:?}: {e}", rule.regex)))?;
+        let service = name(&format!("match[{i}] service"), &rule.service)?;
+        rules.push(MatchRule { pattern, service });
+    }
+    Ok(Some(Detect {
+        ssh: optional("ssh", &table.ssh)?,
+        http: optional("http", &table.http)?,
+        silent: optional("silent", &table.silent)?,
+        sni_default: optional("sni_default", &table.sni_default)?,
+        probes: routed,
+        rules,
+        timeout,
+    }))
+}
