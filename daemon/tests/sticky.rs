@@ -72,3 +72,51 @@ fn a_client_keeps_its_member_and_only_a_removed_members_clients_move() {
         }
     }
 }
+
+/// The tag of the member a ClientHello for `name` reaches through a
+/// detecting listener (every client here comes from 127.0.0.1).
+fn reached_by_name(daemon: &Daemon, name: &str) -> u8 {
+    let hello = tcpmux_proto::sniff::client_hello::build(Some(name), &[], 0, 16384);
+    let mut stream = daemon.connect();
+    stream.write_all(&hello).unwrap();
+    let mut tag = [0u8; 1];
+    stream.read_exact(&mut tag).unwrap();
+    tag[0]
+}
+
+#[test]
+fn hash_key_sni_sticks_each_server_name_to_a_member() {
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let members = [
+        tagged_echo(any, "A"),
+        tagged_echo(any, "B"),
+        tagged_echo(any, "C"),
+    ];
+    let daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", detect = true }}]\n\
+         [service.web]\nproxy = [\"{}\", \"{}\", \"{}\"]\nbalance = \"source\"\n\
+         hash_key = \"sni\"\nsni = [\"*.example.org\"]\n",
+        members[0], members[1], members[2]
+    ));
+    let names: Vec<String> = (1..=45).map(|i| format!("t{i}.example.org")).collect();
+    let first: Vec<u8> = names.iter().map(|n| reached_by_name(&daemon, n)).collect();
+    let again: Vec<u8> = names.iter().map(|n| reached_by_name(&daemon, n)).collect();
+    assert_eq!(first, again, "a name changed members");
+    // All from one address, yet spread by name (by address: all on one).
+    for tag in [b'A', b'B', b'C'] {
+        let on = first.iter().filter(|&&t| t == tag).count();
+        assert!((5..=25).contains(&on), "{} of 45 on {}", on, tag as char);
+    }
+}
+
+#[test]
+fn hash_key_needs_a_hashing_balance() {
+    common::assert_config_rejected(
+        "[service.web]\nproxy = \"127.0.0.1:1\"\nhash_key = \"sni\"\n",
+        "hash_key needs balance = \"source\"",
+    );
+    common::assert_config_rejected(
+        "[service.web]\nproxy = \"127.0.0.1:1\"\nbalance = \"source\"\nhash_key = \"name\"\n",
+        "hash_key",
+    );
+}

@@ -43,6 +43,7 @@ pub(crate) fn import(
         let proxy = Proxy {
             backends: vec![Weighted::one(backend)],
             balance: Default::default(),
+            hash_key: Default::default(),
             health_check: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             idle_timeout: None,

@@ -8,7 +8,7 @@ use super::raw::RawService;
 use std::time::Duration;
 
 use crate::model::{
-    Backend, Balance, HealthCheck, Proxy, ProxyVersion, RelayMode, Weighted,
+    Backend, Balance, HashKey, HealthCheck, Proxy, ProxyVersion, RelayMode, Weighted,
     DEFAULT_CONNECT_TIMEOUT,
 };
 
@@ -32,6 +32,18 @@ pub(crate) fn proxy(
         ],
     )?
     .unwrap_or_default();
+    let hash_key = choice(
+        src,
+        "hash_key",
+        table.hash_key.as_ref(),
+        &[("source", HashKey::Source), ("sni", HashKey::Sni)],
+    )?;
+    if let (Some(key), true) = (&table.hash_key, balance != Balance::Source) {
+        return Err(src.at(
+            key.span(),
+            "hash_key needs balance = \"source\": only that balance hashes",
+        ));
+    }
     let connect_timeout =
         positive_duration(src, "connect_timeout", table.connect_timeout.as_ref())?
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
@@ -56,6 +68,7 @@ pub(crate) fn proxy(
     Ok(Proxy {
         backends,
         balance,
+        hash_key: hash_key.unwrap_or_default(),
         health_check: health_check(src, table)?,
         connect_timeout,
         idle_timeout,

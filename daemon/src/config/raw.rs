@@ -125,6 +125,7 @@ pub(crate) struct RawService {
     pub(crate) send_proxy: Option<Spanned<String>>,
     pub(crate) relay: Option<Spanned<String>>,
     pub(crate) balance: Option<Spanned<String>>,
+    pub(crate) hash_key: Option<Spanned<String>>,
     pub(crate) health_check: Option<Spanned<RawHealthCheck>>,
     pub(crate) exec: Option<Spanned<Vec<String>>>,
     pub(crate) handoff: Option<Spanned<RawHandoff>>,
@@ -166,6 +167,11 @@ impl RawService {
             ),
             ("relay", self.relay.as_ref().map(Spanned::span), "proxy"),
             ("balance", self.balance.as_ref().map(Spanned::span), "proxy"),
+            (
+                "hash_key",
+                self.hash_key.as_ref().map(Spanned::span),
+                "proxy",
+            ),
             (
                 "health_check",
                 self.health_check.as_ref().map(Spanned::span),

@@ -26,8 +26,8 @@ pub use listen::{ListenAddr, ListenAddrError, ListenOptions, ListenSpec};
 pub use pattern::{Pattern, PatternError, MATCH_WINDOW};
 pub use peer::{ClientInfo, Peer};
 pub use proxy::{
-    Backend, BackendError, Balance, Dns, Endpoint, HealthCheck, Member, Proxy, ProxyVersion,
-    RelayMode, Weighted, DEFAULT_CONNECT_TIMEOUT,
+    Backend, BackendError, Balance, Dns, Endpoint, HashKey, HealthCheck, Member, Proxy,
+    ProxyVersion, RelayMode, Weighted, DEFAULT_CONNECT_TIMEOUT,
 };
 pub use routes::{
     Detect, HostPattern, HostPatternError, MatchRule, Routed, DEFAULT_DETECT_TIMEOUT,

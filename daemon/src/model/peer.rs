@@ -47,4 +47,15 @@ pub struct ClientInfo {
     pub local: Option<SocketAddr>,
     /// On a TLS listener, what the handshake established.
     pub tls: Option<super::TlsClient>,
+    /// The server name of a ClientHello passed through by a detecting
+    /// listener (a terminated one's is in `tls`). Lower case.
+    pub sni: Option<String>,
+}
+
+impl ClientInfo {
+    /// The TLS server name the client asked for, passed through or terminated.
+    pub fn server_name(&self) -> Option<&str> {
+        let terminated = || self.tls.as_ref()?.server_name.as_deref();
+        self.sni.as_deref().or_else(terminated)
+    }
 }

@@ -16,6 +16,8 @@ pub struct Proxy {
     /// client tries them.
     pub backends: Vec<Weighted>,
     pub balance: Balance,
+    /// What `balance = "source"` hashes.
+    pub hash_key: HashKey,
     /// Active checks of every backend, if configured.
     pub health_check: Option<HealthCheck>,
     pub connect_timeout: Duration,
@@ -99,6 +101,18 @@ pub enum Balance {
     /// hashed: a client keeps its member while that member is up, and adding
     /// or removing one of N members moves about 1/N of the clients.
     Source,
+}
+
+/// What a sticky balance (`balance = "source"`) hashes (`hash_key`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HashKey {
+    /// The client's address (the announced one behind a PROXY header).
+    #[default]
+    Source,
+    /// The TLS server name the client asked for (its SNI, passed through or
+    /// terminated): every client of one name goes to one member. A client
+    /// without one is hashed by its address.
+    Sni,
 }
 
 /// Which PROXY protocol header to send.

@@ -67,6 +67,8 @@ pub struct TlsClient {
     pub names: Vec<String>,
     /// The verified certificate's subject CN, if it has one.
     pub common_name: Option<String>,
+    /// The server name the client asked for (SNI), lower case.
+    pub server_name: Option<String>,
 }
 
 impl TlsClient {

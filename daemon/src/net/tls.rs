@@ -72,6 +72,7 @@ pub async fn accept(
             .negotiated_cipher_suite()
             .map(|c| cipher_name(c.suite()))
             .unwrap_or_default(),
+        server_name: session.server_name().map(str::to_ascii_lowercase),
         ..TlsClient::default()
     };
     // rustls has verified the chain; only the leaf's names are read here.

@@ -4,24 +4,18 @@
 //! the list. Adding or removing one of N members moves only the clients whose
 //! best score it has or had: about 1/N of them, and no one else.
 
-use std::net::IpAddr;
-
 use crate::model::Endpoint;
 
 /// The members `candidates` (indexes into `endpoints`/`weights`) in the order
-/// `client` should try them.
+/// a client whose `sticky` key (its address's bytes, or its SNI) should try
+/// them. Clients with no key (Unix sockets) all hash alike.
 pub(super) fn ranked(
-    client: Option<IpAddr>,
+    sticky: &[u8],
     endpoints: &[&Endpoint],
     weights: &[u32],
     candidates: &[usize],
 ) -> Vec<usize> {
-    let key = match client {
-        Some(IpAddr::V4(ip)) => fnv(&ip.octets()),
-        Some(IpAddr::V6(ip)) => fnv(&ip.octets()),
-        // A Unix-socket client has no address: all hash alike.
-        None => 0,
-    };
+    let key = fnv(sticky);
     let mut scored: Vec<(f64, usize)> = candidates
         .iter()
         .map(|&i| (score(key, endpoints[i], weights[i]), i))
@@ -58,6 +52,7 @@ fn mix(mut x: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     fn members(n: u16) -> Vec<Endpoint> {
         (0..n)
@@ -65,14 +60,14 @@ mod tests {
             .collect()
     }
 
-    fn clients() -> impl Iterator<Item = IpAddr> {
-        (0..20_000u32).map(|i| IpAddr::from((0x0a00_0000 + i * 7919).to_be_bytes()))
+    fn clients() -> impl Iterator<Item = Ipv4Addr> {
+        (0..20_000u32).map(|i| Ipv4Addr::from(0x0a00_0000 + i * 7919))
     }
 
-    fn first(client: IpAddr, list: &[Endpoint], weights: &[u32]) -> Endpoint {
+    fn first(client: Ipv4Addr, list: &[Endpoint], weights: &[u32]) -> Endpoint {
         let refs: Vec<&Endpoint> = list.iter().collect();
         let all: Vec<usize> = (0..list.len()).collect();
-        list[ranked(Some(client), &refs, weights, &all)[0]].clone()
+        list[ranked(&client.octets(), &refs, weights, &all)[0]].clone()
     }
 
     /// With 10 members and one removed, only that member's clients move:
@@ -104,8 +99,8 @@ mod tests {
         let share = on_heavy as f64 / 20_000.0;
         assert!((0.72..0.78).contains(&share), "{share}");
         let refs: Vec<&Endpoint> = list.iter().collect();
-        let order = ranked(None, &refs, &[1, 1], &[0, 1]);
+        let order = ranked(&[], &refs, &[1, 1], &[0, 1]);
         assert_eq!(order.len(), 2);
-        assert_eq!(order, ranked(None, &refs, &[1, 1], &[0, 1]), "fixed");
+        assert_eq!(order, ranked(&[], &refs, &[1, 1], &[0, 1]), "fixed");
     }
 }

@@ -10,7 +10,6 @@ pub mod health;
 mod known;
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -247,7 +246,7 @@ impl Pool {
     /// list), usable ones only: empty when none is (the client is refused at
     /// once). Balanced over the best SRV priority that has a usable member;
     /// the others follow, by priority, for failover.
-    pub fn order(&self, balance: Balance, members: &Members, client: Option<IpAddr>) -> Vec<usize> {
+    pub fn order(&self, balance: Balance, members: &Members, sticky: &[u8]) -> Vec<usize> {
         let list = &members.list;
         let (mut usable, weights): (Vec<usize>, Vec<u32>) = {
             let now = Instant::now();
@@ -284,7 +283,7 @@ impl Pool {
         let mut order = match balance {
             Balance::Source => {
                 let endpoints: Vec<&Endpoint> = list.iter().map(|m| &m.endpoint).collect();
-                hashing::ranked(client, &endpoints, &weights, &usable)
+                hashing::ranked(sticky, &endpoints, &weights, &usable)
             }
             _ => self.balanced(balance, list, &weights, &usable),
         };

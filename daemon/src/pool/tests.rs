@@ -16,6 +16,7 @@ fn proxy(balance: Balance, weights: &[u32]) -> Proxy {
             })
             .collect(),
         balance,
+        hash_key: Default::default(),
         health_check: None,
         connect_timeout: Duration::from_secs(1),
         idle_timeout: None,
@@ -37,7 +38,7 @@ fn round_robin_honours_weights_exactly_over_a_cycle() {
     let (pool, members) = pool_for(&proxy);
     let mut firsts = [0; 3];
     for _ in 0..600 {
-        firsts[pool.order(proxy.balance, &members, None)[0]] += 1;
+        firsts[pool.order(proxy.balance, &members, &[])[0]] += 1;
     }
     assert_eq!(firsts, [100, 200, 300]);
 }
@@ -50,7 +51,7 @@ fn least_connections_and_random_two_avoid_the_busy_backend() {
         let busy = &members.list[0].endpoint;
         let _busy: Vec<Held> = (0..5).map(|_| pool.hold(busy)).collect();
         for _ in 0..50 {
-            let order = pool.order(balance, &members, None);
+            let order = pool.order(balance, &members, &[]);
             // random-two may draw the busy one twice; then it is all it has.
             if balance == Balance::LeastConnections {
                 assert_eq!(order[0], 1);
@@ -64,7 +65,7 @@ fn least_connections_and_random_two_avoid_the_busy_backend() {
 fn checks_take_a_backend_down_after_fall_and_up_after_rise() {
     let proxy = proxy(Balance::First, &[1, 1]);
     let (pool, members) = pool_for(&proxy);
-    let order = || pool.order(Balance::First, &members, None);
+    let order = || pool.order(Balance::First, &members, &[]);
     let a = &members.list[0].endpoint;
     pool.checked("s", a, false, 2, 2);
     assert_eq!(order(), [0, 1], "one failure is not enough");
@@ -136,7 +137,7 @@ fn the_best_srv_priority_is_balanced_and_the_rest_kept_for_failover() {
     let members = pool.current(&proxy).unwrap();
     let mut firsts = [0; 3];
     for _ in 0..400 {
-        let order = pool.order(Balance::RoundRobin, &members, None);
+        let order = pool.order(Balance::RoundRobin, &members, &[]);
         assert_eq!(order.len(), 3);
         assert_eq!(order[2], 0, "priority 20 only after both of priority 10");
         firsts[order[0]] += 1;
@@ -148,7 +149,7 @@ fn the_best_srv_priority_is_balanced_and_the_rest_kept_for_failover() {
             pool.connect_failed("s", &members.list[e].endpoint);
         }
     }
-    assert_eq!(pool.order(Balance::RoundRobin, &members, None), [0]);
+    assert_eq!(pool.order(Balance::RoundRobin, &members, &[]), [0]);
     // A reload to other backends makes the old answers stale.
     let mut other = proxy.clone();
     other.backends = vec![Weighted::one("srv:_y._tcp.test".parse().unwrap())];
@@ -191,6 +192,6 @@ fn random_two_compares_two_different_members() {
     let members = pool.current(&proxy).unwrap();
     let _busy = pool.hold(&members.list[0].endpoint);
     for _ in 0..1000 {
-        assert_eq!(pool.order(Balance::RandomTwo, &members, None), [1, 0]);
+        assert_eq!(pool.order(Balance::RandomTwo, &members, &[]), [1, 0]);
     }
 }

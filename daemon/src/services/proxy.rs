@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::status::{accept, refuse};
 use crate::admission::OwnConnections;
-use crate::model::{ClientInfo, Endpoint, Proxy};
+use crate::model::{ClientInfo, Endpoint, HashKey, Proxy};
 use crate::net::conn::Conn;
 use crate::net::proxy_protocol;
 use crate::net::relay::{relay, relay_streams};
@@ -29,8 +29,8 @@ pub async fn serve(
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
-    let source = client.peer.tcp_addr().map(|a| a.ip());
-    let (mut backend, used) = match connect_first(proxy, service, pool, source).await {
+    let (mut backend, used) = match connect_first(proxy, service, pool, sticky(proxy, client)).await
+    {
         Ok(connected) => connected,
         Err(failure) => {
             // The client learns why in general terms; backend addresses stay in the log.
@@ -86,13 +86,28 @@ struct ConnectFailure {
     detail: String,
 }
 
+/// What `balance = "source"` hashes for this client: its SNI with
+/// `hash_key = "sni"` (when it sent one), else its address; empty for a
+/// Unix-socket client.
+fn sticky(proxy: &Proxy, client: &ClientInfo) -> Vec<u8> {
+    let name = client
+        .server_name()
+        .filter(|_| proxy.hash_key == HashKey::Sni);
+    match (name, client.peer.tcp_addr().map(|a| a.ip())) {
+        (Some(name), _) => name.as_bytes().to_vec(),
+        (None, Some(std::net::IpAddr::V4(ip))) => ip.octets().to_vec(),
+        (None, Some(std::net::IpAddr::V6(ip))) => ip.octets().to_vec(),
+        (None, None) => Vec::new(),
+    }
+}
+
 /// Connects to the usable members in the pool's order, returning the first
 /// that accepts; with none usable, fails at once.
 async fn connect_first(
     proxy: &Proxy,
     service: &str,
     pool: &Pool,
-    client: Option<std::net::IpAddr>,
+    sticky: Vec<u8>,
 ) -> Result<(Stream, Endpoint), ConnectFailure> {
     let Some(members) = pool.members(proxy, proxy.connect_timeout).await else {
         return Err(ConnectFailure {
@@ -100,7 +115,7 @@ async fn connect_first(
             detail: "no DNS answer yet for its backends".into(),
         });
     };
-    let order = pool.order(proxy.balance, &members, client);
+    let order = pool.order(proxy.balance, &members, &sticky);
     if order.is_empty() {
         let (reason, detail) = if members.list.is_empty() {
             ("no backend found", "DNS gave no address for its backends")
@@ -144,4 +159,47 @@ async fn connect_first(
         reason,
         detail: detail.join("; "),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Peer, TlsClient};
+
+    #[test]
+    fn sticky_keys_are_the_sni_passed_or_terminated_else_the_address() {
+        let mut proxy = Proxy {
+            backends: Vec::new(),
+            balance: crate::model::Balance::Source,
+            hash_key: HashKey::Source,
+            health_check: None,
+            connect_timeout: std::time::Duration::from_secs(1),
+            idle_timeout: None,
+            send_proxy: None,
+            relay: Default::default(),
+        };
+        let mut client = ClientInfo {
+            peer: Peer::Tcp(([10, 0, 0, 7], 5000).into()),
+            local: None,
+            tls: None,
+            sni: None,
+        };
+        assert_eq!(sticky(&proxy, &client), [10, 0, 0, 7]);
+        client.sni = Some("db.example.com".into());
+        assert_eq!(sticky(&proxy, &client), [10, 0, 0, 7], "hash_key = source");
+        proxy.hash_key = HashKey::Sni;
+        assert_eq!(sticky(&proxy, &client), b"db.example.com");
+        client.sni = None;
+        client.tls = Some(TlsClient {
+            server_name: Some("app.example.com".into()),
+            ..TlsClient::default()
+        });
+        assert_eq!(sticky(&proxy, &client), b"app.example.com");
+        client.tls = Some(TlsClient::default());
+        assert_eq!(
+            sticky(&proxy, &client),
+            [10, 0, 0, 7],
+            "no SNI: the address"
+        );
+    }
 }

@@ -31,10 +31,13 @@ const FIRST_PEEK: usize = DECIDED_WITHIN;
 /// too slow to tell, with no `silent` service), to negotiate as usual.
 type Detected = Option<Negotiated>;
 
+/// Detects and routes; a passed-through ClientHello's server name goes to
+/// `sni` (for `hash_key = "sni"`).
 pub(super) async fn detect(
     stream: &Stream,
     options: &Detect,
     registry: &Registry,
+    sni: &mut Option<String>,
 ) -> io::Result<Detected> {
     let mut buf = Vec::new();
     let first = tokio::time::timeout(options.timeout, peek_more(stream, &mut buf, FIRST_PEEK));
@@ -74,7 +77,7 @@ pub(super) async fn detect(
                 Reply::Line,
             ),
         },
-        Protocol::Tls => route_tls(stream, &mut buf, options, registry).await?,
+        Protocol::Tls => route_tls(stream, &mut buf, options, registry, sni).await?,
         Protocol::Http => route_http(stream, &mut buf, options, registry).await?,
         probed => match options.probe_route(probed) {
             Some(name) => service(name.clone(), Routed::Probe(probed)),
@@ -143,6 +146,7 @@ async fn route_tls(
     buf: &mut Vec<u8>,
     options: &Detect,
     registry: &Registry,
+    sni: &mut Option<String>,
 ) -> io::Result<Detected> {
     let parse = |bytes: &[u8]| client_hello::parse(bytes, MAX_HELLO);
     let hello = match peek_parsed(stream, buf, HELLO_PEEK, parse).await? {
@@ -158,6 +162,7 @@ async fn route_tls(
         .server_name
         .as_deref()
         .and_then(|name| registry.by_sni(name));
+    sni.clone_from(&hello.server_name);
     Ok(by_name(
         hello.server_name.as_deref(),
         found.map(|service| &service.name),

@@ -59,6 +59,7 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
         local,
         peer,
         tls: None,
+        sni: None,
     };
     let via = client.peer.clone();
     let mut conn = Metered::new(Conn::Plain(stream));

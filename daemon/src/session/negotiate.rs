@@ -53,7 +53,7 @@ pub(super) async fn negotiate(
     }
     // Detection peeks at the socket; config keeps it off TLS listeners.
     if let Some(((options, registry), socket)) = detecting.zip(conn.get_ref().plain()) {
-        if let Some(decided) = detect::detect(socket, options, registry).await? {
+        if let Some(decided) = detect::detect(socket, options, registry, &mut client.sni).await? {
             return Ok(decided);
         }
     }
