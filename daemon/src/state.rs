@@ -117,14 +117,22 @@ impl Shared {
     pub fn render_metrics(&self) -> String {
         let settings = self.settings();
         let mut backends = Vec::new();
+        let mut queues = Vec::new();
         for service in settings.registry.services() {
+            if let (Some(_), Some(counts)) = (&service.queue, settings.usage.get(&service.name)) {
+                queues.push((service.name.to_string(), counts.connections.queue()));
+            }
             if let (ServiceKind::Proxy(proxy), Some(counts)) =
                 (&service.kind, settings.usage.get(&service.name))
             {
                 backends.extend(counts.pool.lines(service.name.as_str(), proxy));
             }
         }
-        self.metrics
-            .render(self.gate.active.get(), &self.hub.counts(), &backends)
+        self.metrics.render(
+            self.gate.active.get(),
+            &self.hub.counts(),
+            &backends,
+            &queues,
+        )
     }
 }

@@ -113,6 +113,17 @@ pub(super) fn services(shared: &Shared, settings: &Settings) -> Vec<Value> {
                 "set_at_runtime": disabled,
                 "active": counts.map_or(0, |c| c.connections.get()),
                 "max_connections": service.max_connections,
+                "queue": service.queue.as_ref().map(|queue| {
+                    let figures = counts.map(|c| c.connections.queue()).unwrap_or_default();
+                    json!({
+                        "waiting": figures.waiting,
+                        "max": queue.max,
+                        "timeout_seconds": queue.timeout.as_secs_f64(),
+                        "served": figures.served,
+                        "waited_seconds": figures.waited_seconds,
+                        "timeouts": figures.timeouts,
+                    })
+                }),
                 "totals": shared.metrics.totals(service.name.as_str()),
             })
         })

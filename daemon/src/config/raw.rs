@@ -141,6 +141,8 @@ pub(crate) struct RawService {
     pub(crate) allow_uid: Option<Vec<u32>>,
     pub(crate) allow_gid: Option<Vec<u32>>,
     pub(crate) max_connections: Option<Spanned<usize>>,
+    pub(crate) queue_timeout: Option<Spanned<ConfigDuration>>,
+    pub(crate) queue_max: Option<Spanned<usize>>,
     pub(crate) sni: Option<Spanned<Vec<String>>>,
     pub(crate) http_host: Option<Spanned<Vec<String>>>,
     pub(crate) allow_cert_names: Option<Spanned<Vec<String>>>,

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use tcpmux_proto::ServiceName;
 use toml::Spanned;
 
-use super::checks::at_least_one;
+use super::checks::{at_least_one, positive_duration};
 use super::error::{ConfigError, Source};
 use super::raw::{RawConfig, RawDropIn, RawService};
 use super::{etc_services, exec, proxy};
 use std::net::IpAddr;
 
 use crate::model::{
-    Access, Backend, Builtin, Cidr, HandoffRule, HostPattern, ListenAddr, ListenSpec, Service,
-    ServiceKind,
+    Access, Backend, Builtin, Cidr, HandoffRule, HostPattern, ListenAddr, ListenSpec, Queue,
+    Service, ServiceKind, DEFAULT_QUEUE_MAX,
 };
 use crate::registry::{default_services, loopback};
 
@@ -180,15 +180,42 @@ fn service(
     let kind = kind(src, &name, key_span, table)?;
     let access = access(src, table, &kind)?;
     let max_connections = at_least_one(src, "max_connections", table.max_connections.as_ref())?;
+    let queue = queue(src, table, max_connections)?;
     let (sni, http_host) = host_names(src, table)?;
     Ok(Service {
         message: table.message.clone().unwrap_or_default(),
         access,
         max_connections,
+        queue,
         sni,
         http_host,
         ..Service::new(name, kind)
     })
+}
+
+/// `queue_timeout` and `queue_max`: a queue needs a cap to wait for.
+fn queue(
+    src: Source<'_>,
+    table: &RawService,
+    max_connections: Option<usize>,
+) -> Result<Option<Queue>, ConfigError> {
+    let timeout = positive_duration(src, "queue_timeout", table.queue_timeout.as_ref())?;
+    let max = at_least_one(src, "queue_max", table.queue_max.as_ref())?;
+    match (timeout, &table.queue_max, max_connections) {
+        (None, Some(given), _) => Err(src.at(
+            given.span(),
+            "queue_max needs queue_timeout: how long a client may wait",
+        )),
+        (Some(_), _, None) => Err(src.at(
+            table.queue_timeout.as_ref().map_or(0..0, |t| t.span()),
+            "queue_timeout needs max_connections: the queue waits for a free connection",
+        )),
+        (Some(timeout), _, Some(_)) => Ok(Some(Queue {
+            max: max.unwrap_or(DEFAULT_QUEUE_MAX),
+            timeout,
+        })),
+        (None, None, _) => Ok(None),
+    }
 }
 
 /// `sni` (host names, `*.` one-label wildcards allowed) and `http_host`.

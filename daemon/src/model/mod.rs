@@ -46,6 +46,9 @@ pub struct Service {
     /// Cap on its simultaneous connections (counted in the daemon's runtime
     /// state, which a reload keeps).
     pub max_connections: Option<usize>,
+    /// Where clients wait when `max_connections` is reached, instead of
+    /// being refused (`queue_timeout`, `queue_max`).
+    pub queue: Option<Queue>,
     /// TLS server names it answers to on detecting listeners (`sni`).
     pub sni: Vec<HostPattern>,
     /// HTTP hosts it answers to on detecting listeners (`http_host`).
@@ -61,11 +64,31 @@ impl Service {
             message: String::new(),
             access: Access::default(),
             max_connections: None,
+            queue: None,
             sni: Vec::new(),
             http_host: Vec::new(),
         }
     }
 }
+
+/// A service's queue: at most `max` clients wait, each at most `timeout`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Queue {
+    pub max: usize,
+    pub timeout: std::time::Duration,
+}
+
+/// The queue's figures, for the metrics and `show services`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QueueFigures {
+    pub waiting: usize,
+    pub served: u64,
+    pub waited_seconds: f64,
+    pub timeouts: u64,
+}
+
+/// The queue length when `queue_timeout` is set without `queue_max`.
+pub const DEFAULT_QUEUE_MAX: usize = 1024;
 
 /// What a registered name does: one variant per kind, each served by its own
 /// file in `services/`.

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::lag::Lag;
+use crate::model::QueueFigures;
 
 /// One service's connections by (outcome, how they were routed), and the
 /// bytes its finished connections moved.
@@ -81,6 +82,7 @@ impl Metrics {
         active: usize,
         handoff: &[(String, usize)],
         backends: &[BackendLine],
+        queues: &[(String, QueueFigures)],
     ) -> String {
         let mut out = String::new();
         family(
@@ -138,6 +140,7 @@ impl Metrics {
             );
         }
         render_backends(&mut out, backends);
+        render_queues(&mut out, queues);
         self.lag.render(&mut out);
         out
     }
@@ -162,6 +165,51 @@ pub struct BackendLine {
     pub admin: crate::model::AdminState,
     /// Whether the operator set its state or weight at run time.
     pub set_at_runtime: bool,
+}
+
+/// The queues of services with `queue_timeout`.
+fn render_queues(out: &mut String, queues: &[(String, QueueFigures)]) {
+    type Value = fn(&QueueFigures) -> String;
+    let families: [(&str, &str, &str, Value); 4] = [
+        (
+            "tcpmuxd_service_queue_length",
+            "gauge",
+            "Clients waiting in the service's queue now.",
+            |q| q.waiting.to_string(),
+        ),
+        (
+            "tcpmuxd_service_queue_wait_seconds_sum",
+            "counter",
+            "Seconds the clients served from the queue waited, in all.",
+            |q| q.waited_seconds.to_string(),
+        ),
+        (
+            "tcpmuxd_service_queue_served_total",
+            "counter",
+            "Clients served from the queue (the wait's count).",
+            |q| q.served.to_string(),
+        ),
+        (
+            "tcpmuxd_service_queue_timeouts_total",
+            "counter",
+            "Clients refused after queue_timeout in the queue.",
+            |q| q.timeouts.to_string(),
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        if queues.is_empty() {
+            break;
+        }
+        family(out, name, kind, help);
+        for (service, figures) in queues {
+            let _ = writeln!(
+                out,
+                "{name}{{service=\"{}\"}} {}",
+                escape(service),
+                value(figures)
+            );
+        }
+    }
 }
 
 fn render_backends(out: &mut String, backends: &[BackendLine]) {
@@ -248,7 +296,21 @@ mod tests {
         metrics.record("echo", "served", "tcpmux", 10, 20);
         metrics.record("echo", "served", "tcpmux", 1, 2);
         metrics.record("-", "refused", "tcpmux", 5, 30);
-        let text = metrics.render(3, &[("app".into(), 2)], &[]);
+        let queue = QueueFigures {
+            waiting: 4,
+            served: 7,
+            waited_seconds: 1.5,
+            timeouts: 2,
+        };
+        let text = metrics.render(3, &[("app".into(), 2)], &[], &[("db".into(), queue)]);
+        for line in [
+            "tcpmuxd_service_queue_length{service=\"db\"} 4\n",
+            "tcpmuxd_service_queue_wait_seconds_sum{service=\"db\"} 1.5\n",
+            "tcpmuxd_service_queue_served_total{service=\"db\"} 7\n",
+            "tcpmuxd_service_queue_timeouts_total{service=\"db\"} 2\n",
+        ] {
+            assert!(text.contains(line), "{line}");
+        }
         assert!(text.contains(
             "tcpmuxd_connections_total{service=\"echo\",outcome=\"served\",routed=\"tcpmux\"} 2\n"
         ));

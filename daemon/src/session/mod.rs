@@ -15,7 +15,7 @@ use tokio::io::AsyncWriteExt;
 
 use self::negotiate::negotiate;
 use self::opening::{Negotiated, Reply};
-use crate::admission::OwnConnections;
+use crate::admission::{Busy, OwnConnections, ServiceCounts, Slot};
 use crate::model::{ClientInfo, ListenOptions, Peer, Routed, Service};
 use crate::net::close::close_gracefully;
 use crate::net::conn::Conn;
@@ -331,12 +331,14 @@ async fn serve_named(
         }
         return Outcome::Refused(reason.into());
     }
-    let Some(_slot) = counts.connections.acquire(service.max_connections) else {
-        let reason = "service busy: too many connections, try again later";
-        if tcpmux {
-            refuse(conn, reason).await;
+    let _slot = match queued(conn, &counts, service).await {
+        Ok(slot) => slot,
+        Err(reason) => {
+            if tcpmux && reason != CLIENT_LEFT {
+                refuse(conn, reason).await;
+            }
+            return Outcome::Refused(reason.into());
         }
-        return Outcome::Refused(reason.into());
     };
     let stats = || shared.render_metrics();
     let context = services::Context {
@@ -352,4 +354,46 @@ async fn serve_named(
         Ok(outcome) => outcome,
         Err(e) => Outcome::ServiceError(e),
     }
+}
+
+/// Why a queued client was not served because it went away.
+const CLIENT_LEFT: &str = "client left the queue";
+
+/// A unit of `service`'s connection cap, waiting for one in its queue if it
+/// has one. The client's socket is watched meanwhile: one that resets leaves
+/// the queue at once rather than holding a place for nobody. One that only
+/// half-closed stays: it may still be waiting for its answer (a request sent
+/// with its FIN), as HAProxy keeps it without `abortonclose`.
+async fn queued(
+    conn: &mut Metered<Conn>,
+    counts: &ServiceCounts,
+    service: &Service,
+) -> Result<Slot, &'static str> {
+    let cap = service.max_connections;
+    let busy = match service.queue.as_ref() {
+        None => counts.connections.acquire(cap).ok_or(Busy::Full),
+        Some(queue) => {
+            let wait = counts.connections.acquire_queued(cap, Some(queue));
+            tokio::pin!(wait);
+            let mut peeked = [0u8; 512];
+            let (mut seen, mut watch) = (0, true);
+            loop {
+                tokio::select! {
+                    biased;
+                    got = &mut wait => break got,
+                    peek = conn.get_mut().peek_beyond(&mut peeked, seen), if watch => match peek {
+                        // Once the buffer is full or the client half-closed,
+                        // the socket has no more to say: only wait.
+                        Ok(p) => (seen, watch) = (p.len, !p.ended && p.len < peeked.len()),
+                        Err(_) => return Err(CLIENT_LEFT),
+                    },
+                }
+            }
+        }
+    };
+    busy.map_err(|busy| match busy {
+        Busy::Full => "service busy: too many connections, try again later",
+        Busy::QueueFull => "service busy: the queue is full, try again later",
+        Busy::TimedOut => "service busy: waited too long in the queue, try again later",
+    })
 }

@@ -13,7 +13,11 @@ use std::time::Instant;
 use tcpmux_proto::ServiceName;
 
 use crate::model::{Limits, Peer, ServiceKind};
+
 use crate::registry::Registry;
+
+mod counter;
+pub use counter::{Busy, Counter, Slot};
 
 /// Why a connection was not admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,37 +34,6 @@ impl fmt::Display for Refusal {
             Refusal::AddressFull => "too many connections from your address",
             Refusal::AddressTooFast => "too many new connections from your address, slow down",
         })
-    }
-}
-
-/// A count of things in use with an optional cap; shared by every connection that
-/// counts against it.
-#[derive(Clone, Debug, Default)]
-pub struct Counter(Arc<AtomicUsize>);
-
-/// One unit of a [`Counter`]; dropping it gives the unit back.
-#[derive(Debug)]
-pub struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Counter {
-    /// Takes a unit unless `max` are already taken.
-    pub fn acquire(&self, max: Option<usize>) -> Option<Slot> {
-        let previous = self.0.fetch_add(1, Ordering::AcqRel);
-        let slot = Slot(Arc::clone(&self.0));
-        match max {
-            Some(max) if previous >= max => None, // dropping `slot` undoes the add
-            _ => Some(slot),
-        }
-    }
-
-    pub fn get(&self) -> usize {
-        self.0.load(Ordering::Acquire)
     }
 }
 

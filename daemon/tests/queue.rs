@@ -1,0 +1,173 @@
+//! `queue_timeout`: a client that finds a service at its `max_connections`
+//! waits in line and is served when a connection ends, or hears
+//! `-service busy` at the timeout or when the line is full; one that goes
+//! away while waiting leaves the line.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+
+use common::{read_all, read_line, Daemon, PATIENCE};
+
+/// A client of `name` whose answer has not been read yet.
+fn ask(daemon: &Daemon, name: &str) -> TcpStream {
+    let mut stream = daemon.connect();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    stream.write_all(format!("{name}\r\n").as_bytes()).unwrap();
+    stream
+}
+
+fn answer(stream: &mut TcpStream) -> String {
+    String::from_utf8(read_line(stream)).unwrap()
+}
+
+/// The figure on a metrics line of `family` for `service`, once `ok` holds.
+fn wait_for_figure(daemon: &Daemon, family: &str, service: &str, ok: impl Fn(f64) -> bool) -> f64 {
+    let prefix = format!("{family}{{service=\"{service}\"}} ");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let stats = String::from_utf8(daemon.exchange(b"stats\r\n")).unwrap();
+        let figure = stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.parse::<f64>().ok());
+        if let Some(value) = figure.filter(|v| ok(*v)) {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{prefix} never right in {stats}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+fn queue_length(daemon: &Daemon, service: &str, wanted: f64) {
+    wait_for_figure(daemon, "tcpmuxd_service_queue_length", service, |v| {
+        v == wanted
+    });
+}
+
+#[test]
+fn a_waiting_client_is_served_in_turn_when_a_connection_ends() {
+    let daemon =
+        Daemon::with_config("[service.echo]\nmax_connections = 1\nqueue_timeout = \"60s\"\n");
+    let mut first = ask(&daemon, "echo");
+    assert_eq!(answer(&mut first), "+\r\n");
+    let mut second = ask(&daemon, "echo");
+    queue_length(&daemon, "echo", 1.0);
+    let mut third = ask(&daemon, "echo");
+    queue_length(&daemon, "echo", 2.0);
+    // The first one ends; the second (not the third) gets its turn.
+    drop(first);
+    assert_eq!(answer(&mut second), "+\r\n");
+    second.write_all(b"hello\n").unwrap();
+    let mut echoed = [0u8; 6];
+    second.read_exact(&mut echoed).unwrap();
+    assert_eq!(&echoed, b"hello\n");
+    queue_length(&daemon, "echo", 1.0);
+    drop(second);
+    assert_eq!(answer(&mut third), "+\r\n");
+    queue_length(&daemon, "echo", 0.0);
+    wait_for_figure(&daemon, "tcpmuxd_service_queue_served_total", "echo", |v| {
+        v == 2.0
+    });
+    let waited = wait_for_figure(
+        &daemon,
+        "tcpmuxd_service_queue_wait_seconds_sum",
+        "echo",
+        |v| v > 0.0,
+    );
+    assert!(waited < PATIENCE.as_secs_f64() * 2.0, "waited {waited} s");
+}
+
+#[test]
+fn the_timeout_and_a_full_queue_say_busy() {
+    let daemon = Daemon::with_config(
+        "[service.echo]\nmax_connections = 1\nqueue_timeout = \"300ms\"\nqueue_max = 1\n",
+    );
+    let mut first = ask(&daemon, "echo");
+    assert_eq!(answer(&mut first), "+\r\n");
+    let mut waiting = ask(&daemon, "echo");
+    queue_length(&daemon, "echo", 1.0);
+    // The line holds one: the next is refused at once, not after a wait.
+    let mut over = ask(&daemon, "echo");
+    assert_eq!(
+        answer(&mut over),
+        "-service busy: the queue is full, try again later\r\n"
+    );
+    assert_eq!(
+        answer(&mut waiting),
+        "-service busy: waited too long in the queue, try again later\r\n"
+    );
+    wait_for_figure(
+        &daemon,
+        "tcpmuxd_service_queue_timeouts_total",
+        "echo",
+        |v| v == 1.0,
+    );
+    queue_length(&daemon, "echo", 0.0);
+    // The first client was never disturbed.
+    first.write_all(b"still\n").unwrap();
+    let mut echoed = [0u8; 6];
+    first.read_exact(&mut echoed).unwrap();
+    assert_eq!(&echoed, b"still\n");
+}
+
+#[test]
+fn a_client_that_resets_leaves_the_line_and_one_that_half_closed_keeps_its_place() {
+    let backend = common::echo_backend();
+    let daemon = Daemon::with_config(&format!(
+        "[service.db]\nproxy = \"{backend}\"\nmax_connections = 1\nqueue_timeout = \"60s\"\n"
+    ));
+    let mut first = ask(&daemon, "db");
+    assert_eq!(answer(&mut first), "+\r\n");
+    let reset = ask(&daemon, "db");
+    queue_length(&daemon, "db", 1.0);
+    socket2::SockRef::from(&reset)
+        .set_linger(Some(std::time::Duration::ZERO))
+        .unwrap();
+    drop(reset);
+    queue_length(&daemon, "db", 0.0);
+    // A request sent with its FIN (`printf 'db\r\nrow\n' | nc -N`) waits
+    // for its answer like any other.
+    let mut half_closed = ask(&daemon, "db");
+    half_closed.write_all(b"row\n").unwrap();
+    half_closed.shutdown(Shutdown::Write).unwrap();
+    queue_length(&daemon, "db", 1.0);
+    let mut next = ask(&daemon, "db");
+    queue_length(&daemon, "db", 2.0);
+    drop(first);
+    assert_eq!(read_all(&mut half_closed), b"+\r\nrow\n");
+    assert_eq!(answer(&mut next), "+\r\n");
+    assert_eq!(
+        common::send_and_receive(&mut next, b"more\n".to_vec()),
+        b"more\n"
+    );
+    queue_length(&daemon, "db", 0.0);
+}
+
+#[test]
+fn queue_keys_need_what_they_wait_for() {
+    for (config, words) in [
+        (
+            "[service.echo]\nqueue_timeout = \"5s\"\n",
+            "queue_timeout needs max_connections",
+        ),
+        (
+            "[service.echo]\nmax_connections = 2\nqueue_max = 10\n",
+            "queue_max needs queue_timeout",
+        ),
+        (
+            "[service.echo]\nmax_connections = 2\nqueue_timeout = \"5s\"\nqueue_max = 0\n",
+            "queue_max",
+        ),
+        (
+            "[service.echo]\nmax_connections = 2\nqueue_timeout = \"0s\"\n",
+            "queue_timeout",
+        ),
+    ] {
+        common::assert_config_rejected(config, words);
+    }
+}
