@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Protocol detection against sslh, the tool people use for it, in one run:
-# new connections per second for clients whose first bytes are an SSH banner
-# or a TLS ClientHello (routed by SNI), and one-connection throughput through
-# each, on the same backends (tcpmux-bench source: N bytes, then EOF).
+# new connections per second for clients whose first bytes are an SSH banner,
+# a TLS ClientHello (routed by SNI), an OpenVPN (TCP) hard reset, an XMPP
+# stream header or a SOCKS5 greeting, and one-connection throughput for SSH
+# and TLS, on the same backends (tcpmux-bench source: N bytes, then EOF).
 #   bench/detect.sh [SECONDS] [CLIENTS] [BYTES]
 # Needs sslh (Debian's package: sslh-fork as `sslh`, and sslh-select).
 # Loopback only; every process started here is stopped by PID on exit.
@@ -27,7 +28,7 @@ start_front() { # start_front KIND BACKEND_PORT: the front on $FRONT, PID in $FP
   case $1 in
     tcpmuxd)
       cat > "$WORK/t.toml" <<CFG
-listen = [{ address = "127.0.0.1:$FRONT", detect = true, ssh = "ssh" }]
+listen = [{ address = "127.0.0.1:$FRONT", detect = true, ssh = "ssh", openvpn = "ssh", xmpp = "ssh", socks = "ssh" }]
 [service.ssh]
 proxy = "127.0.0.1:$2"
 [service.tls]
@@ -35,8 +36,9 @@ proxy = "127.0.0.1:$2"
 sni = ["bench.example"]
 CFG
       RUST_LOG=warn target/release/tcpmuxd --config "$WORK/t.toml" & FPID=$! ;;
-    sslh-fork) sslh -f -p 127.0.0.1:$FRONT --ssh 127.0.0.1:$2 --tls 127.0.0.1:$2 >/dev/null 2>&1 & FPID=$! ;;
-    sslh-select) sslh-select -f -p 127.0.0.1:$FRONT --ssh 127.0.0.1:$2 --tls 127.0.0.1:$2 >/dev/null 2>&1 & FPID=$! ;;
+    sslh-*) bin=$1; [ "$1" = sslh-fork ] && bin=sslh  # Debian's sslh is sslh-fork
+      $bin -f -p 127.0.0.1:$FRONT --ssh 127.0.0.1:$2 --tls 127.0.0.1:$2 \
+        --openvpn 127.0.0.1:$2 --xmpp 127.0.0.1:$2 --socks5 127.0.0.1:$2 >/dev/null 2>&1 & FPID=$! ;;
   esac
   PIDS+=($FPID)
   wait_port $FRONT
@@ -48,7 +50,7 @@ FRONTS="tcpmuxd sslh-fork"
 command -v sslh-select >/dev/null && FRONTS="$FRONTS sslh-select"
 for front in $FRONTS; do
   start_front $front $SMALL
-  for probe in ssh tls:bench.example; do
+  for probe in ssh tls:bench.example openvpn xmpp socks5; do
     line=$($B short --connect 127.0.0.1:$FRONT --probe $probe --connections $CLIENTS --duration "$SECONDS_EACH" --label "$front ${probe%%:*}")
     echo "$line"
     RATE[$front,${probe%%:*}]=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "connections/s") print $(i-1) }' <<< "$line")
@@ -64,10 +66,10 @@ for front in $FRONTS; do
 done
 
 echo
-echo "| front | ssh conn/s | tls conn/s | ssh MB/s (1 conn) | tls MB/s (1 conn) |"
-echo "|---|---:|---:|---:|---:|"
+echo "| front | ssh conn/s | tls conn/s | openvpn conn/s | xmpp conn/s | socks5 conn/s | ssh MB/s (1 conn) | tls MB/s (1 conn) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for front in $FRONTS; do
-  echo "| $front | ${RATE[$front,ssh]} | ${RATE[$front,tls]} | ${MBS[$front,ssh]} | ${MBS[$front,tls]} |"
+  echo "| $front | ${RATE[$front,ssh]} | ${RATE[$front,tls]} | ${RATE[$front,openvpn]} | ${RATE[$front,xmpp]} | ${RATE[$front,socks5]} | ${MBS[$front,ssh]} | ${MBS[$front,tls]} |"
 done
 for kind in ssh tls; do
   best_rate=0 best_mbs=0
@@ -78,4 +80,13 @@ for kind in ssh tls; do
   done
   awk -v k=$kind -v r="${RATE[tcpmuxd,$kind]}" -v br="$best_rate" -v m="${MBS[tcpmuxd,$kind]}" -v bm="$best_mbs" \
     'BEGIN { printf "%s: tcpmuxd %.2fx the better sslh on connections/s, %.2fx on one-connection MB/s\n", k, r / br, m / bm }'
+done
+for kind in openvpn xmpp socks5; do
+  best_rate=0
+  for front in $FRONTS; do
+    [ "$front" = tcpmuxd ] && continue
+    best_rate=$(awk -v a="$best_rate" -v b="${RATE[$front,$kind]}" 'BEGIN { print (b > a) ? b : a }')
+  done
+  awk -v k=$kind -v r="${RATE[tcpmuxd,$kind]}" -v br="$best_rate" \
+    'BEGIN { printf "%s: tcpmuxd %.2fx the better sslh on connections/s\n", k, r / br }'
 done

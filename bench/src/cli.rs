@@ -73,7 +73,8 @@ pub enum Command {
         #[arg(long)]
         service: Option<String>,
         /// Send these first bytes instead of a name (for detecting listeners
-        /// and sslh): `ssh` (an SSH banner) or `tls:NAME` (a ClientHello for NAME).
+        /// and sslh): `ssh` (an SSH banner), `tls:NAME` (a ClientHello for NAME),
+        /// or a client's opening of `openvpn`, `xmpp` or `socks5`.
         #[arg(long, conflicts_with = "service", value_parser = probe_bytes)]
         probe: Option<Probe>,
         /// TCP Fast Open (TCP_FASTOPEN_CONNECT): the request rides in the SYN.
@@ -234,7 +235,7 @@ pub enum Command {
         /// Negotiate this TCPMUX service first (leave out for plain TCP targets).
         #[arg(long)]
         service: Option<String>,
-        /// Send these first bytes instead (`ssh` or `tls:NAME`), as in `short`.
+        /// Send these first bytes instead (see `short`).
         #[arg(long, conflicts_with = "service", value_parser = probe_bytes)]
         probe: Option<Probe>,
         #[arg(long, default_value_t = 1)]
@@ -250,15 +251,32 @@ pub enum Command {
     },
 }
 
-/// The first bytes of `--probe`: `ssh` (an SSH identification string) or
-/// `tls:NAME` (a TLS ClientHello asking for NAME).
+/// The first bytes of `--probe`: `ssh` (an SSH identification string),
+/// `tls:NAME` (a TLS ClientHello asking for NAME), or a client's opening of
+/// `openvpn` (a TCP-mode hard reset, as openvpn 2.6 sends it), `xmpp` (a
+/// client stream header) or `socks5` (a greeting offering no
+/// authentication).
 pub fn probe_bytes(spec: &str) -> Result<Probe, String> {
+    let fixed: Option<&[u8]> = match spec {
+        "ssh" => Some(b"SSH-2.0-tcpmux-bench\r\n"),
+        "openvpn" => Some(b"\x00\x0e\x38\x1f\x2e\x3d\x4c\x5b\x6a\x79\x88\x00\x00\x00\x00\x00"),
+        "xmpp" => Some(
+            b"<?xml version='1.0'?><stream:stream to='bench.example' xmlns='jabber:client' \
+              xmlns:stream='http://etherx.jabber.org/streams' version='1.0'>",
+        ),
+        "socks5" => Some(b"\x05\x01\x00"),
+        _ => None,
+    };
+    if let Some(bytes) = fixed {
+        return Ok(Probe(bytes.to_vec()));
+    }
     match spec.split_once(':') {
-        None if spec == "ssh" => Ok(Probe(b"SSH-2.0-tcpmux-bench\r\n".to_vec())),
         Some(("tls", name)) if !name.is_empty() => Ok(Probe(
             tcpmux_proto::sniff::client_hello::build(Some(name), &["h2"], 0, 16384),
         )),
-        _ => Err(format!("{spec:?}: expected ssh or tls:NAME")),
+        _ => Err(format!(
+            "{spec:?}: expected ssh, tls:NAME, openvpn, xmpp or socks5"
+        )),
     }
 }
 
