@@ -55,7 +55,7 @@ complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand sweep" -l endl
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand sweep" -s h -l help -d 'Print help'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l connect -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l service -d 'Service to ask for; its whole answer is read (e.g. daytime). Leave out for a plain port (inetd\'s own daytime): nothing is sent, the answer read' -r
-complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l probe -d 'Send these first bytes instead of a name (for detecting listeners and sslh): `ssh` (an SSH banner) or `tls:NAME` (a ClientHello for NAME)' -r
+complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l probe -d 'Send these first bytes instead of a name (for detecting listeners and sslh): `ssh` (an SSH banner), `tls:NAME` (a ClientHello for NAME), or a client\'s opening of `openvpn`, `xmpp` or `socks5`' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l connections -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l duration -d 'Seconds to run' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l label -d 'Label for the report line' -r
@@ -118,7 +118,7 @@ complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-bulk" -l l
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-bulk" -s h -l help -d 'Print help'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand bulk" -l connect -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand bulk" -l service -d 'Negotiate this TCPMUX service first (leave out for plain TCP targets)' -r
-complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand bulk" -l probe -d 'Send these first bytes instead (`ssh` or `tls:NAME`), as in `short`' -r
+complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand bulk" -l probe -d 'Send these first bytes instead (see `short`)' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand bulk" -l connections -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand bulk" -l expect -d 'Bytes each connection must receive; a mismatch fails the run' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand bulk" -l repeat -d 'Runs; the report gives the median aggregate rate' -r

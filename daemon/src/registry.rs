@@ -12,26 +12,46 @@ use crate::model::{Builtin, Cidr, HostPattern, Service, ServiceKind};
 pub struct Registry {
     services: BTreeMap<ServiceName, Service>,
     help_text: Vec<u8>,
-    /// Host names to services, for detecting listeners.
-    sni_exact: HashMap<String, ServiceName>,
-    sni_wildcard: HashMap<String, ServiceName>,
+    /// Host names to services, for detecting listeners; a TLS name may have
+    /// several services, one per `alpn` set.
+    sni_exact: HashMap<String, Vec<ServiceName>>,
+    sni_wildcard: HashMap<String, Vec<ServiceName>>,
     http_hosts: HashMap<String, ServiceName>,
+    /// ALPN protocols of services without `sni`.
+    alpn_only: HashMap<String, ServiceName>,
+}
+
+/// Why a TLS client got its service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsMatch {
+    /// Its server name alone.
+    Sni,
+    /// One of its ALPN protocols (with its server name, or alone).
+    Alpn,
 }
 
 impl Registry {
     /// Builds a registry; names are already unique because they are map keys.
     pub fn new(services: BTreeMap<ServiceName, Service>) -> Self {
         let help_text = render_help(services.keys().map(ServiceName::as_str));
-        let mut sni_exact: HashMap<String, ServiceName> = HashMap::new();
-        let mut sni_wildcard: HashMap<String, ServiceName> = HashMap::new();
+        let mut sni_exact: HashMap<String, Vec<ServiceName>> = HashMap::new();
+        let mut sni_wildcard: HashMap<String, Vec<ServiceName>> = HashMap::new();
         let mut http_hosts: HashMap<String, ServiceName> = HashMap::new();
+        let mut alpn_only: HashMap<String, ServiceName> = HashMap::new();
         for service in services.values() {
             for pattern in &service.sni {
-                let (map, host): (&mut HashMap<_, _>, _) = match pattern {
+                let (map, host): (&mut HashMap<_, Vec<_>>, _) = match pattern {
                     HostPattern::Exact(host) => (&mut sni_exact, host),
                     HostPattern::Wildcard(suffix) => (&mut sni_wildcard, suffix),
                 };
-                map.insert(host.clone(), service.name.clone());
+                map.entry(host.clone())
+                    .or_default()
+                    .push(service.name.clone());
+            }
+            if service.sni.is_empty() {
+                for protocol in &service.alpn {
+                    alpn_only.insert(protocol.clone(), service.name.clone());
+                }
             }
             for host in &service.http_host {
                 http_hosts.insert(host.clone(), service.name.clone());
@@ -43,6 +63,7 @@ impl Registry {
             sni_exact,
             sni_wildcard,
             http_hosts,
+            alpn_only,
         }
     }
 
@@ -55,14 +76,69 @@ impl Registry {
         self.services.get(name)
     }
 
-    /// The service whose `sni` matches `server_name` (lower case): an exact
-    /// name first, then a one-label wildcard.
+    /// The service whose `sni` matches `server_name` (lower case) for a
+    /// client that offers no ALPN protocol.
     pub fn by_sni(&self, server_name: &str) -> Option<&Service> {
-        let name = self.sni_exact.get(server_name).or_else(|| {
-            let (_, parent) = server_name.split_once('.')?;
-            self.sni_wildcard.get(parent)
-        })?;
-        self.services.get(name)
+        self.by_hello(Some(server_name), &[])
+            .map(|(service, _)| service)
+    }
+
+    /// The service for a ClientHello with `server_name` (lower case) that
+    /// offers `alpn` (in its order of preference). The most specific wins:
+    /// an exact name before a one-label wildcard; for a name, a service that
+    /// also lists one of the protocols before one without `alpn`; then a
+    /// service without `sni` that lists one of the protocols.
+    pub fn by_hello(
+        &self,
+        server_name: Option<&str>,
+        alpn: &[String],
+    ) -> Option<(&Service, TlsMatch)> {
+        let named = server_name.into_iter().flat_map(|name| {
+            let parent = name.split_once('.').map(|(_, parent)| parent);
+            [
+                self.sni_exact.get(name),
+                parent.and_then(|p| self.sni_wildcard.get(p)),
+            ]
+        });
+        for candidates in named.flatten() {
+            let candidates: Vec<&Service> = candidates
+                .iter()
+                .filter_map(|n| self.services.get(n))
+                .collect();
+            let with_protocol = alpn
+                .iter()
+                .find_map(|p| candidates.iter().find(|s| s.alpn.contains(p)));
+            if let Some(service) = with_protocol {
+                return Some((service, TlsMatch::Alpn));
+            }
+            if let Some(service) = candidates.iter().find(|s| s.alpn.is_empty()) {
+                return Some((service, TlsMatch::Sni));
+            }
+        }
+        let by_protocol = alpn.iter().find_map(|p| self.alpn_only.get(p))?;
+        Some((self.services.get(by_protocol)?, TlsMatch::Alpn))
+    }
+
+    /// On a TLS listener, the service for the protocol the handshake agreed
+    /// on: one whose `alpn` lists it and whose `sni` (if any) matches the
+    /// name the client asked for.
+    pub fn by_negotiated(&self, server_name: Option<&str>, protocol: &str) -> Option<&Service> {
+        let offered = [protocol.to_owned()];
+        match self.by_hello(server_name, &offered)? {
+            (service, TlsMatch::Alpn) => Some(service),
+            (_, TlsMatch::Sni) => None,
+        }
+    }
+
+    /// Every protocol some service lists in `alpn`, in service order, once.
+    pub fn alpn_protocols(&self) -> Vec<&str> {
+        let mut all: Vec<&str> = Vec::new();
+        for protocol in self.services().flat_map(|s| &s.alpn) {
+            if !all.contains(&protocol.as_str()) {
+                all.push(protocol);
+            }
+        }
+        all
     }
 
     /// The service whose `http_host` is `host` (lower case, no port).

@@ -299,3 +299,33 @@ fn rsa_and_ed25519_certificates_from_openssl_serve_beside_a_plain_listener() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+#[ignore = "needs openssl"]
+fn a_tls_listener_routes_by_the_protocol_the_handshake_agreed() {
+    let dir = common::scratch_dir();
+    let ca = Ca::new(&dir, "ca");
+    let server = ca.server("server", 1);
+    let app = common::tagged_echo("127.0.0.1:0".parse().unwrap(), "APP:");
+    let mut daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", tls = {{ cert = \"{}\", key = \"{}\" }} }}]\n\
+         [service.app]\nproxy = \"{app}\"\nalpn = [\"x-app\", \"h2\"]\n",
+        server.cert.display(),
+        server.key.display()
+    ));
+    let port = daemon.addr.port();
+    // The service's protocol: the decrypted stream goes to it, no TCPMUX line.
+    for offer in ["x-app", "x-unknown,h2"] {
+        let (_, out) = s_client(port, &ca.pem, &["-alpn", offer], b"ping\n", Some(9));
+        assert_eq!(out, "APP:ping\n", "offering {offer}");
+    }
+    // tcpmux first on the server's list; no ALPN at all: a TCPMUX line.
+    for args in [&["-alpn", "h2,tcpmux"][..], &[]] {
+        let (_, out) = s_client(port, &ca.pem, args, b"echo\r\nping\r\n", Some(9));
+        assert_eq!(out, "+\r\nping\r\n", "{args:?}");
+    }
+    daemon
+        .wait_for_log(|l| l.contains("routed=alpn") && l.contains("service=app"))
+        .expect("logged as routed by ALPN");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -91,23 +91,41 @@ fn add_tables(
     Ok(())
 }
 
-/// A host name routes to one service only.
+/// A host name routes to one service only; with `alpn`, a host name and a
+/// protocol do (two services may share a name for different protocols), and
+/// a protocol of services without `sni` routes to one of them.
 fn claim_host_names(
     src: Source<'_>,
     key: &Spanned<String>,
     service: &Service,
     services: &BTreeMap<ServiceName, Service>,
 ) -> Result<(), ConfigError> {
+    let both_alpn = |other: &Service| match (service.alpn.is_empty(), other.alpn.is_empty()) {
+        (true, true) => Some(String::new()),
+        (false, false) => service
+            .alpn
+            .iter()
+            .find(|p| other.alpn.contains(p))
+            .cloned(),
+        _ => None,
+    };
     for other in services.values().filter(|o| o.name != service.name) {
         let sni = service.sni.iter().find(|p| other.sni.contains(p));
         let http = service
             .http_host
             .iter()
             .find(|h| other.http_host.contains(h));
-        let (what, host) = match (sni, http) {
-            (Some(p), _) => ("sni", p.to_string()),
-            (None, Some(h)) => ("http_host", h.clone()),
-            (None, None) => continue,
+        let shared_alpn = both_alpn(other);
+        let (what, host) = match (sni, http, shared_alpn) {
+            (Some(p), _, Some(a)) if a.is_empty() => ("sni", p.to_string()),
+            (Some(p), _, Some(a)) => ("sni", format!("{p} with alpn {a}")),
+            (_, Some(h), _) => ("http_host", h.clone()),
+            (None, None, Some(a))
+                if !a.is_empty() && service.sni.is_empty() && other.sni.is_empty() =>
+            {
+                ("alpn", a)
+            }
+            _ => continue,
         };
         return Err(src.at(
             key.span(),
@@ -182,6 +200,7 @@ fn service(
     let max_connections = at_least_one(src, "max_connections", table.max_connections.as_ref())?;
     let queue = queue(src, table, max_connections)?;
     let (sni, http_host) = host_names(src, table)?;
+    let alpn = alpn(src, table)?;
     Ok(Service {
         message: table.message.clone().unwrap_or_default(),
         access,
@@ -189,6 +208,7 @@ fn service(
         queue,
         sni,
         http_host,
+        alpn,
         ..Service::new(name, kind)
     })
 }
@@ -216,6 +236,27 @@ fn queue(
         })),
         (None, None, _) => Ok(None),
     }
+}
+
+/// `alpn`: protocol names as a ClientHello carries them (1 to 255 bytes),
+/// other than `tcpmux`, which asks a TLS listener for a TCPMUX line.
+fn alpn(src: Source<'_>, table: &RawService) -> Result<Vec<String>, ConfigError> {
+    let Some(list) = &table.alpn else {
+        return Ok(Vec::new());
+    };
+    let fault = |why: String| Err(src.at(list.span(), why));
+    if list.get_ref().is_empty() {
+        return fault("alpn needs at least one protocol name, e.g. [\"h2\"]".into());
+    }
+    for name in list.get_ref() {
+        if name.is_empty() || name.len() > 255 {
+            return fault(format!("alpn protocol {name:?} must be 1 to 255 bytes"));
+        }
+        if name.as_bytes() == super::tls::ALPN {
+            return fault("alpn \"tcpmux\" is TCPMUX over TLS itself: leave it out".into());
+        }
+    }
+    Ok(list.get_ref().clone())
 }
 
 /// `sni` (host names, `*.` one-label wildcards allowed) and `http_host`.

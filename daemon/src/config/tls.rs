@@ -80,6 +80,17 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
     })
 }
 
+/// Offers `protocols` (the services' `alpn`) after `tcpmux` on a TLS
+/// listener, so a client that asks for one of them is routed by it.
+pub(crate) fn offer_alpn(tls: &mut Tls, protocols: &[&str]) {
+    let mut server = (*tls.server).clone();
+    server.alpn_protocols = std::iter::once(ALPN)
+        .chain(protocols.iter().map(|p| p.as_bytes()))
+        .map(<[u8]>::to_vec)
+        .collect();
+    tls.server = Arc::new(server);
+}
+
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read {
         what,

@@ -53,6 +53,9 @@ pub struct Service {
     pub sni: Vec<HostPattern>,
     /// HTTP hosts it answers to on detecting listeners (`http_host`).
     pub http_host: Vec<String>,
+    /// TLS application protocols it answers to (`alpn`): by the ClientHello on
+    /// detecting listeners, by the negotiated protocol on TLS listeners.
+    pub alpn: Vec<String>,
 }
 
 impl Service {
@@ -67,6 +70,7 @@ impl Service {
             queue: None,
             sni: Vec::new(),
             http_host: Vec::new(),
+            alpn: Vec::new(),
         }
     }
 }

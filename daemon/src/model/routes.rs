@@ -125,6 +125,9 @@ impl fmt::Display for HostPattern {
 pub enum Routed {
     Tcpmux,
     Sni,
+    /// By a TLS client's ALPN protocol (with its SNI or alone), passed
+    /// through or, on a TLS listener, by the protocol the handshake agreed.
+    Alpn,
     Ssh,
     Http,
     Silent,
@@ -139,6 +142,7 @@ impl Routed {
         match self {
             Routed::Tcpmux => "tcpmux",
             Routed::Sni => "sni",
+            Routed::Alpn => "alpn",
             Routed::Ssh => "ssh",
             Routed::Http => "http",
             Routed::Silent => "silent",

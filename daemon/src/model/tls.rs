@@ -69,6 +69,8 @@ pub struct TlsClient {
     pub common_name: Option<String>,
     /// The server name the client asked for (SNI), lower case.
     pub server_name: Option<String>,
+    /// The application protocol the handshake agreed on (ALPN), if any.
+    pub alpn: Option<String>,
 }
 
 impl TlsClient {

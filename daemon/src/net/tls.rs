@@ -73,6 +73,9 @@ pub async fn accept(
             .map(|c| cipher_name(c.suite()))
             .unwrap_or_default(),
         server_name: session.server_name().map(str::to_ascii_lowercase),
+        alpn: session
+            .alpn_protocol()
+            .map(|p| String::from_utf8_lossy(p).into_owned()),
         ..TlsClient::default()
     };
     // rustls has verified the chain; only the leaf's names are read here.

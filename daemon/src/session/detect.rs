@@ -14,7 +14,7 @@ use super::opening::{Negotiated, Reply};
 use crate::model::{Detect, MatchRule, Routed, MATCH_WINDOW};
 use crate::net::stream::Stream;
 use crate::ops::log_format::clipped;
-use crate::registry::Registry;
+use crate::registry::{Registry, TlsMatch};
 
 /// The largest ClientHello accepted (post-quantum key shares make them 2 to 10
 /// KiB; 64 KiB is the most a handshake message here may declare).
@@ -158,17 +158,18 @@ async fn route_tls(
         }
         Parsed::Ended => return Ok(incomplete("TLS ClientHello", Routed::Sni)),
     };
-    let found = hello
-        .server_name
-        .as_deref()
-        .and_then(|name| registry.by_sni(name));
+    let found = registry.by_hello(hello.server_name.as_deref(), &hello.alpn);
     sni.clone_from(&hello.server_name);
+    let routed = match found {
+        Some((_, TlsMatch::Alpn)) => Routed::Alpn,
+        _ => Routed::Sni,
+    };
     Ok(by_name(
         hello.server_name.as_deref(),
-        found.map(|service| &service.name),
+        found.map(|(service, _)| &service.name),
         options.sni_default.as_ref(),
         ByName {
-            routed: Routed::Sni,
+            routed,
             reply: Reply::Close,
             unknown: "no service for SNI",
             absent: "ClientHello without SNI and no sni_default",

@@ -78,10 +78,10 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
                 // upstream is the address its header announces.
                 let admit =
                     |peer: &Peer| admission.admit_address(&shared.gate, peer, &settings.limits);
-                let detecting = listen.detect.as_ref().map(|d| (d, &*settings.registry));
+                let routes = (listen.detect.as_ref(), &*settings.registry);
                 let tls = listen.tls.as_ref().map(|t| Arc::clone(&t.server));
                 let negotiation =
-                    negotiate(&mut conn, expect_header, &mut client, admit, tls, detecting);
+                    negotiate(&mut conn, expect_header, &mut client, admit, tls, routes);
                 // Boxed, so its buffers and the TLS handshake are gone from the
                 // session once it is over instead of sized into every session.
                 Box::pin(tokio::time::timeout(

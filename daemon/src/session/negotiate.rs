@@ -33,7 +33,7 @@ pub(super) async fn negotiate(
     client: &mut ClientInfo,
     admit: impl FnOnce(&Peer) -> Result<(), Refusal>,
     tls: Option<Arc<rustls::ServerConfig>>,
-    detecting: Option<(&Detect, &Registry)>,
+    (detecting, registry): (Option<&Detect>, &Registry),
 ) -> io::Result<Negotiated> {
     if expect_header {
         if let Some(stop) = read_proxy_header(conn, client).await? {
@@ -46,13 +46,21 @@ pub(super) async fn negotiate(
     // After the PROXY header (an upstream sends it in clear) and admission (a
     // refused address costs no handshake); under the same timeout.
     if let Some(config) = tls {
-        match conn.get_mut().start_tls(config).await {
-            Ok(established) => client.tls = Some(established),
+        let established = match conn.get_mut().start_tls(config).await {
+            Ok(established) => client.tls.insert(established),
             Err(e) => return Ok(Negotiated::TlsFailed(e)),
+        };
+        // A protocol other than TCPMUX was agreed: it names the service.
+        if let Some(protocol) = established.alpn.as_deref() {
+            if let Some(service) =
+                registry.by_negotiated(established.server_name.as_deref(), protocol)
+            {
+                return Ok(Negotiated::Routed(service.name.clone(), Routed::Alpn));
+            }
         }
     }
     // Detection peeks at the socket; config keeps it off TLS listeners.
-    if let Some(((options, registry), socket)) = detecting.zip(conn.get_ref().plain()) {
+    if let Some((options, socket)) = detecting.zip(conn.get_ref().plain()) {
         if let Some(decided) = detect::detect(socket, options, registry, &mut client.sni).await? {
             return Ok(decided);
         }
