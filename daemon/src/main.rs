@@ -35,6 +35,11 @@ fn daemon_main() -> ExitCode {
                 for warning in &config.warnings {
                     eprintln!("tcpmuxd: warning: {warning}");
                 }
+                if let Some(warning) =
+                    privileges::transparent_warning(config.registry.has_transparent_proxy())
+                {
+                    eprintln!("tcpmuxd: warning: {warning}");
+                }
                 let listen: Vec<String> =
                     config.listen.iter().map(|l| l.addr.to_string()).collect();
                 println!(
@@ -219,9 +224,16 @@ fn run_workers(
         sets
     };
     if let Some((uid, gid)) = config.run_as.take() {
-        if let Err(e) = privileges::drop_privileges(uid, gid) {
+        if let Err(e) =
+            privileges::drop_privileges(uid, gid, config.registry.has_transparent_proxy())
+        {
             return fail(e);
         }
+    }
+    // After the drop, which keeps the capability when it is there to keep.
+    if let Some(warning) = privileges::transparent_warning(config.registry.has_transparent_proxy())
+    {
+        tracing::warn!("{warning}");
     }
     // One set of counters for every worker: limits and metrics are the daemon's.
     let counters = Counters::default();

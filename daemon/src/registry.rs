@@ -157,6 +157,12 @@ impl Registry {
             .any(|s| matches!(s.kind, ServiceKind::Handoff(_)))
     }
 
+    /// Whether a proxy service connects from its clients' addresses.
+    pub fn has_transparent_proxy(&self) -> bool {
+        self.services()
+            .any(|s| matches!(&s.kind, ServiceKind::Proxy(p) if p.transparent))
+    }
+
     /// Names in HELP order (sorted).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.services.keys().map(ServiceName::as_str)

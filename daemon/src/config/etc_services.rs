@@ -49,6 +49,7 @@ pub(crate) fn import(
             idle_timeout: None,
             send_proxy: None,
             relay: RelayMode::default(),
+            transparent: false,
         };
         let kind = ServiceKind::Proxy(Arc::new(proxy));
         services.insert(name.clone(), Service::new(name, kind));

@@ -65,6 +65,21 @@ pub(crate) fn proxy(
         &[("splice", RelayMode::Splice), ("copy", RelayMode::Copy)],
     )?
     .unwrap_or_default();
+    let transparent = table.transparent.as_ref().is_some_and(|t| *t.get_ref());
+    if let Some(unix) = backends
+        .iter()
+        .find(|b| matches!(b.backend, Backend::Unix(_)))
+    {
+        if transparent {
+            return Err(src.at(
+                proxy.span(),
+                format!(
+                    "transparent = true needs TCP backends: {} is a Unix socket",
+                    unix.backend
+                ),
+            ));
+        }
+    }
     Ok(Proxy {
         backends,
         balance,
@@ -74,6 +89,7 @@ pub(crate) fn proxy(
         idle_timeout,
         send_proxy,
         relay,
+        transparent,
     })
 }
 

@@ -126,6 +126,7 @@ pub(crate) struct RawService {
     pub(crate) relay: Option<Spanned<String>>,
     pub(crate) balance: Option<Spanned<String>>,
     pub(crate) hash_key: Option<Spanned<String>>,
+    pub(crate) transparent: Option<Spanned<bool>>,
     pub(crate) health_check: Option<Spanned<RawHealthCheck>>,
     pub(crate) exec: Option<Spanned<Vec<String>>>,
     pub(crate) handoff: Option<Spanned<RawHandoff>>,
@@ -170,6 +171,11 @@ impl RawService {
             ),
             ("relay", self.relay.as_ref().map(Spanned::span), "proxy"),
             ("balance", self.balance.as_ref().map(Spanned::span), "proxy"),
+            (
+                "transparent",
+                self.transparent.as_ref().map(Spanned::span),
+                "proxy",
+            ),
             (
                 "hash_key",
                 self.hash_key.as_ref().map(Spanned::span),

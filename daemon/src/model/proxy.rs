@@ -26,6 +26,9 @@ pub struct Proxy {
     /// Send the backend a PROXY protocol header naming the real client.
     pub send_proxy: Option<ProxyVersion>,
     pub relay: RelayMode,
+    /// Connect from the client's own address (`transparent = true`):
+    /// IP_TRANSPARENT, so the backend sees the client without PROXY headers.
+    pub transparent: bool,
 }
 
 impl Proxy {

@@ -20,6 +20,24 @@ pub struct Peeked {
     pub ended: bool,
 }
 
+/// A socket for `backend` bound to `source` with IP(V6)_TRANSPARENT set.
+fn transparent_socket(
+    backend: SocketAddr,
+    source: SocketAddr,
+) -> io::Result<tokio::net::TcpSocket> {
+    let socket = match backend {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    let sock = socket2::SockRef::from(&socket);
+    match backend {
+        SocketAddr::V4(_) => sock.set_ip_transparent_v4(true)?,
+        SocketAddr::V6(_) => sock.set_ip_transparent_v6(true)?,
+    }
+    socket.bind(source)?;
+    Ok(socket)
+}
+
 /// A connected stream socket: a client, or a proxy's backend.
 #[derive(Debug)]
 pub enum Stream {
@@ -38,6 +56,29 @@ impl Stream {
             }
             Endpoint::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).await?)),
         }
+    }
+
+    /// Connects to a TCP backend from `source` (a client's address) when it
+    /// is given and of the backend's family: IP_TRANSPARENT lets the socket
+    /// take an address that is not this host's. The client's port is kept
+    /// when free, so the backend sees exactly the client; else any port.
+    pub async fn connect_from(
+        endpoint: &Endpoint,
+        source: Option<SocketAddr>,
+    ) -> io::Result<Stream> {
+        let (Endpoint::Tcp(addr), Some(source)) = (endpoint, source) else {
+            return Stream::connect(endpoint).await;
+        };
+        if addr.is_ipv4() != source.is_ipv4() {
+            return Stream::connect(endpoint).await;
+        }
+        let socket = transparent_socket(*addr, source).or_else(|e| match e.kind() {
+            io::ErrorKind::AddrInUse => transparent_socket(*addr, SocketAddr::new(source.ip(), 0)),
+            _ => Err(e),
+        })?;
+        let stream = socket.connect(*addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Stream::Tcp(stream))
     }
 
     /// Runs a raw non-blocking operation once the socket is ready for `interest`,

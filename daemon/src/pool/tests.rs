@@ -22,6 +22,7 @@ fn proxy(balance: Balance, weights: &[u32]) -> Proxy {
         idle_timeout: None,
         send_proxy: None,
         relay: RelayMode::Splice,
+        transparent: false,
     }
 }
 

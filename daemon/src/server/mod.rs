@@ -146,7 +146,7 @@ impl Server {
         })?;
         // Everything privileged (binding port 1, creating sockets in /run) is done.
         if let Some((uid, gid)) = config.run_as {
-            drop_privileges(uid, gid)?;
+            drop_privileges(uid, gid, config.registry.has_transparent_proxy())?;
         }
         // Only now may the process have a second thread.
         logging::start_writer();

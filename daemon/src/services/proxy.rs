@@ -29,8 +29,9 @@ pub async fn serve(
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
-    let (mut backend, used) = match connect_first(proxy, service, pool, sticky(proxy, client)).await
-    {
+    // A client behind a PROXY header is the address it announced.
+    let source = client.peer.tcp_addr().filter(|_| proxy.transparent);
+    let (mut backend, used) = match connect_first(proxy, service, pool, client, source).await {
         Ok(connected) => connected,
         Err(failure) => {
             // The client learns why in general terms; backend addresses stay in the log.
@@ -107,8 +108,10 @@ async fn connect_first(
     proxy: &Proxy,
     service: &str,
     pool: &Pool,
-    sticky: Vec<u8>,
+    client: &ClientInfo,
+    source: Option<std::net::SocketAddr>,
 ) -> Result<(Stream, Endpoint), ConnectFailure> {
+    let sticky = sticky(proxy, client);
     let Some(members) = pool.members(proxy, proxy.connect_timeout).await else {
         return Err(ConnectFailure {
             reason: "backends not resolved yet",
@@ -131,7 +134,8 @@ async fn connect_first(
     let mut reason = "no backend configured";
     for member in order.iter().filter_map(|&i| members.list.get(i)) {
         let endpoint = &member.endpoint;
-        match tokio::time::timeout(proxy.connect_timeout, Stream::connect(endpoint)).await {
+        let connect = Stream::connect_from(endpoint, source);
+        match tokio::time::timeout(proxy.connect_timeout, connect).await {
             Ok(Ok(stream)) => {
                 pool.connected(endpoint);
                 return Ok((stream, endpoint.clone()));
@@ -140,6 +144,9 @@ async fn connect_first(
                 reason = match e.kind() {
                     io::ErrorKind::ConnectionRefused => "connection refused",
                     io::ErrorKind::NotFound => "backend socket not found",
+                    io::ErrorKind::PermissionDenied if source.is_some() => {
+                        "transparent connect not permitted (needs CAP_NET_ADMIN)"
+                    }
                     _ => "backend connection failed",
                 };
                 detail.push(format!("{endpoint}: {e}"));
@@ -177,6 +184,7 @@ mod tests {
             idle_timeout: None,
             send_proxy: None,
             relay: Default::default(),
+            transparent: false,
         };
         let mut client = ClientInfo {
             peer: Peer::Tcp(([10, 0, 0, 7], 5000).into()),
