@@ -171,3 +171,61 @@ fn queue_keys_need_what_they_wait_for() {
         common::assert_config_rejected(config, words);
     }
 }
+
+/// The tag a client of `name` reads after `+`: the backend that took it.
+fn tag_after_plus(stream: &mut TcpStream) -> String {
+    assert_eq!(answer(stream), "+\r\n");
+    let mut tag = [0u8; 1];
+    stream.read_exact(&mut tag).unwrap();
+    String::from_utf8_lossy(&tag).into_owned()
+}
+
+#[test]
+fn backends_at_their_own_max_connections_queue_or_refuse_the_next_client() {
+    let any = "127.0.0.1:0".parse().unwrap();
+    let (a, b) = (common::tagged_echo(any, "A"), common::tagged_echo(any, "B"));
+    let daemon = Daemon::with_config(&format!(
+        "[service.full]\nproxy = [{{ address = \"{a}\", max_connections = 1 }}, \
+                                  {{ address = \"{b}\", max_connections = 1 }}]\n\
+         balance = \"round-robin\"\n\
+         [service.line]\nproxy = [{{ address = \"{a}\", max_connections = 1 }}, \
+                                  {{ address = \"{b}\", max_connections = 1 }}]\n\
+         queue_timeout = \"60s\"\n"
+    ));
+    // Without a queue: one client per backend; the caps add up to the
+    // service's, so the third is refused like any client of a full service.
+    let mut held: Vec<TcpStream> = (0..2).map(|_| ask(&daemon, "full")).collect();
+    let mut tags: Vec<String> = held.iter_mut().map(tag_after_plus).collect();
+    tags.sort();
+    assert_eq!(tags, ["A", "B"]);
+    let mut third = ask(&daemon, "full");
+    assert_eq!(
+        answer(&mut third),
+        "-service busy: too many connections, try again later\r\n"
+    );
+    drop(held);
+    // With one (and balance "first"): A is full after one client, so the
+    // second goes to B; the third waits and takes B when it frees, passing
+    // over A, which is still full.
+    let mut first = ask(&daemon, "line");
+    assert_eq!(tag_after_plus(&mut first), "A");
+    let mut second = ask(&daemon, "line");
+    assert_eq!(tag_after_plus(&mut second), "B");
+    let mut waiting = ask(&daemon, "line");
+    queue_length(&daemon, "line", 1.0);
+    drop(second);
+    assert_eq!(tag_after_plus(&mut waiting), "B");
+    queue_length(&daemon, "line", 0.0);
+}
+
+#[test]
+fn a_backend_cap_needs_a_fixed_address() {
+    common::assert_config_rejected(
+        "[service.s]\nproxy = [{ address = \"db.example.internal:5432\", max_connections = 4 }]\n",
+        "max_connections needs a fixed address",
+    );
+    common::assert_config_rejected(
+        "[service.s]\nproxy = [{ address = \"127.0.0.1:5432\", max_connections = 0 }]\n",
+        "max_connections must be at least 1",
+    );
+}

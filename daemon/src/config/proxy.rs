@@ -110,15 +110,28 @@ fn backends(src: Source<'_>, proxy: &Spanned<toml::Value>) -> Result<Vec<Weighte
     }
     let mut backends = Vec::new();
     for entry in entries {
+        let mut max_connections = None;
         let (address, weight) = match entry {
             toml::Value::String(address) => (address.as_str(), 1),
             toml::Value::Table(table) => {
-                if let Some(key) = table.keys().find(|k| *k != "address" && *k != "weight") {
+                const KEYS: [&str; 3] = ["address", "weight", "max_connections"];
+                if let Some(key) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
                     return Err(src.at(
                         proxy.span(),
-                        format!("proxy: unknown key `{key}` (address, weight)"),
+                        format!("proxy: unknown key `{key}` (address, weight, max_connections)"),
                     ));
                 }
+                max_connections = match table.get("max_connections") {
+                    None => None,
+                    Some(n) => Some(
+                        n.as_integer()
+                            .and_then(|n| usize::try_from(n).ok())
+                            .filter(|n| *n >= 1)
+                            .ok_or_else(|| {
+                                src.at(proxy.span(), "proxy: max_connections must be at least 1")
+                            })?,
+                    ),
+                };
                 let address = table
                     .get("address")
                     .and_then(toml::Value::as_str)
@@ -149,7 +162,17 @@ fn backends(src: Source<'_>, proxy: &Spanned<toml::Value>) -> Result<Vec<Weighte
                 format!("proxy: {backend} takes its weights from its SRV records; drop `weight`"),
             ));
         }
-        backends.push(Weighted { backend, weight });
+        if max_connections.is_some() && backend.fixed().is_none() {
+            return Err(src.at(
+                proxy.span(),
+                format!("proxy: max_connections needs a fixed address (an IP or unix:), not {backend}, whose members DNS decides"),
+            ));
+        }
+        backends.push(Weighted {
+            backend,
+            weight,
+            max_connections,
+        });
     }
     Ok(backends)
 }

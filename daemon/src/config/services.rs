@@ -198,7 +198,11 @@ fn service(
     let kind = kind(src, &name, key_span, table)?;
     let access = access(src, table, &kind)?;
     let max_connections = at_least_one(src, "max_connections", table.max_connections.as_ref())?;
-    let queue = queue(src, table, max_connections)?;
+    let backends_cap = match &kind {
+        ServiceKind::Proxy(proxy) => proxy.capacity(),
+        _ => None,
+    };
+    let queue = queue(src, table, max_connections.or(backends_cap))?;
     let (sni, http_host) = host_names(src, table)?;
     let alpn = alpn(src, table)?;
     Ok(Service {
@@ -228,7 +232,7 @@ fn queue(
         )),
         (Some(_), _, None) => Err(src.at(
             table.queue_timeout.as_ref().map_or(0..0, |t| t.span()),
-            "queue_timeout needs max_connections: the queue waits for a free connection",
+            "queue_timeout needs max_connections (on the service, or on every backend): the queue waits for a free connection",
         )),
         (Some(timeout), _, Some(_)) => Ok(Some(Queue {
             max: max.unwrap_or(DEFAULT_QUEUE_MAX),

@@ -73,6 +73,19 @@ impl Service {
             alpn: Vec::new(),
         }
     }
+
+    /// How many clients it serves at once: its own `max_connections`, or
+    /// less when its backends' own caps add up to less.
+    pub fn connection_cap(&self) -> Option<usize> {
+        let backends = match &self.kind {
+            ServiceKind::Proxy(proxy) => proxy.capacity(),
+            _ => None,
+        };
+        match (self.max_connections, backends) {
+            (Some(own), Some(backends)) => Some(own.min(backends)),
+            (own, backends) => own.or(backends),
+        }
+    }
 }
 
 /// A service's queue: at most `max` clients wait, each at most `timeout`.

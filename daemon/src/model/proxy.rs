@@ -32,6 +32,24 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// The most connections `endpoint` may hold, if its backend says.
+    pub fn cap_of(&self, endpoint: &Endpoint) -> Option<usize> {
+        self.backends
+            .iter()
+            .filter(|b| b.max_connections.is_some())
+            .find(|b| b.backend.fixed().as_ref() == Some(endpoint))
+            .and_then(|b| b.max_connections)
+    }
+
+    /// What all the backends hold together when every one has its own
+    /// `max_connections`: clients beyond wait in the service's queue.
+    pub fn capacity(&self) -> Option<usize> {
+        self.backends
+            .iter()
+            .map(|b| b.max_connections)
+            .sum::<Option<usize>>()
+    }
+
     /// Whether some backend needs DNS (a name, or SRV records) to be found.
     pub fn follows_dns(&self) -> bool {
         self.backends.iter().any(|b| b.backend.fixed().is_none())
@@ -44,12 +62,19 @@ impl Proxy {
 pub struct Weighted {
     pub backend: Backend,
     pub weight: u32,
+    /// Connections it may hold at once (`max_connections` in its table);
+    /// only on a backend with a fixed address.
+    pub max_connections: Option<usize>,
 }
 
 impl Weighted {
     /// A backend at the default weight.
     pub fn one(backend: Backend) -> Weighted {
-        Weighted { backend, weight: 1 }
+        Weighted {
+            backend,
+            weight: 1,
+            max_connections: None,
+        }
     }
 }
 

@@ -108,7 +108,13 @@ pub async fn follow(
 /// last answered (none, before a first answer).
 fn members(proxy: &Proxy, answers: &[Answer]) -> Vec<Member> {
     let mut list = Vec::new();
-    for (Weighted { backend, weight }, answer) in proxy.backends.iter().zip(answers) {
+    for (
+        Weighted {
+            backend, weight, ..
+        },
+        answer,
+    ) in proxy.backends.iter().zip(answers)
+    {
         match backend.fixed_member(*weight) {
             Some(member) => list.push(member),
             None => list.extend(answer.members.iter().flatten().map(|m| Member {

@@ -192,6 +192,14 @@ impl Pool {
         Held(count)
     }
 
+    /// Counts a connection against `endpoint` unless it holds `max` already.
+    pub fn try_hold(&self, endpoint: &Endpoint, max: Option<usize>) -> Option<Held> {
+        let held = self.hold(endpoint);
+        // Dropping `held` undoes the count.
+        let within = max.map_or(true, |max| held.0.load(Ordering::Acquire) <= max);
+        within.then_some(held)
+    }
+
     /// Each of `candidates`' connections per unit of weight, in
     /// thousandths, read under one lock.
     fn loads(&self, list: &[Member], weights: &[u32], candidates: &[usize]) -> HashMap<usize, u64> {

@@ -13,6 +13,7 @@ fn proxy(balance: Balance, weights: &[u32]) -> Proxy {
                     .parse::<Backend>()
                     .unwrap(),
                 weight,
+                max_connections: None,
             })
             .collect(),
         balance,

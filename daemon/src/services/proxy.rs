@@ -16,7 +16,7 @@ use crate::net::relay::{relay, relay_streams};
 use crate::net::stream::{Metered, Stream};
 use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
-use crate::pool::Pool;
+use crate::pool::{Held, Pool};
 
 /// `status`: the `+` line's message, for a TCPMUX client; `pool` the
 /// service's balancing state; `own` the daemon's own connections (where this
@@ -31,7 +31,10 @@ pub async fn serve(
 ) -> io::Result<Outcome> {
     // A client behind a PROXY header is the address it announced.
     let source = client.peer.tcp_addr().filter(|_| proxy.transparent);
-    let (mut backend, used) = match connect_first(proxy, service, pool, client, source).await {
+    // `_held` counts the connection against its backend for the relay's life
+    // (least-connections, random-two, a backend's max_connections).
+    let (mut backend, used, _held) = match connect_first(proxy, service, pool, client, source).await
+    {
         Ok(connected) => connected,
         Err(failure) => {
             // The client learns why in general terms; backend addresses stay in the log.
@@ -42,8 +45,6 @@ pub async fn serve(
             )));
         }
     };
-    // Held for the relay's life, for least-connections and random-two.
-    let _held = pool.hold(&used);
     live.update(|d| d.backend = Some(used.to_string()));
     let traffic = &live.traffic;
     // Known as ours before a byte reaches the backend, so that if the backend
@@ -110,7 +111,7 @@ async fn connect_first(
     pool: &Pool,
     client: &ClientInfo,
     source: Option<std::net::SocketAddr>,
-) -> Result<(Stream, Endpoint), ConnectFailure> {
+) -> Result<(Stream, Endpoint, Held), ConnectFailure> {
     let sticky = sticky(proxy, client);
     let Some(members) = pool.members(proxy, proxy.connect_timeout).await else {
         return Err(ConnectFailure {
@@ -131,14 +132,18 @@ async fn connect_first(
         });
     }
     let mut detail = Vec::new();
-    let mut reason = "no backend configured";
+    let mut reason = "every backend is full";
     for member in order.iter().filter_map(|&i| members.list.get(i)) {
         let endpoint = &member.endpoint;
+        let Some(held) = pool.try_hold(endpoint, proxy.cap_of(endpoint)) else {
+            detail.push(format!("{endpoint}: at its max_connections"));
+            continue;
+        };
         let connect = Stream::connect_from(endpoint, source);
         match tokio::time::timeout(proxy.connect_timeout, connect).await {
             Ok(Ok(stream)) => {
                 pool.connected(endpoint);
-                return Ok((stream, endpoint.clone()));
+                return Ok((stream, endpoint.clone(), held));
             }
             Ok(Err(e)) => {
                 reason = match e.kind() {
