@@ -374,6 +374,19 @@ fn tls_configuration_errors_are_clear() {
         )),
         "unknown key `typo`",
     );
+    // An extra certificate with another's key, or a key left out.
+    let other = setup.ca.server("other", 2);
+    let mismatched = format!(
+        ", certs = [{{ cert = \"{}\", key = \"{}\" }}]",
+        other.cert.display(),
+        setup.server.key.display()
+    );
+    common::assert_config_rejected(
+        &listen(&setup.tls_table(&mismatched)),
+        &format!("tls cert {}", other.cert.display()),
+    );
+    let keyless = format!(", certs = [{{ cert = \"{}\" }}]", other.cert.display());
+    common::assert_config_rejected(&listen(&setup.tls_table(&keyless)), "missing field `key`");
 }
 
 /// `tcpmux --tls`, the command a user runs: exit 3 and one line for a refused

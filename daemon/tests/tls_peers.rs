@@ -329,3 +329,73 @@ fn a_tls_listener_routes_by_the_protocol_the_handshake_agreed() {
         .expect("logged as routed by ALPN");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The CN of the certificate a listener on `port` presents to openssl for
+/// `server_name` (none: no SNI), verified against the CA and, with a name,
+/// for that name.
+fn presented(port: u16, ca: &Path, server_name: Option<&str>) -> String {
+    common::require_program("openssl", "version", "openssl");
+    let mut command = Command::new("openssl");
+    command
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+        .args(["-CAfile", ca.to_str().unwrap(), "-verify_return_error"])
+        .args(["-nameopt", "sep_multiline"]);
+    match server_name {
+        Some(name) => command.args(["-servername", name, "-verify_hostname", name]),
+        None => command.arg("-noservername"),
+    };
+    let out = command
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .expect("run openssl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{server_name:?}: {text}");
+    let subject = text.split("subject=").nth(1).unwrap_or_default();
+    let cn = subject.lines().find_map(|l| l.trim().strip_prefix("CN="));
+    cn.unwrap_or_else(|| panic!("{server_name:?}: no subject CN in {text}"))
+        .to_owned()
+}
+
+#[test]
+#[ignore = "needs openssl"]
+fn each_certificate_is_served_for_its_names_and_the_default_for_the_rest() {
+    use common::pki::LeafSpec;
+    let dir = common::scratch_dir();
+    let ca = Ca::new(&dir, "ca");
+    let leaf = |file: &str, dns: &[&str]| {
+        ca.leaf(&LeafSpec {
+            file,
+            dns,
+            common_name: file,
+            serial: 7,
+            expired: false,
+            client: false,
+        })
+    };
+    let default = leaf("default", &["localhost", "other.test"]);
+    let app = leaf("app", &["app.example", "*.app.example"]);
+    let db = leaf("db", &["db.example"]);
+    let daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", tls = {{ cert = \"{}\", key = \"{}\", \
+         certs = [{{ cert = \"{}\", key = \"{}\" }}, {{ cert = \"{}\", key = \"{}\" }}] }} }}]\n",
+        default.cert.display(),
+        default.key.display(),
+        app.cert.display(),
+        app.key.display(),
+        db.cert.display(),
+        db.key.display(),
+    ));
+    let port = daemon.addr.port();
+    for (name, cn) in [
+        (Some("app.example"), "app"),
+        (Some("API.App.Example"), "app"),
+        (Some("db.example"), "db"),
+        (Some("localhost"), "default"),
+        (Some("other.test"), "default"),
+        (None, "default"),
+    ] {
+        assert_eq!(presented(port, &ca.pem, name), cn, "{name:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

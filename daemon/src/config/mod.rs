@@ -3,6 +3,7 @@
 //! every error names the file and, where the file has a place for it, the line
 //! and column.
 
+mod certs;
 mod checks;
 mod detect;
 mod durations;

@@ -51,6 +51,14 @@ pub(crate) struct RawTls {
     pub(crate) key: String,
     pub(crate) client_ca: Option<String>,
     pub(crate) client_auth: Option<String>,
+    pub(crate) certs: Option<Vec<RawCertPair>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCertPair {
+    pub(crate) cert: String,
+    pub(crate) key: String,
 }
 
 #[derive(Deserialize)]

@@ -1,18 +1,21 @@
-//! A listener's `tls = { cert, key, client_ca, client_auth }`: the PEM files
-//! read and turned into the rustls server configuration it serves with.
+//! A listener's `tls = { cert, key, certs, client_ca, client_auth }`: the PEM
+//! files read and turned into the rustls server configuration it serves with
+//! (`certs.rs` picks a certificate by SNI).
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
+use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 
 use super::error::Source;
-use super::raw::RawTls;
-use crate::model::{ClientAuth, Tls};
+use super::raw::{RawCertPair, RawTls};
+use crate::model::{CertPair, ClientAuth, Tls};
 
 /// Why a listener's `tls` cannot be used; each names the file and what is
 /// wrong with it.
@@ -49,6 +52,8 @@ pub enum TlsError {
         key: PathBuf,
         source: rustls::Error,
     },
+    #[error("tls certs: {}: no DNS name in its subjectAltNames or CN to serve it for", .0.display())]
+    NoNames(PathBuf),
     #[error("tls: {0}")]
     Rustls(rustls::Error),
 }
@@ -70,12 +75,18 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
         (Some("required" | "optional"), None) => return Err(TlsError::ClientAuthWithoutCa),
         (Some(other), _) => return Err(TlsError::ClientAuth(other.to_owned())),
     };
-    let server = server_config(&cert, &key, client_ca.as_deref(), client_auth)?;
+    let pair = |raw: &RawCertPair| CertPair {
+        cert: path(&raw.cert),
+        key: path(&raw.key),
+    };
+    let certs: Vec<CertPair> = raw.certs.iter().flatten().map(pair).collect();
+    let server = server_config((&cert, &key), &certs, client_ca.as_deref(), client_auth)?;
     Ok(Tls {
         cert,
         key,
         client_ca,
         client_auth,
+        certs,
         server: Arc::new(server),
     })
 }
@@ -118,18 +129,23 @@ fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'s
 }
 
 fn server_config(
-    cert: &Path,
-    key: &Path,
+    default: (&Path, &Path),
+    certs: &[CertPair],
     client_ca: Option<&Path>,
     client_auth: ClientAuth,
 ) -> Result<ServerConfig, TlsError> {
-    let chain = certificates("cert", cert)?;
-    let key_pem = read("key", key)?;
-    let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|source| TlsError::Key {
-        path: key.to_owned(),
-        source,
-    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let default = certified(default.0, default.1, &provider)?;
+    let extra = certs
+        .iter()
+        .map(|pair| {
+            Ok((
+                pair.cert.clone(),
+                certified(&pair.cert, &pair.key, &provider)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, TlsError>>()?;
+    let resolver = super::certs::by_name(default, extra).map_err(TlsError::NoNames)?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(TlsError::Rustls)?;
@@ -153,13 +169,22 @@ fn server_config(
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut config = builder
-        .with_single_cert(chain, private)
-        .map_err(|source| TlsError::Pair {
-            cert: cert.to_owned(),
-            key: key.to_owned(),
-            source,
-        })?;
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![ALPN.to_vec()];
     Ok(config)
+}
+
+/// One certificate chain and its private key, which must match.
+fn certified(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<CertifiedKey, TlsError> {
+    let chain = certificates("cert", cert)?;
+    let key_pem = read("key", key)?;
+    let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|source| TlsError::Key {
+        path: key.to_owned(),
+        source,
+    })?;
+    CertifiedKey::from_der(chain, private, provider).map_err(|source| TlsError::Pair {
+        cert: cert.to_owned(),
+        key: key.to_owned(),
+        source,
+    })
 }

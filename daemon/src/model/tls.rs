@@ -15,6 +15,9 @@ pub struct Tls {
     /// The CA that client certificates must chain to, if they are asked for.
     pub client_ca: Option<PathBuf>,
     pub client_auth: ClientAuth,
+    /// More certificates (`certs = [{ cert, key }, ...]`), each served for
+    /// the names in its subjectAltNames.
+    pub certs: Vec<CertPair>,
     /// What rustls serves: the chain, the key, the verifier, ALPN `tcpmux`.
     pub server: Arc<rustls::ServerConfig>,
 }
@@ -26,6 +29,7 @@ impl fmt::Debug for Tls {
             .field("key", &self.key)
             .field("client_ca", &self.client_ca)
             .field("client_auth", &self.client_auth)
+            .field("certs", &self.certs)
             .finish_non_exhaustive()
     }
 }
@@ -37,11 +41,19 @@ impl PartialEq for Tls {
             && self.key == other.key
             && self.client_ca == other.client_ca
             && self.client_auth == other.client_auth
+            && self.certs == other.certs
             && Arc::ptr_eq(&self.server, &other.server)
     }
 }
 
 impl Eq for Tls {}
+
+/// One more certificate of a listener, and its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertPair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
 
 /// Whether a TLS listener asks clients for a certificate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -85,4 +97,31 @@ impl TlsClient {
             .iter()
             .any(|name| allowed.iter().any(|a| a.eq_ignore_ascii_case(name)))
     }
+}
+
+/// A certificate's DNS subject alternative names (or its subject CN when it
+/// has none), and its CN.
+pub fn certificate_names(der: &[u8]) -> (Vec<String>, Option<String>) {
+    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+    let Ok((_, cert)) = X509Certificate::from_der(der) else {
+        return (Vec::new(), None);
+    };
+    let common_name = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_owned);
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let GeneralName::DNSName(dns) = name {
+                names.push((*dns).to_owned());
+            }
+        }
+    }
+    if names.is_empty() {
+        names.extend(common_name.clone());
+    }
+    (names, common_name)
 }

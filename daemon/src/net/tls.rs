@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 
 use super::stream::{Peeked, Stream};
-use crate::model::TlsClient;
+use crate::model::{certificate_names, TlsClient};
 
 /// A server-side TLS session over a client socket, with the plaintext read
 /// ahead by `peek` kept for the next read.
@@ -90,33 +90,6 @@ pub async fn accept(
         },
         client,
     ))
-}
-
-/// A certificate's DNS subject alternative names (or its subject CN when it
-/// has none), and its CN.
-pub fn certificate_names(der: &[u8]) -> (Vec<String>, Option<String>) {
-    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
-    let Ok((_, cert)) = X509Certificate::from_der(der) else {
-        return (Vec::new(), None);
-    };
-    let common_name = cert
-        .subject()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .map(str::to_owned);
-    let mut names = Vec::new();
-    if let Ok(Some(san)) = cert.subject_alternative_name() {
-        for name in &san.value.general_names {
-            if let GeneralName::DNSName(dns) = name {
-                names.push((*dns).to_owned());
-            }
-        }
-    }
-    if names.is_empty() {
-        names.extend(common_name.clone());
-    }
-    (names, common_name)
 }
 
 impl TlsConn {
