@@ -399,3 +399,57 @@ fn each_certificate_is_served_for_its_names_and_the_default_for_the_rest() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+#[ignore = "needs openssl"]
+fn a_revoked_client_certificate_is_refused_and_a_new_crl_applies_on_reload() {
+    use common::pki::LeafSpec;
+    let dir = common::scratch_dir();
+    let ca = Ca::new(&dir, "ca");
+    let server = ca.server("server", 1);
+    let client = |file: &str, serial: u64| {
+        ca.leaf(&LeafSpec {
+            file,
+            dns: &["ops.example.com"],
+            common_name: "ops.example.com",
+            serial,
+            expired: false,
+            client: true,
+        })
+    };
+    let (kept, revoked) = (client("kept", 21), client("revoked", 22));
+    let crl = ca.crl("crl", 1, &[22]);
+    let mut daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", tls = {{ cert = \"{}\", key = \"{}\", \
+         client_ca = \"{}\", client_crl = [\"{}\"] }} }}]\n",
+        server.cert.display(),
+        server.key.display(),
+        ca.pem.display(),
+        crl.display()
+    ));
+    let port = daemon.addr.port();
+    let daytime = |leaf: &Leaf| {
+        let (cert, key) = (leaf.cert.to_str().unwrap(), leaf.key.to_str().unwrap());
+        s_client(
+            port,
+            &ca.pem,
+            &["-cert", cert, "-key", key],
+            b"daytime\r\n",
+            None,
+        )
+        .1
+    };
+    assert!(daytime(&kept).starts_with("+\r\n"), "not revoked");
+    assert_eq!(daytime(&revoked), "", "revoked");
+    daemon
+        .wait_for_log(|l| l.contains("TLS handshake failed") && l.contains("evoked"))
+        .expect("the log says the certificate is revoked");
+    // A new CRL revokes the other one too; a reload reads it.
+    ca.crl("crl", 2, &[21, 22]);
+    daemon.signal("HUP");
+    daemon
+        .wait_for_log(|l| l.contains("configuration reloaded"))
+        .expect("reloaded");
+    assert_eq!(daytime(&kept), "", "revoked by the new CRL");
+    let _ = std::fs::remove_dir_all(&dir);
+}

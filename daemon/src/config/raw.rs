@@ -52,6 +52,7 @@ pub(crate) struct RawTls {
     pub(crate) client_ca: Option<String>,
     pub(crate) client_auth: Option<String>,
     pub(crate) certs: Option<Vec<RawCertPair>>,
+    pub(crate) client_crl: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]

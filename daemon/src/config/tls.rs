@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
@@ -54,6 +54,15 @@ pub enum TlsError {
     },
     #[error("tls certs: {}: no DNS name in its subjectAltNames or CN to serve it for", .0.display())]
     NoNames(PathBuf),
+    #[error("tls: client_crl needs client_ca: only client certificates are checked against it")]
+    CrlWithoutCa,
+    #[error("tls client_crl {}: {source}", path.display())]
+    Crl {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("tls client_crl {}: no PEM X509 CRL in it", .0.display())]
+    NoCrl(PathBuf),
     #[error("tls: {0}")]
     Rustls(rustls::Error),
 }
@@ -80,12 +89,18 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
         key: path(&raw.key),
     };
     let certs: Vec<CertPair> = raw.certs.iter().flatten().map(pair).collect();
-    let server = server_config((&cert, &key), &certs, client_ca.as_deref(), client_auth)?;
+    let client_crl: Vec<PathBuf> = raw.client_crl.iter().flatten().map(|p| path(p)).collect();
+    if !client_crl.is_empty() && client_ca.is_none() {
+        return Err(TlsError::CrlWithoutCa);
+    }
+    let client = (client_ca.as_deref(), client_auth, &client_crl[..]);
+    let server = server_config((&cert, &key), &certs, client)?;
     Ok(Tls {
         cert,
         key,
         client_ca,
         client_auth,
+        client_crl,
         certs,
         server: Arc::new(server),
     })
@@ -128,11 +143,12 @@ fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'s
     Ok(certs)
 }
 
+/// The rustls configuration: the certificates to serve, and how client
+/// certificates are checked (the CA, whether one is required, the CRLs).
 fn server_config(
     default: (&Path, &Path),
     certs: &[CertPair],
-    client_ca: Option<&Path>,
-    client_auth: ClientAuth,
+    (client_ca, client_auth, client_crl): (Option<&Path>, ClientAuth, &[PathBuf]),
 ) -> Result<ServerConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let default = certified(default.0, default.1, &provider)?;
@@ -160,7 +176,12 @@ fn server_config(
             for cert in certificates("client_ca", ca)? {
                 roots.add(cert).map_err(|e| unusable(e.to_string()))?;
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .with_crls(revocation_lists(client_crl)?)
+                // As HAProxy's crl-file: the client's own certificate is
+                // checked, and one whose CA has no CRL listed passes.
+                .only_check_end_entity_revocation()
+                .allow_unknown_revocation_status();
             let verifier = match client_auth {
                 ClientAuth::Optional => verifier.allow_unauthenticated(),
                 ClientAuth::Required | ClientAuth::None => verifier,
@@ -187,4 +208,25 @@ fn certified(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<Certi
         key: key.to_owned(),
         source,
     })
+}
+
+/// Every CRL in `paths` (PEM; a file may hold several).
+fn revocation_lists(
+    paths: &[PathBuf],
+) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsError> {
+    let mut all = Vec::new();
+    for path in paths {
+        let pem = read("client_crl", path)?;
+        let found = CertificateRevocationListDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| TlsError::Crl {
+                path: path.clone(),
+                source,
+            })?;
+        if found.is_empty() {
+            return Err(TlsError::NoCrl(path.clone()));
+        }
+        all.extend(found);
+    }
+    Ok(all)
 }

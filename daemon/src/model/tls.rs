@@ -15,6 +15,8 @@ pub struct Tls {
     /// The CA that client certificates must chain to, if they are asked for.
     pub client_ca: Option<PathBuf>,
     pub client_auth: ClientAuth,
+    /// CRLs that client certificates are checked against (`client_crl`).
+    pub client_crl: Vec<PathBuf>,
     /// More certificates (`certs = [{ cert, key }, ...]`), each served for
     /// the names in its subjectAltNames.
     pub certs: Vec<CertPair>,
@@ -30,6 +32,7 @@ impl fmt::Debug for Tls {
             .field("client_ca", &self.client_ca)
             .field("client_auth", &self.client_auth)
             .field("certs", &self.certs)
+            .field("client_crl", &self.client_crl)
             .finish_non_exhaustive()
     }
 }
@@ -42,6 +45,7 @@ impl PartialEq for Tls {
             && self.client_ca == other.client_ca
             && self.client_auth == other.client_auth
             && self.certs == other.certs
+            && self.client_crl == other.client_crl
             && Arc::ptr_eq(&self.server, &other.server)
     }
 }

@@ -43,6 +43,7 @@ impl Ca {
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::CrlSign,
         ];
         let key = KeyPair::generate().unwrap();
         let cert = params.self_signed(&key).unwrap();
@@ -100,6 +101,31 @@ impl Ca {
             expired: false,
             client: false,
         })
+    }
+
+    /// Writes `file`.pem, a CRL of this CA revoking the certificates with
+    /// serials `revoked`, and returns its path.
+    pub fn crl(&self, file: &str, number: u64, revoked: &[u64]) -> PathBuf {
+        let params = rcgen::CertificateRevocationListParams {
+            this_update: rcgen::date_time_ymd(2025, 1, 1),
+            next_update: rcgen::date_time_ymd(2099, 1, 1),
+            crl_number: SerialNumber::from(number),
+            issuing_distribution_point: None,
+            revoked_certs: revoked
+                .iter()
+                .map(|&serial| rcgen::RevokedCertParams {
+                    serial_number: SerialNumber::from(serial),
+                    revocation_time: rcgen::date_time_ymd(2025, 1, 1),
+                    reason_code: None,
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        };
+        let crl = params.signed_by(&self.issuer).unwrap();
+        let path = self.dir.join(format!("{file}.pem"));
+        std::fs::write(&path, crl.pem().unwrap()).unwrap();
+        path
     }
 
     /// A client certificate named `name` (as its DNS SAN and CN).
