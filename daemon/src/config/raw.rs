@@ -53,6 +53,7 @@ pub(crate) struct RawTls {
     pub(crate) client_auth: Option<String>,
     pub(crate) certs: Option<Vec<RawCertPair>>,
     pub(crate) client_crl: Option<Vec<String>>,
+    pub(crate) tickets: Option<bool>,
 }
 
 #[derive(Deserialize)]

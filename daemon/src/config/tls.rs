@@ -94,7 +94,7 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
         return Err(TlsError::CrlWithoutCa);
     }
     let client = (client_ca.as_deref(), client_auth, &client_crl[..]);
-    let server = server_config((&cert, &key), &certs, client)?;
+    let server = server_config((&cert, &key), &certs, client, raw.tickets.unwrap_or(true))?;
     Ok(Tls {
         cert,
         key,
@@ -149,6 +149,7 @@ fn server_config(
     default: (&Path, &Path),
     certs: &[CertPair],
     (client_ca, client_auth, client_crl): (Option<&Path>, ClientAuth, &[PathBuf]),
+    tickets: bool,
 ) -> Result<ServerConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let default = certified(default.0, default.1, &provider)?;
@@ -192,6 +193,13 @@ fn server_config(
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![ALPN.to_vec()];
+    match tickets {
+        true => config.ticketer = ticketer()?,
+        false => {
+            config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            config.send_tls13_tickets = 0;
+        }
+    }
     Ok(config)
 }
 
@@ -229,4 +237,18 @@ fn revocation_lists(
         all.extend(found);
     }
     Ok(all)
+}
+
+/// The session-ticket keys: one rotating set for the whole process, so a
+/// ticket from one worker resumes on another, and one from before a reload
+/// (which builds every listener's configuration anew) after it. rustls's
+/// ring ticketer makes a new key every 6 hours and accepts the previous one.
+fn ticketer() -> Result<Arc<dyn rustls::server::ProducesTickets>, TlsError> {
+    static TICKETER: std::sync::OnceLock<Arc<dyn rustls::server::ProducesTickets>> =
+        std::sync::OnceLock::new();
+    if let Some(made) = TICKETER.get() {
+        return Ok(Arc::clone(made));
+    }
+    let made = rustls::crypto::ring::Ticketer::new().map_err(TlsError::Rustls)?;
+    Ok(Arc::clone(TICKETER.get_or_init(|| made)))
 }

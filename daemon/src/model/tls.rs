@@ -87,6 +87,8 @@ pub struct TlsClient {
     pub server_name: Option<String>,
     /// The application protocol the handshake agreed on (ALPN), if any.
     pub alpn: Option<String>,
+    /// Whether the session was resumed (from a ticket) rather than new.
+    pub resumed: bool,
 }
 
 impl TlsClient {

@@ -76,6 +76,7 @@ pub async fn accept(
         alpn: session
             .alpn_protocol()
             .map(|p| String::from_utf8_lossy(p).into_owned()),
+        resumed: session.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
         ..TlsClient::default()
     };
     // rustls has verified the chain; only the leaf's names are read here.

@@ -25,6 +25,8 @@ pub struct Metrics {
     connections: Mutex<BTreeMap<String, Counts>>,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
+    /// TLS handshakes completed: full, and resumed from a ticket.
+    handshakes: [AtomicU64; 2],
     /// How late each event loop runs.
     pub lag: Arc<Lag>,
 }
@@ -50,6 +52,11 @@ impl Metrics {
         };
         *outcomes.outcomes.entry((outcome, routed)).or_insert(0) += 1;
         outcomes.bytes += bytes_in + bytes_out;
+    }
+
+    /// Counts a completed TLS handshake.
+    pub fn handshake(&self, resumed: bool) {
+        self.handshakes[usize::from(resumed)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Every service's finished connections and the bytes they moved (both
@@ -141,6 +148,19 @@ impl Metrics {
         }
         render_backends(&mut out, backends);
         render_queues(&mut out, queues);
+        family(
+            &mut out,
+            "tcpmuxd_tls_handshakes_total",
+            "counter",
+            "TLS handshakes completed on TLS listeners, full or resumed from a session ticket.",
+        );
+        for (resumed, count) in ["false", "true"].iter().zip(&self.handshakes) {
+            let count = count.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "tcpmuxd_tls_handshakes_total{{resumed=\"{resumed}\"}} {count}"
+            );
+        }
         self.lag.render(&mut out);
         out
     }

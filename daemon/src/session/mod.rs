@@ -290,6 +290,9 @@ fn report(
         ms = format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
         "connection"
     );
+    if let Some(tls) = &client.tls {
+        shared.metrics.handshake(tls.resumed);
+    }
     // Label by registered name only, so clients cannot grow the metric set.
     let label = if outcome.unnamed() { "-" } else { service_name };
     shared.metrics.record(
