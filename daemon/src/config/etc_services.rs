@@ -50,6 +50,7 @@ pub(crate) fn import(
             send_proxy: None,
             relay: RelayMode::default(),
             transparent: false,
+            backend_tls: None,
         };
         let kind = ServiceKind::Proxy(Arc::new(proxy));
         services.insert(name.clone(), Service::new(name, kind));

@@ -3,6 +3,7 @@
 //! every error names the file and, where the file has a place for it, the line
 //! and column.
 
+mod backend_tls;
 mod certs;
 mod checks;
 mod detect;
@@ -160,6 +161,7 @@ impl Config {
             warnings.push(format!("{origin}: no services (builtin_services = false and no [service.*] table): every client will be refused"));
         }
         listen::check_targets(src, listed.as_ref(), &listen, &registry)?;
+        warnings.extend(backend_tls::warnings(&registry));
         if let Some(tls) = listen.iter().find(|spec| spec.options.tls.is_some()) {
             if let Some(service) = registry
                 .services()

@@ -66,6 +66,11 @@ pub(crate) fn proxy(
     )?
     .unwrap_or_default();
     let transparent = table.transparent.as_ref().is_some_and(|t| *t.get_ref());
+    let backend_tls = table
+        .backend_tls
+        .as_ref()
+        .map(|raw| super::backend_tls::backend_tls(src, raw, &backends))
+        .transpose()?;
     if let Some(unix) = backends
         .iter()
         .find(|b| matches!(b.backend, Backend::Unix(_)))
@@ -90,6 +95,7 @@ pub(crate) fn proxy(
         send_proxy,
         relay,
         transparent,
+        backend_tls,
     })
 }
 

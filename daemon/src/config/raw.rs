@@ -137,6 +137,7 @@ pub(crate) struct RawService {
     pub(crate) balance: Option<Spanned<String>>,
     pub(crate) hash_key: Option<Spanned<String>>,
     pub(crate) transparent: Option<Spanned<bool>>,
+    pub(crate) backend_tls: Option<Spanned<super::backend_tls::RawBackendTls>>,
     pub(crate) health_check: Option<Spanned<RawHealthCheck>>,
     pub(crate) exec: Option<Spanned<Vec<String>>>,
     pub(crate) handoff: Option<Spanned<RawHandoff>>,
@@ -181,6 +182,11 @@ impl RawService {
             ),
             ("relay", self.relay.as_ref().map(Spanned::span), "proxy"),
             ("balance", self.balance.as_ref().map(Spanned::span), "proxy"),
+            (
+                "backend_tls",
+                self.backend_tls.as_ref().map(Spanned::span),
+                "proxy",
+            ),
             (
                 "transparent",
                 self.transparent.as_ref().map(Spanned::span),

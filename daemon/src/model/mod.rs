@@ -26,7 +26,7 @@ pub use listen::{ListenAddr, ListenAddrError, ListenOptions, ListenSpec};
 pub use pattern::{Pattern, PatternError, MATCH_WINDOW};
 pub use peer::{ClientInfo, Peer};
 pub use proxy::{
-    Backend, BackendError, Balance, Dns, Endpoint, HashKey, HealthCheck, Member, Proxy,
+    Backend, BackendError, BackendTls, Balance, Dns, Endpoint, HashKey, HealthCheck, Member, Proxy,
     ProxyVersion, RelayMode, Weighted, DEFAULT_CONNECT_TIMEOUT,
 };
 pub use routes::{

@@ -29,7 +29,36 @@ pub struct Proxy {
     /// Connect from the client's own address (`transparent = true`):
     /// IP_TRANSPARENT, so the backend sees the client without PROXY headers.
     pub transparent: bool,
+    /// TLS to the backends (`backend_tls`), if set.
+    pub backend_tls: Option<BackendTls>,
 }
+
+/// `backend_tls = { ca, server_name, cert, key, insecure_skip_verify }`:
+/// the client side of TLS to a proxy's backends, ready to connect with.
+#[derive(Clone)]
+pub struct BackendTls {
+    /// The name the backend's certificate must carry (and the SNI sent).
+    pub server_name: rustls::pki_types::ServerName<'static>,
+    pub client: std::sync::Arc<rustls::ClientConfig>,
+    /// `insecure_skip_verify = true`: any certificate is taken.
+    pub insecure: bool,
+    /// The settings as written, so a reload can tell whether they changed.
+    pub settings: String,
+}
+
+impl std::fmt::Debug for BackendTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.settings)
+    }
+}
+
+impl PartialEq for BackendTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.settings == other.settings && std::sync::Arc::ptr_eq(&self.client, &other.client)
+    }
+}
+
+impl Eq for BackendTls {}
 
 impl Proxy {
     /// The most connections `endpoint` may hold, if its backend says.

@@ -152,6 +152,16 @@ impl AsyncWrite for TlsConn {
     }
 }
 
+/// TLS to a proxy's backend over `stream`, its certificate verified as
+/// `tls` says (`backend_tls`).
+pub async fn connect_backend(
+    stream: Stream,
+    tls: &crate::model::BackendTls,
+) -> io::Result<tokio_rustls::client::TlsStream<Stream>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.client));
+    connector.connect(tls.server_name.clone(), stream).await
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::AsyncWriteExt;

@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::Pool;
-use crate::model::{AdminState, Endpoint, HealthCheck, Proxy};
+use crate::model::{AdminState, BackendTls, Endpoint, HealthCheck, Proxy};
 use crate::net::stream::Stream;
 
 /// Checks `proxy`'s members until the task is dropped.
@@ -35,8 +35,10 @@ pub async fn check_loop(service: String, proxy: Arc<Proxy>, pool: Arc<Pool>) {
                 continue;
             }
             let (endpoint, check) = (member.endpoint.clone(), Arc::clone(&check));
+            let proxy = Arc::clone(&proxy);
             probes.spawn(async move {
-                let passed = tokio::time::timeout(check.timeout, probe(&endpoint, &check))
+                let tls = proxy.backend_tls.as_ref();
+                let passed = tokio::time::timeout(check.timeout, probe(&endpoint, &check, tls))
                     .await
                     .is_ok_and(|r| r);
                 (endpoint, passed)
@@ -50,11 +52,18 @@ pub async fn check_loop(service: String, proxy: Arc<Proxy>, pool: Arc<Pool>) {
     }
 }
 
-/// One check: connect, send, expect.
-async fn probe(endpoint: &Endpoint, check: &HealthCheck) -> bool {
-    match Stream::connect(endpoint).await {
-        Ok(stream) => converse(stream, check).await,
-        Err(_) => false,
+/// One check: connect (with `backend_tls`, a verified handshake too),
+/// send, expect.
+async fn probe(endpoint: &Endpoint, check: &HealthCheck, tls: Option<&BackendTls>) -> bool {
+    let Ok(stream) = Stream::connect(endpoint).await else {
+        return false;
+    };
+    match tls {
+        None => converse(stream, check).await,
+        Some(tls) => match crate::net::tls::connect_backend(stream, tls).await {
+            Ok(session) => converse(session, check).await,
+            Err(_) => false,
+        },
     }
 }
 

@@ -24,6 +24,7 @@ fn proxy(balance: Balance, weights: &[u32]) -> Proxy {
         send_proxy: None,
         relay: RelayMode::Splice,
         transparent: false,
+        backend_tls: None,
     }
 }
 

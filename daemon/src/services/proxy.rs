@@ -63,6 +63,27 @@ pub async fn serve(
         };
         backend.write_all(&header).await?;
     }
+    if let Some(tls) = &proxy.backend_tls {
+        let handshake = crate::net::tls::connect_backend(backend, tls);
+        let session = match tokio::time::timeout(proxy.connect_timeout, handshake).await {
+            Ok(Ok(session)) => session,
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("timed out after {:?}", proxy.connect_timeout),
+                };
+                pool.connect_failed(service, &used);
+                refuse(conn, "service unavailable: backend TLS handshake failed").await;
+                return Ok(Outcome::Refused(format!(
+                    "backend unavailable: {used}: TLS handshake failed: {why}"
+                )));
+            }
+        };
+        if let Some(message) = status {
+            accept(conn, message).await?;
+        }
+        return relay_tls(conn, session, (proxy, service, pool), &used, traffic).await;
+    }
     if let Some(message) = status {
         accept(conn, message).await?;
     }
@@ -76,6 +97,26 @@ pub async fn serve(
     conn.bytes_out += relayed.backend_to_client;
     let failed = relayed.backend_failed(result.is_err(), || backend.has_ended());
     pool.relayed(service, &used, &relayed, failed);
+    result.map(|()| Outcome::Served {
+        backend: Some(used.to_string()),
+    })
+}
+
+/// Relays between the client and a backend over `backend_tls`: every byte
+/// passes through rustls, so no splice.
+async fn relay_tls(
+    conn: &mut Metered<Conn>,
+    mut session: tokio_rustls::client::TlsStream<Stream>,
+    (proxy, service, pool): (&Proxy, &str, &Pool),
+    used: &Endpoint,
+    traffic: &crate::net::relay::Traffic,
+) -> io::Result<Outcome> {
+    let (relayed, result) =
+        relay_streams(conn.get_mut(), &mut session, proxy.idle_timeout, traffic).await;
+    conn.bytes_in += relayed.client_to_backend;
+    conn.bytes_out += relayed.backend_to_client;
+    let failed = relayed.backend_failed(result.is_err(), || session.get_ref().0.has_ended());
+    pool.relayed(service, used, &relayed, failed);
     result.map(|()| Outcome::Served {
         backend: Some(used.to_string()),
     })
@@ -190,6 +231,7 @@ mod tests {
             send_proxy: None,
             relay: Default::default(),
             transparent: false,
+            backend_tls: None,
         };
         let mut client = ClientInfo {
             peer: Peer::Tcp(([10, 0, 0, 7], 5000).into()),
