@@ -28,12 +28,24 @@ pub struct Settings {
     pub dns: Dns,
     /// `admin_uids`: who besides root and the daemon's user may use the admin socket.
     pub admin_uids: Vec<u32>,
+    /// Every certificate the TLS listeners serve, by name, with its notAfter.
+    pub certificates: Vec<(String, i64)>,
 }
 
 impl Settings {
     /// Settings from `config`, counting its names in `usage`.
     fn new(config: Config, usage: &UsageTable) -> Settings {
+        // One series per name: the first to expire, where listeners share it.
+        let mut certificates: Vec<(String, i64)> = Vec::new();
+        let served = config.listen.iter().filter_map(|l| l.options.tls.as_ref());
+        for (name, expiry) in served.flat_map(|tls| tls.expiries.iter().cloned()) {
+            match certificates.iter_mut().find(|(n, _)| *n == name) {
+                Some(known) => known.1 = known.1.min(expiry),
+                None => certificates.push((name, expiry)),
+            }
+        }
         Settings {
+            certificates,
             usage: usage.for_registry(&config.registry),
             registry: Arc::new(config.registry),
             negotiation_timeout: config.negotiation_timeout,
@@ -128,11 +140,13 @@ impl Shared {
                 backends.extend(counts.pool.lines(service.name.as_str(), proxy));
             }
         }
-        self.metrics.render(
+        let mut out = self.metrics.render(
             self.gate.active.get(),
             &self.hub.counts(),
             &backends,
             &queues,
-        )
+        );
+        crate::ops::metrics::render_certificates(&mut out, &settings.certificates);
+        out
     }
 }

@@ -109,6 +109,19 @@ fn builtins_over_tls_end_with_close_notify() {
 }
 
 #[test]
+fn each_served_certificate_s_expiry_is_a_metric() {
+    let setup = Setup::new();
+    let daemon = setup.daemon("", "");
+    let mut stats = connect(&daemon, "stats", &setup.trust()).unwrap();
+    let text = String::from_utf8(read_to_end(&mut stats).unwrap()).unwrap();
+    // rcgen's certificates are valid until 4096-01-01.
+    let until = rcgen::date_time_ymd(4096, 1, 1).unix_timestamp();
+    let line =
+        format!("tcpmuxd_tls_certificate_expiry_timestamp_seconds{{name=\"localhost\"}} {until}\n");
+    assert!(text.contains(&line), "{line} in {text}");
+}
+
+#[test]
 fn proxy_and_exec_services_work_over_tls() {
     let setup = Setup::new();
     let backend = common::echo_backend();

@@ -95,6 +95,16 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
     }
     let client = (client_ca.as_deref(), client_auth, &client_crl[..]);
     let server = server_config((&cert, &key), &certs, client, raw.tickets.unwrap_or(true))?;
+    let leaves = std::iter::once(cert.as_path()).chain(certs.iter().map(|p| p.cert.as_path()));
+    let expiries = leaves
+        .map(|path| {
+            Ok(certificates("cert", path)?
+                .into_iter()
+                .next()
+                .and_then(|leaf| expiry(&leaf)))
+        })
+        .filter_map(Result::transpose)
+        .collect::<Result<Vec<_>, TlsError>>()?;
     Ok(Tls {
         cert,
         key,
@@ -102,6 +112,7 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
         client_auth,
         client_crl,
         certs,
+        expiries,
         server: Arc::new(server),
     })
 }
@@ -251,4 +262,13 @@ fn ticketer() -> Result<Arc<dyn rustls::server::ProducesTickets>, TlsError> {
     }
     let made = rustls::crypto::ring::Ticketer::new().map_err(TlsError::Rustls)?;
     Ok(Arc::clone(TICKETER.get_or_init(|| made)))
+}
+
+/// A leaf's first name and when it expires.
+fn expiry(leaf: &CertificateDer<'_>) -> Option<(String, i64)> {
+    let (names, _) = crate::model::certificate_names(leaf.as_ref());
+    Some((
+        names.into_iter().next()?,
+        crate::model::certificate_expiry(leaf.as_ref())?,
+    ))
 }

@@ -32,7 +32,7 @@ pub use proxy::{
 pub use routes::{
     Detect, HostPattern, HostPatternError, MatchRule, Routed, DEFAULT_DETECT_TIMEOUT,
 };
-pub use tls::{certificate_names, CertPair, ClientAuth, Tls, TlsClient};
+pub use tls::{certificate_expiry, certificate_names, CertPair, ClientAuth, Tls, TlsClient};
 
 /// One registered service: a name, what it does, and who may use it.
 #[derive(Clone, Debug, PartialEq, Eq)]

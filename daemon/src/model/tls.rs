@@ -20,6 +20,9 @@ pub struct Tls {
     /// More certificates (`certs = [{ cert, key }, ...]`), each served for
     /// the names in its subjectAltNames.
     pub certs: Vec<CertPair>,
+    /// Each certificate's first name and its notAfter (Unix seconds), for
+    /// `tcpmuxd_tls_certificate_expiry_timestamp_seconds`.
+    pub expiries: Vec<(String, i64)>,
     /// What rustls serves: the chain, the key, the verifier, ALPN `tcpmux`.
     pub server: Arc<rustls::ServerConfig>,
 }
@@ -130,4 +133,12 @@ pub fn certificate_names(der: &[u8]) -> (Vec<String>, Option<String>) {
         names.extend(common_name.clone());
     }
     (names, common_name)
+}
+
+/// When a certificate stops being valid (notAfter), in seconds since the
+/// Unix epoch.
+pub fn certificate_expiry(der: &[u8]) -> Option<i64> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    Some(cert.validity().not_after.timestamp())
 }

@@ -298,6 +298,23 @@ fn render_backends(out: &mut String, backends: &[BackendLine]) {
 }
 
 /// The `# HELP` and `# TYPE` lines that open a metric family.
+/// When each certificate the TLS listeners serve expires, by its first name.
+pub fn render_certificates(out: &mut String, certificates: &[(String, i64)]) {
+    if certificates.is_empty() {
+        return;
+    }
+    let name = "tcpmuxd_tls_certificate_expiry_timestamp_seconds";
+    family(
+        out,
+        name,
+        "gauge",
+        "When a served certificate expires (its notAfter), by its first name.",
+    );
+    for (cert, expiry) in certificates {
+        let _ = writeln!(out, "{name}{{name=\"{}\"}} {expiry}", escape(cert));
+    }
+}
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
