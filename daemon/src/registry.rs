@@ -79,7 +79,7 @@ impl Registry {
     /// The service whose `sni` matches `server_name` (lower case) for a
     /// client that offers no ALPN protocol.
     pub fn by_sni(&self, server_name: &str) -> Option<&Service> {
-        self.by_hello(Some(server_name), &[])
+        self.by_hello::<&str>(Some(server_name), &[])
             .map(|(service, _)| service)
     }
 
@@ -88,10 +88,10 @@ impl Registry {
     /// an exact name before a one-label wildcard; for a name, a service that
     /// also lists one of the protocols before one without `alpn`; then a
     /// service without `sni` that lists one of the protocols.
-    pub fn by_hello(
+    pub fn by_hello<P: AsRef<str>>(
         &self,
         server_name: Option<&str>,
-        alpn: &[String],
+        alpn: &[P],
     ) -> Option<(&Service, TlsMatch)> {
         let named = server_name.into_iter().flat_map(|name| {
             let parent = name.split_once('.').map(|(_, parent)| parent);
@@ -100,22 +100,20 @@ impl Registry {
                 parent.and_then(|p| self.sni_wildcard.get(p)),
             ]
         });
-        for candidates in named.flatten() {
-            let candidates: Vec<&Service> = candidates
-                .iter()
-                .filter_map(|n| self.services.get(n))
-                .collect();
+        // Looked up, not collected: this runs for every ClientHello.
+        for names in named.flatten() {
+            let candidates = || names.iter().filter_map(|n| self.services.get(n));
             let with_protocol = alpn
                 .iter()
-                .find_map(|p| candidates.iter().find(|s| s.alpn.contains(p)));
+                .find_map(|p| candidates().find(|s| s.alpn.iter().any(|a| a == p.as_ref())));
             if let Some(service) = with_protocol {
                 return Some((service, TlsMatch::Alpn));
             }
-            if let Some(service) = candidates.iter().find(|s| s.alpn.is_empty()) {
+            if let Some(service) = candidates().find(|s| s.alpn.is_empty()) {
                 return Some((service, TlsMatch::Sni));
             }
         }
-        let by_protocol = alpn.iter().find_map(|p| self.alpn_only.get(p))?;
+        let by_protocol = alpn.iter().find_map(|p| self.alpn_only.get(p.as_ref()))?;
         Some((self.services.get(by_protocol)?, TlsMatch::Alpn))
     }
 
@@ -123,8 +121,7 @@ impl Registry {
     /// on: one whose `alpn` lists it and whose `sni` (if any) matches the
     /// name the client asked for.
     pub fn by_negotiated(&self, server_name: Option<&str>, protocol: &str) -> Option<&Service> {
-        let offered = [protocol.to_owned()];
-        match self.by_hello(server_name, &offered)? {
+        match self.by_hello(server_name, &[protocol])? {
             (service, TlsMatch::Alpn) => Some(service),
             (_, TlsMatch::Sni) => None,
         }
