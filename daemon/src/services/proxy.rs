@@ -63,63 +63,64 @@ pub async fn serve(
         };
         backend.write_all(&header).await?;
     }
-    if let Some(tls) = &proxy.backend_tls {
-        let handshake = crate::net::tls::connect_backend(backend, tls);
-        let session = match tokio::time::timeout(proxy.connect_timeout, handshake).await {
-            Ok(Ok(session)) => session,
-            failed => {
-                let why = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => format!("timed out after {:?}", proxy.connect_timeout),
-                };
-                pool.connect_failed(service, &used);
-                refuse(conn, "service unavailable: backend TLS handshake failed").await;
-                return Ok(Outcome::Refused(format!(
-                    "backend unavailable: {used}: TLS handshake failed: {why}"
-                )));
+    // TLS to the backend starts after the PROXY header, which goes in clear.
+    let mut leg = match &proxy.backend_tls {
+        None => Leg::Plain(backend),
+        Some(tls) => {
+            let handshake = crate::net::tls::connect_backend(backend, tls);
+            match tokio::time::timeout(proxy.connect_timeout, handshake).await {
+                Ok(Ok(session)) => Leg::Tls(Box::new(session)),
+                failed => {
+                    let why = match failed {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => format!("timed out after {:?}", proxy.connect_timeout),
+                    };
+                    pool.connect_failed(service, &used);
+                    refuse(conn, "service unavailable: backend TLS handshake failed").await;
+                    return Ok(Outcome::Refused(format!(
+                        "backend unavailable: {used}: TLS handshake failed: {why}"
+                    )));
+                }
             }
-        };
-        if let Some(message) = status {
-            accept(conn, message).await?;
         }
-        return relay_tls(conn, session, (proxy, service, pool), &used, traffic).await;
-    }
+    };
     if let Some(message) = status {
         accept(conn, message).await?;
     }
 
-    // splice needs two sockets; a TLS session's bytes pass through us.
-    let (relayed, result) = match conn.get_ref().plain() {
-        Some(socket) => relay(socket, &backend, proxy.relay, proxy.idle_timeout, traffic).await,
-        None => relay_streams(conn.get_mut(), &mut backend, proxy.idle_timeout, traffic).await,
+    // splice needs two sockets; a TLS session's bytes (either side's) pass
+    // through us.
+    let idle = proxy.idle_timeout;
+    let (relayed, result) = match (conn.get_ref().plain(), &mut leg) {
+        (Some(socket), Leg::Plain(backend)) => {
+            relay(socket, backend, proxy.relay, idle, traffic).await
+        }
+        (_, Leg::Plain(backend)) => relay_streams(conn.get_mut(), backend, idle, traffic).await,
+        (_, Leg::Tls(session)) => relay_streams(conn.get_mut(), session, idle, traffic).await,
     };
     conn.bytes_in += relayed.client_to_backend;
     conn.bytes_out += relayed.backend_to_client;
-    let failed = relayed.backend_failed(result.is_err(), || backend.has_ended());
+    let failed = relayed.backend_failed(result.is_err(), || leg.socket().has_ended());
     pool.relayed(service, &used, &relayed, failed);
     result.map(|()| Outcome::Served {
         backend: Some(used.to_string()),
     })
 }
 
-/// Relays between the client and a backend over `backend_tls`: every byte
-/// passes through rustls, so no splice.
-async fn relay_tls(
-    conn: &mut Metered<Conn>,
-    mut session: tokio_rustls::client::TlsStream<Stream>,
-    (proxy, service, pool): (&Proxy, &str, &Pool),
-    used: &Endpoint,
-    traffic: &crate::net::relay::Traffic,
-) -> io::Result<Outcome> {
-    let (relayed, result) =
-        relay_streams(conn.get_mut(), &mut session, proxy.idle_timeout, traffic).await;
-    conn.bytes_in += relayed.client_to_backend;
-    conn.bytes_out += relayed.backend_to_client;
-    let failed = relayed.backend_failed(result.is_err(), || session.get_ref().0.has_ended());
-    pool.relayed(service, used, &relayed, failed);
-    result.map(|()| Outcome::Served {
-        backend: Some(used.to_string()),
-    })
+/// The connection to the backend: the socket, or a TLS session over it
+/// (`backend_tls`, boxed: rustls's state is large beside a socket).
+enum Leg {
+    Plain(Stream),
+    Tls(Box<tokio_rustls::client::TlsStream<Stream>>),
+}
+
+impl Leg {
+    fn socket(&self) -> &Stream {
+        match self {
+            Leg::Plain(stream) => stream,
+            Leg::Tls(session) => session.get_ref().0,
+        }
+    }
 }
 
 struct ConnectFailure {
