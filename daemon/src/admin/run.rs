@@ -9,7 +9,7 @@ use tcpmux_proto::ServiceName;
 
 use super::command::{Command, HELP};
 use crate::admission::ServiceCounts;
-use crate::model::{AdminState, Proxy, Service, ServiceKind};
+use crate::model::{AdminState, Proxy, Service, ServiceKind, Weighted};
 use crate::ops::metrics::BackendLine;
 use crate::ops::session_table::SessionRow;
 use crate::state::{Settings, Shared};
@@ -171,7 +171,7 @@ fn backend(proxy: &Proxy, line: &BackendLine) -> Value {
     let configured = proxy
         .backends
         .iter()
-        .filter_map(|b| b.backend.fixed_member(b.weight))
+        .filter_map(Weighted::fixed_member)
         .any(|m| m.endpoint.to_string() == line.backend);
     json!({
         "service": line.service,

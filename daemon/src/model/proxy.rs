@@ -61,15 +61,6 @@ impl PartialEq for BackendTls {
 impl Eq for BackendTls {}
 
 impl Proxy {
-    /// The most connections `endpoint` may hold, if its backend says.
-    pub fn cap_of(&self, endpoint: &Endpoint) -> Option<usize> {
-        self.backends
-            .iter()
-            .filter(|b| b.max_connections.is_some())
-            .find(|b| b.backend.fixed().as_ref() == Some(endpoint))
-            .and_then(|b| b.max_connections)
-    }
-
     /// What all the backends hold together when every one has its own
     /// `max_connections`: clients beyond wait in the service's queue.
     pub fn capacity(&self) -> Option<usize> {
@@ -97,6 +88,16 @@ pub struct Weighted {
 }
 
 impl Weighted {
+    /// The pool member it is by itself, when that needs no DNS.
+    pub fn fixed_member(&self) -> Option<Member> {
+        self.backend.fixed().map(|endpoint| Member {
+            endpoint,
+            weight: self.weight,
+            priority: 0,
+            max_connections: self.max_connections,
+        })
+    }
+
     /// A backend at the default weight.
     pub fn one(backend: Backend) -> Weighted {
         Weighted {
@@ -213,15 +214,6 @@ impl Backend {
             Backend::Srv(_) => None,
         }
     }
-
-    /// The pool member it is by itself, when that needs no DNS.
-    pub fn fixed_member(&self, weight: u32) -> Option<Member> {
-        self.fixed().map(|endpoint| Member {
-            endpoint,
-            weight,
-            priority: 0,
-        })
-    }
 }
 
 /// One address a pool connects to: what DNS made of a backend, or the backend
@@ -264,6 +256,9 @@ pub struct Member {
     pub endpoint: Endpoint,
     pub weight: u32,
     pub priority: u16,
+    /// Connections it may hold at once (its backend's `max_connections`;
+    /// DNS-found members have none).
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]

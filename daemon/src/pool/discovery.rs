@@ -108,17 +108,11 @@ pub async fn follow(
 /// last answered (none, before a first answer).
 fn members(proxy: &Proxy, answers: &[Answer]) -> Vec<Member> {
     let mut list = Vec::new();
-    for (
-        Weighted {
-            backend, weight, ..
-        },
-        answer,
-    ) in proxy.backends.iter().zip(answers)
-    {
-        match backend.fixed_member(*weight) {
+    for (entry, answer) in proxy.backends.iter().zip(answers) {
+        match entry.fixed_member() {
             Some(member) => list.push(member),
             None => list.extend(answer.members.iter().flatten().map(|m| Member {
-                weight: m.weight * *weight,
+                weight: m.weight * entry.weight,
                 ..m.clone()
             })),
         }
@@ -141,6 +135,7 @@ async fn lookup(
                     endpoint: Endpoint::Tcp(addr),
                     weight: 1,
                     priority: 0,
+                    max_connections: None,
                 })
                 .collect();
             Ok((members, until))
@@ -199,6 +194,7 @@ async fn srv(
             endpoint: Endpoint::Tcp(addr),
             weight: u32::from(record.weight().max(1)),
             priority: record.priority(),
+            max_connections: None,
         }));
     }
     *skipped = failed;

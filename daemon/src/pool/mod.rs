@@ -18,7 +18,7 @@ use tokio::sync::watch;
 
 use known::{usable, Known};
 
-use crate::model::{AdminState, Balance, Endpoint, Member, Proxy};
+use crate::model::{AdminState, Balance, Endpoint, Member, Proxy, Weighted};
 use crate::net::relay::Relayed;
 use crate::ops::metrics::BackendLine;
 
@@ -111,7 +111,7 @@ impl Pool {
         let list = proxy
             .backends
             .iter()
-            .filter_map(|b| b.backend.fixed_member(b.weight))
+            .filter_map(Weighted::fixed_member)
             .collect();
         self.replace(Members {
             config: Some(Arc::clone(proxy)),

@@ -122,6 +122,7 @@ fn member(port: u16, weight: u32, priority: u16) -> Member {
         endpoint: Endpoint::Tcp(([127, 0, 0, 1], port).into()),
         weight,
         priority,
+        max_connections: None,
     }
 }
 

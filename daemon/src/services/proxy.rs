@@ -177,7 +177,7 @@ async fn connect_first(
     let mut reason = "every backend is full";
     for member in order.iter().filter_map(|&i| members.list.get(i)) {
         let endpoint = &member.endpoint;
-        let Some(held) = pool.try_hold(endpoint, proxy.cap_of(endpoint)) else {
+        let Some(held) = pool.try_hold(endpoint, member.max_connections) else {
             detail.push(format!("{endpoint}: at its max_connections"));
             continue;
         };
