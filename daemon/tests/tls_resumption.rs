@@ -72,30 +72,22 @@ fn a_ticket_resumes_the_session_after_a_reload_and_on_any_worker() {
         "Reused",
         "after a reload"
     );
+    // The counters, through the client library (a fresh session of its own).
     let stats = {
-        let out = Command::new("openssl")
-            .args([
-                "s_client",
-                "-connect",
-                &format!("127.0.0.1:{port}"),
-                "-quiet",
-            ])
-            .args([
-                "-CAfile",
-                ca.pem.to_str().unwrap(),
-                "-servername",
-                "localhost",
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .and_then(|mut child| {
-                child.stdin.take().unwrap().write_all(b"stats\r\n")?;
-                child.wait_with_output()
-            })
-            .expect("openssl");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let tls = tcpmux::tls::TlsOptions {
+            ca: Some(ca.pem.clone()),
+            client_cert: None,
+        };
+        let options = tcpmux::Options {
+            connect_timeout: Some(common::PATIENCE),
+            reply_timeout: Some(common::PATIENCE),
+            fast_open: false,
+        };
+        let mut stream = tcpmux::tls::connect(daemon.addr, "localhost", "stats", &tls, &options)
+            .expect("stats over TLS");
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stream, &mut text);
+        text
     };
     assert!(
         stats.contains("tcpmuxd_tls_handshakes_total{resumed=\"true\"} 2\n"),
