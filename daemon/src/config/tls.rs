@@ -94,17 +94,8 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
         return Err(TlsError::CrlWithoutCa);
     }
     let client = (client_ca.as_deref(), client_auth, &client_crl[..]);
-    let server = server_config((&cert, &key), &certs, client, raw.tickets.unwrap_or(true))?;
-    let leaves = std::iter::once(cert.as_path()).chain(certs.iter().map(|p| p.cert.as_path()));
-    let expiries = leaves
-        .map(|path| {
-            Ok(certificates("cert", path)?
-                .into_iter()
-                .next()
-                .and_then(|leaf| expiry(&leaf)))
-        })
-        .filter_map(Result::transpose)
-        .collect::<Result<Vec<_>, TlsError>>()?;
+    let (server, expiries) =
+        server_config((&cert, &key), &certs, client, raw.tickets.unwrap_or(true))?;
     Ok(Tls {
         cert,
         key,
@@ -155,13 +146,14 @@ fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'s
 }
 
 /// The rustls configuration: the certificates to serve, and how client
-/// certificates are checked (the CA, whether one is required, the CRLs).
+/// certificates are checked (the CA, whether one is required, the CRLs);
+/// with each served certificate's name and expiry, read from the same parse.
 fn server_config(
     default: (&Path, &Path),
     certs: &[CertPair],
     (client_ca, client_auth, client_crl): (Option<&Path>, ClientAuth, &[PathBuf]),
     tickets: bool,
-) -> Result<ServerConfig, TlsError> {
+) -> Result<(ServerConfig, Vec<(String, i64)>), TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let default = certified(default.0, default.1, &provider)?;
     let extra = certs
@@ -173,6 +165,10 @@ fn server_config(
             ))
         })
         .collect::<Result<Vec<_>, TlsError>>()?;
+    let leaves = std::iter::once(&default).chain(extra.iter().map(|(_, c)| c));
+    let expiries = leaves
+        .filter_map(|c| c.cert.first().and_then(expiry))
+        .collect();
     let resolver = super::certs::by_name(default, extra).map_err(TlsError::NoNames)?;
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -211,7 +207,7 @@ fn server_config(
             config.send_tls13_tickets = 0;
         }
     }
-    Ok(config)
+    Ok((config, expiries))
 }
 
 /// One certificate chain and its private key, which must match.
