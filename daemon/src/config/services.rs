@@ -198,23 +198,20 @@ fn service(
     let kind = kind(src, &name, key_span, table)?;
     let access = access(src, table, &kind)?;
     let max_connections = at_least_one(src, "max_connections", table.max_connections.as_ref())?;
-    let backends_cap = match &kind {
-        ServiceKind::Proxy(proxy) => proxy.capacity(),
-        _ => None,
-    };
-    let queue = queue(src, table, max_connections.or(backends_cap))?;
     let (sni, http_host) = host_names(src, table)?;
     let alpn = alpn(src, table)?;
-    Ok(Service {
+    let mut service = Service {
         message: table.message.clone().unwrap_or_default(),
         access,
         max_connections,
-        queue,
         sni,
         http_host,
         alpn,
         ..Service::new(name, kind)
-    })
+    };
+    // The cap the queue waits on is the service's own or its backends'.
+    service.queue = queue(src, table, service.connection_cap())?;
+    Ok(service)
 }
 
 /// `queue_timeout` and `queue_max`: a queue needs a cap to wait for.
