@@ -17,6 +17,8 @@ pub struct Registry {
     sni_exact: HashMap<String, Vec<ServiceName>>,
     sni_wildcard: HashMap<String, Vec<ServiceName>>,
     http_hosts: HashMap<String, ServiceName>,
+    /// `sni_terminate` names, exact and one-label wildcards (by parent).
+    terminated: [HashMap<String, ServiceName>; 2],
     /// ALPN protocols of services without `sni`.
     alpn_only: HashMap<String, ServiceName>,
 }
@@ -38,7 +40,15 @@ impl Registry {
         let mut sni_wildcard: HashMap<String, Vec<ServiceName>> = HashMap::new();
         let mut http_hosts: HashMap<String, ServiceName> = HashMap::new();
         let mut alpn_only: HashMap<String, ServiceName> = HashMap::new();
+        let mut terminated: [HashMap<String, ServiceName>; 2] = Default::default();
         for service in services.values() {
+            for pattern in &service.sni_terminate {
+                let (map, host) = match pattern {
+                    HostPattern::Exact(host) => (&mut terminated[0], host),
+                    HostPattern::Wildcard(parent) => (&mut terminated[1], parent),
+                };
+                map.insert(host.clone(), service.name.clone());
+            }
             for pattern in &service.sni {
                 let (map, host): (&mut HashMap<_, Vec<_>>, _) = match pattern {
                     HostPattern::Exact(host) => (&mut sni_exact, host),
@@ -63,6 +73,7 @@ impl Registry {
             sni_exact,
             sni_wildcard,
             http_hosts,
+            terminated,
             alpn_only,
         }
     }
@@ -125,6 +136,16 @@ impl Registry {
             (service, TlsMatch::Alpn) => Some(service),
             (_, TlsMatch::Sni) => None,
         }
+    }
+
+    /// On a TLS listener, the service whose `sni_terminate` matches the
+    /// name (lower case) the client asked for: an exact name before a
+    /// wildcard.
+    pub fn by_terminated_sni(&self, server_name: &str) -> Option<&Service> {
+        let [exact, wildcard] = &self.terminated;
+        let parent = server_name.split_once('.').map(|(_, parent)| parent);
+        let name = exact.get(server_name).or_else(|| wildcard.get(parent?))?;
+        self.services.get(name)
     }
 
     /// Every protocol some service lists in `alpn`, in service order, once.
@@ -217,6 +238,28 @@ pub fn default_services() -> BTreeMap<ServiceName, Service> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminated_names_find_their_service_exact_before_wildcard() {
+        let mut services = default_services();
+        for (name, patterns) in [
+            ("app", &["app.example.com"][..]),
+            ("any", &["*.example.com"]),
+        ] {
+            let name = ServiceName::parse(name).unwrap();
+            let mut service = Service::new(name.clone(), ServiceKind::Builtin(Builtin::Echo));
+            service.sni_terminate = patterns.iter().map(|p| p.parse().unwrap()).collect();
+            services.insert(name, service);
+        }
+        let registry = Registry::new(services);
+        let found = |n: &str| registry.by_terminated_sni(n).map(|s| s.name.to_string());
+        assert_eq!(found("app.example.com").as_deref(), Some("app"));
+        assert_eq!(found("db.example.com").as_deref(), Some("any"));
+        assert_eq!(found("example.com"), None);
+        assert_eq!(found("a.b.example.com"), None);
+        // Terminated names are not passed through.
+        assert!(registry.by_sni("app.example.com").is_none());
+    }
 
     #[test]
     fn builtins_are_all_listed_in_order() {

@@ -362,8 +362,22 @@ fn tls_configuration_errors_are_clear() {
         "needs kernel TLS",
     );
     common::assert_config_rejected(
-        &listen(&format!("detect = true, {table}")),
-        "`detect` and `tls` do not mix",
+        &listen(&format!("detect = true, sni_default = \"echo\", {table}")),
+        "`sni_default` and `tls` do not mix",
+    );
+    common::assert_config_rejected(
+        "[service.a]\nproxy = \"127.0.0.1:9\"\nsni_terminate = [\"*.example.com\"]\n\
+         [service.b]\nproxy = \"127.0.0.1:9\"\nsni = [\"*.example.com\"]\n",
+        "is passed through by one of services",
+    );
+    common::assert_config_rejected(
+        "[service.a]\nproxy = \"127.0.0.1:9\"\nsni_terminate = [\"app.example.com\"]\n\
+         [service.b]\nproxy = \"127.0.0.1:9\"\nsni_terminate = [\"APP.example.com\"]\n",
+        "sni_terminate app.example.com is already claimed by service a",
+    );
+    common::assert_config_rejected(
+        "[service.a]\nproxy = \"127.0.0.1:9\"\nsni = [\"x.test\"]\nsni_terminate = [\"x.test\"]\n",
+        "x.test is in both sni (passed through) and sni_terminate",
     );
     common::assert_config_rejected(
         &listen("tls = { cert = \"/nonexistent.pem\", key = \"/nonexistent.key\" }"),

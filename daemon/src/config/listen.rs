@@ -90,8 +90,8 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
         }
         None => None,
     };
-    if tls.is_some() && detect.is_some() {
-        return Err(at(format!("listen {addr}: `detect` and `tls` do not mix: detection routes TLS by its SNI without decrypting it; use two listeners")));
+    if tls.is_some() && detect.as_ref().is_some_and(|d| d.sni_default.is_some()) {
+        return Err(at(format!("listen {addr}: `sni_default` and `tls` do not mix: with `tls`, a TLS client whose name no service's `sni` takes is terminated here, so nothing would reach sni_default")));
     }
     let fast_open = fast_open(table.fast_open.as_ref()).ok_or_else(|| {
         at(format!(

@@ -147,14 +147,11 @@ impl Config {
         let mut listen = listen::listen(src, listed.as_ref())?.unwrap_or_else(default_listen);
         let drop_ins = include::read(src, raw.include.as_ref())?;
         let registry = Registry::new(services::services(src, &raw, &listen, &drop_ins)?);
-        let protocols = registry.alpn_protocols();
-        if !protocols.is_empty() {
-            for tls in listen
-                .iter_mut()
-                .filter_map(|spec| spec.options.tls.as_mut())
-            {
-                tls::offer_alpn(tls, &protocols);
-            }
+        for tls in listen
+            .iter_mut()
+            .filter_map(|spec| spec.options.tls.as_mut())
+        {
+            tls::offer_alpn(tls, &registry);
         }
         let mut warnings = Vec::new();
         if registry.is_empty() {

@@ -156,6 +156,7 @@ pub(crate) struct RawService {
     pub(crate) queue_timeout: Option<Spanned<ConfigDuration>>,
     pub(crate) queue_max: Option<Spanned<usize>>,
     pub(crate) sni: Option<Spanned<Vec<String>>>,
+    pub(crate) sni_terminate: Option<Spanned<Vec<String>>>,
     pub(crate) http_host: Option<Spanned<Vec<String>>>,
     pub(crate) alpn: Option<Spanned<Vec<String>>>,
     pub(crate) allow_cert_names: Option<Spanned<Vec<String>>>,

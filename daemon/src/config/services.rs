@@ -86,6 +86,7 @@ fn add_tables(
             }
         }
         claim_host_names(src, key, &service, services)?;
+        claim_terminated_names(src, key, &service, services)?;
         services.insert(name, service);
     }
     Ok(())
@@ -134,6 +135,46 @@ fn claim_host_names(
                 service.name, other.name
             ),
         ));
+    }
+    Ok(())
+}
+
+/// An `sni_terminate` name routes to one service, and is nobody's `sni`: on
+/// a listener that does both, a name in `sni` is passed through, never
+/// terminated, so the same name in both could only mislead.
+fn claim_terminated_names(
+    src: Source<'_>,
+    key: &Spanned<String>,
+    service: &Service,
+    services: &BTreeMap<ServiceName, Service>,
+) -> Result<(), ConfigError> {
+    let fault = |message: String| Err(src.at(key.span(), message));
+    let name = &service.name;
+    if let Some(p) = service
+        .sni
+        .iter()
+        .find(|p| service.sni_terminate.contains(p))
+    {
+        return fault(format!(
+            "service {name}: {p} is in both sni (passed through) and sni_terminate (terminated); keep one"
+        ));
+    }
+    for other in services.values().filter(|o| o.name != *name) {
+        let terminated = |of: &Service, names: &[HostPattern]| {
+            of.sni_terminate.iter().find(|p| names.contains(p)).cloned()
+        };
+        if let Some(p) = terminated(service, &other.sni_terminate) {
+            return fault(format!(
+                "service {name}: sni_terminate {p} is already claimed by service {}",
+                other.name
+            ));
+        }
+        if let Some(p) = terminated(service, &other.sni).or(terminated(other, &service.sni)) {
+            return fault(format!(
+                "service {name}: {p} is passed through by one of services {name} and {} (sni) and terminated by the other (sni_terminate); keep one",
+                other.name
+            ));
+        }
     }
     Ok(())
 }
@@ -198,13 +239,18 @@ fn service(
     let kind = kind(src, &name, key_span, table)?;
     let access = access(src, table, &kind)?;
     let max_connections = at_least_one(src, "max_connections", table.max_connections.as_ref())?;
-    let (sni, http_host) = host_names(src, table)?;
+    let HostNames {
+        sni,
+        sni_terminate,
+        http_host,
+    } = host_names(src, table)?;
     let alpn = alpn(src, table)?;
     let mut service = Service {
         message: table.message.clone().unwrap_or_default(),
         access,
         max_connections,
         sni,
+        sni_terminate,
         http_host,
         alpn,
         ..Service::new(name, kind)
@@ -260,11 +306,16 @@ fn alpn(src: Source<'_>, table: &RawService) -> Result<Vec<String>, ConfigError>
     Ok(list.get_ref().clone())
 }
 
-/// `sni` (host names, `*.` one-label wildcards allowed) and `http_host`.
-fn host_names(
-    src: Source<'_>,
-    table: &RawService,
-) -> Result<(Vec<HostPattern>, Vec<String>), ConfigError> {
+/// The names a service is routed by.
+struct HostNames {
+    sni: Vec<HostPattern>,
+    sni_terminate: Vec<HostPattern>,
+    http_host: Vec<String>,
+}
+
+/// `sni` and `sni_terminate` (host names, `*.` one-label wildcards allowed)
+/// and `http_host`.
+fn host_names(src: Source<'_>, table: &RawService) -> Result<HostNames, ConfigError> {
     let patterns = |list: &Option<Spanned<Vec<String>>>| -> Result<Vec<HostPattern>, ConfigError> {
         let Some(list) = list else {
             return Ok(Vec::new());
@@ -276,6 +327,7 @@ fn host_names(
         list.get_ref().iter().map(parse).collect()
     };
     let sni = patterns(&table.sni)?;
+    let sni_terminate = patterns(&table.sni_terminate)?;
     let http_host = patterns(&table.http_host)?
         .into_iter()
         .map(|pattern| match pattern {
@@ -286,7 +338,11 @@ fn host_names(
             )),
         })
         .collect::<Result<_, _>>()?;
-    Ok((sni, http_host))
+    Ok(HostNames {
+        sni,
+        sni_terminate,
+        http_host,
+    })
 }
 
 /// `allow`, `deny`, `allow_uid`, `allow_gid`; `stats` is for loopback clients

@@ -2,6 +2,7 @@
 //! files read and turned into the rustls server configuration it serves with
 //! (`certs.rs` picks a certificate by SNI).
 
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use rustls::{RootCertStore, ServerConfig};
 
 use super::error::Source;
 use super::raw::{RawCertPair, RawTls};
-use crate::model::{CertPair, ClientAuth, Tls};
+use crate::model::{CertPair, ClientAuth, HostPattern, ServerConfigs, Tls};
+use crate::registry::Registry;
 
 /// Why a listener's `tls` cannot be used; each names the file and what is
 /// wrong with it.
@@ -104,19 +106,37 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
         client_crl,
         certs,
         expiries,
-        server: Arc::new(server),
+        server: ServerConfigs::new(server),
     })
 }
 
-/// Offers `protocols` (the services' `alpn`) after `tcpmux` on a TLS
-/// listener, so a client that asks for one of them is routed by it.
-pub(crate) fn offer_alpn(tls: &mut Tls, protocols: &[&str]) {
-    let mut server = (*tls.server).clone();
-    server.alpn_protocols = std::iter::once(ALPN)
-        .chain(protocols.iter().map(|p| p.as_bytes()))
-        .map(<[u8]>::to_vec)
-        .collect();
-    tls.server = Arc::new(server);
+/// Sets what a TLS listener offers in ALPN: `tcpmux`, then the services'
+/// protocols, so a client that asks for one of them is routed by it; for
+/// the names a service's `sni_terminate` takes, that service's own.
+pub(crate) fn offer_alpn(tls: &mut Tls, registry: &Registry) {
+    let base = &tls.server.default;
+    let offering = |protocols: &mut dyn Iterator<Item = &[u8]>| {
+        let mut server = (**base).clone();
+        server.alpn_protocols = protocols.map(<[u8]>::to_vec).collect();
+        Arc::new(server)
+    };
+    let protocols = registry.alpn_protocols();
+    let mut terminated: [HashMap<String, Arc<rustls::ServerConfig>>; 2] = Default::default();
+    for service in registry.services().filter(|s| !s.sni_terminate.is_empty()) {
+        let server = offering(&mut service.alpn.iter().map(|p| p.as_bytes()));
+        for pattern in &service.sni_terminate {
+            let (map, host) = match pattern {
+                HostPattern::Exact(host) => (&mut terminated[0], host),
+                HostPattern::Wildcard(parent) => (&mut terminated[1], parent),
+            };
+            map.insert(host.clone(), Arc::clone(&server));
+        }
+    }
+    if !protocols.is_empty() {
+        let mut all = std::iter::once(ALPN).chain(protocols.iter().map(|p| p.as_bytes()));
+        tls.server.default = offering(&mut all);
+    }
+    tls.server.terminated = Arc::new(terminated);
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {

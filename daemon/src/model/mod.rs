@@ -32,7 +32,9 @@ pub use proxy::{
 pub use routes::{
     Detect, HostPattern, HostPatternError, MatchRule, Routed, DEFAULT_DETECT_TIMEOUT,
 };
-pub use tls::{certificate_expiry, certificate_names, CertPair, ClientAuth, Tls, TlsClient};
+pub use tls::{
+    certificate_expiry, certificate_names, CertPair, ClientAuth, ServerConfigs, Tls, TlsClient,
+};
 
 /// One registered service: a name, what it does, and who may use it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +53,9 @@ pub struct Service {
     pub queue: Option<Queue>,
     /// TLS server names it answers to on detecting listeners (`sni`).
     pub sni: Vec<HostPattern>,
+    /// TLS server names it answers to after a TLS listener has terminated
+    /// the connection (`sni_terminate`): it gets the decrypted stream.
+    pub sni_terminate: Vec<HostPattern>,
     /// HTTP hosts it answers to on detecting listeners (`http_host`).
     pub http_host: Vec<String>,
     /// TLS application protocols it answers to (`alpn`): by the ClientHello on
@@ -69,6 +74,7 @@ impl Service {
             max_connections: None,
             queue: None,
             sni: Vec::new(),
+            sni_terminate: Vec::new(),
             http_host: Vec::new(),
             alpn: Vec::new(),
         }

@@ -128,6 +128,9 @@ pub enum Routed {
     /// By a TLS client's ALPN protocol (with its SNI or alone), passed
     /// through or, on a TLS listener, by the protocol the handshake agreed.
     Alpn,
+    /// By the server name of a TLS client this listener terminated
+    /// (`sni_terminate`).
+    SniTerminate,
     Ssh,
     Http,
     Silent,
@@ -143,6 +146,7 @@ impl Routed {
             Routed::Tcpmux => "tcpmux",
             Routed::Sni => "sni",
             Routed::Alpn => "alpn",
+            Routed::SniTerminate => "sni_terminate",
             Routed::Ssh => "ssh",
             Routed::Http => "http",
             Routed::Silent => "silent",

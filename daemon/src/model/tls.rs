@@ -2,6 +2,7 @@
 //! client_auth }`) with the server configuration loaded from them, and what a
 //! TLS client proved about itself.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,8 +24,50 @@ pub struct Tls {
     /// Each certificate's first name and its notAfter (Unix seconds), for
     /// `tcpmuxd_tls_certificate_expiry_timestamp_seconds`.
     pub expiries: Vec<(String, i64)>,
-    /// What rustls serves: the chain, the key, the verifier, ALPN `tcpmux`.
-    pub server: Arc<rustls::ServerConfig>,
+    /// What rustls serves: the chain, the key, the verifier, ALPN.
+    pub server: ServerConfigs,
+}
+
+/// The rustls configurations a TLS listener serves with, all sharing its
+/// certificates, verifier and ticket keys; they differ in ALPN only.
+#[derive(Clone)]
+pub struct ServerConfigs {
+    /// For every client but those below: ALPN `tcpmux`, then the protocols
+    /// of the services' `alpn`.
+    pub default: Arc<rustls::ServerConfig>,
+    /// For the names a service's `sni_terminate` takes: that service's own
+    /// `alpn` (none: the client's ALPN is accepted without agreeing on a
+    /// protocol, as by an HTTPS site behind a terminator). Exact names, then
+    /// the parents of one-label wildcards.
+    pub terminated: Arc<[HashMap<String, Arc<rustls::ServerConfig>>; 2]>,
+}
+
+impl ServerConfigs {
+    pub fn new(default: rustls::ServerConfig) -> Self {
+        ServerConfigs {
+            default: Arc::new(default),
+            terminated: Arc::default(),
+        }
+    }
+
+    /// Whether the configuration depends on the name a client asks for, so
+    /// its ClientHello must be read before one is chosen.
+    pub fn by_name(&self) -> bool {
+        self.terminated.iter().any(|map| !map.is_empty())
+    }
+
+    /// The configuration for a client that asks for `server_name`.
+    pub fn for_name(&self, server_name: Option<&str>) -> &Arc<rustls::ServerConfig> {
+        let Some(name) = server_name.map(str::to_ascii_lowercase) else {
+            return &self.default;
+        };
+        let [exact, wildcard] = &*self.terminated;
+        let parent = name.split_once('.').map(|(_, parent)| parent);
+        exact
+            .get(&name)
+            .or_else(|| wildcard.get(parent?))
+            .unwrap_or(&self.default)
+    }
 }
 
 impl fmt::Debug for Tls {
@@ -49,7 +92,8 @@ impl PartialEq for Tls {
             && self.client_auth == other.client_auth
             && self.certs == other.certs
             && self.client_crl == other.client_crl
-            && Arc::ptr_eq(&self.server, &other.server)
+            && Arc::ptr_eq(&self.server.default, &other.server.default)
+            && Arc::ptr_eq(&self.server.terminated, &other.server.terminated)
     }
 }
 

@@ -5,7 +5,6 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
@@ -13,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use super::buffers::{self, Lent};
 use super::stream::{Metered, Peeked, Stream};
 use super::tls::{self, TlsConn};
-use crate::model::TlsClient;
+use crate::model::{ServerConfigs, TlsClient};
 
 /// A client connection.
 #[derive(Debug)]
@@ -34,11 +33,11 @@ impl Conn {
     }
 
     /// Turns a plain connection into a TLS one: the server handshake.
-    pub async fn start_tls(&mut self, config: Arc<rustls::ServerConfig>) -> io::Result<TlsClient> {
+    pub async fn start_tls(&mut self, configs: ServerConfigs) -> io::Result<TlsClient> {
         let Conn::Plain(stream) = std::mem::replace(self, Conn::Gone) else {
             return Err(io::Error::other("TLS has already started"));
         };
-        let (tls, client) = tls::accept(stream, config).await?;
+        let (tls, client) = tls::accept(stream, configs).await?;
         *self = Conn::Tls(Box::new(tls));
         Ok(client)
     }

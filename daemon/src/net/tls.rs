@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 
 use super::stream::{Peeked, Stream};
-use crate::model::{certificate_names, TlsClient};
+use crate::model::{certificate_names, ServerConfigs, TlsClient};
 
 /// A server-side TLS session over a client socket, with the plaintext read
 /// ahead by `peek` kept for the next read.
@@ -54,13 +54,21 @@ fn cipher_name(suite: rustls::CipherSuite) -> String {
 }
 
 /// Runs the server handshake on `stream`, its computation on the handshake
-/// pool (`handshakes.rs`); the error says why it failed.
-pub async fn accept(
-    stream: Stream,
-    config: Arc<rustls::ServerConfig>,
-) -> io::Result<(TlsConn, TlsClient)> {
+/// pool (`handshakes.rs`); the error says why it failed. When the
+/// configuration depends on the name the client asks for, its ClientHello
+/// is read first.
+pub async fn accept(stream: Stream, configs: ServerConfigs) -> io::Result<(TlsConn, TlsClient)> {
     // Even the session's setup (rustls's buffers) is left to the pool.
-    let handshake = async move { tokio_rustls::TlsAcceptor::from(config).accept(stream).await };
+    let handshake = async move {
+        if !configs.by_name() {
+            let config = Arc::clone(&configs.default);
+            return tokio_rustls::TlsAcceptor::from(config).accept(stream).await;
+        }
+        let acceptor = rustls::server::Acceptor::default();
+        let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
+        let config = configs.for_name(start.client_hello().server_name());
+        start.into_stream(Arc::clone(config)).await
+    };
     let stream = super::handshakes::run(handshake).await?;
     let session = stream.get_ref().1;
     let mut client = TlsClient {
@@ -214,7 +222,7 @@ mod tests {
             tls.shutdown().await.expect("close_notify");
         });
         let (tcp, _) = listener.accept().await.expect("accept");
-        let (mut conn, _) = accept(Stream::Tcp(tcp), server)
+        let (mut conn, _) = accept(Stream::Tcp(tcp), ServerConfigs::new((*server).clone()))
             .await
             .expect("server handshake");
         let mut buf = [0u8; 16];

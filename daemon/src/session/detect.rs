@@ -3,7 +3,8 @@
 //! SSH, HTTP (routed by its Host), a probed protocol, a `match` rule's
 //! pattern, or a TCPMUX name; a client silent for `detect_timeout` goes to
 //! the listener's `silent` service. The chosen service receives every byte
-//! the client sent.
+//! the client sent. On a listener with `tls` too, a ClientHello that names
+//! no passed-through service is left for the listener to terminate.
 
 use std::io;
 
@@ -27,17 +28,27 @@ const HELLO_PEEK: usize = MAX_HELLO + 8 * 1024;
 /// Bytes peeked to tell the protocol.
 const FIRST_PEEK: usize = DECIDED_WITHIN;
 
-/// What the first bytes decided: `None` is a TCPMUX request line (or a client
-/// too slow to tell, with no `silent` service), to negotiate as usual.
-type Detected = Option<Negotiated>;
+/// What the first bytes decided.
+pub(super) enum Detected {
+    /// The start's answer: a service, a refusal, the end.
+    Done(Negotiated),
+    /// A TCPMUX request line (or a client too slow to tell, with no `silent`
+    /// service), to negotiate as usual.
+    Tcpmux,
+    /// A TLS client for the listener to terminate: its ClientHello (still
+    /// unread) names no service's `sni`.
+    Terminate,
+}
 
 /// Detects and routes; a passed-through ClientHello's server name goes to
-/// `sni` (for `hash_key = "sni"`).
+/// `sni` (for `hash_key = "sni"`). With `terminating` (the listener has
+/// `tls`), only a ClientHello whose server name a service's `sni` takes is
+/// passed through.
 pub(super) async fn detect(
     stream: &Stream,
     options: &Detect,
     registry: &Registry,
-    sni: &mut Option<String>,
+    (terminating, sni): (bool, &mut Option<String>),
 ) -> io::Result<Detected> {
     let mut buf = Vec::new();
     let first = tokio::time::timeout(options.timeout, peek_more(stream, &mut buf, FIRST_PEEK));
@@ -45,7 +56,7 @@ pub(super) async fn detect(
         Err(_silent) => {
             return Ok(match &options.silent {
                 Some(name) => service(name.clone(), Routed::Silent),
-                None => None,
+                None => Detected::Tcpmux,
             })
         }
         Ok(peeked) => peeked?,
@@ -53,7 +64,7 @@ pub(super) async fn detect(
     let probes = options.enabled();
     let protocol = loop {
         if buf.is_empty() {
-            return Ok(Some(Negotiated::Closed));
+            return Ok(Detected::Done(Negotiated::Closed));
         }
         if let Some(protocol) = classify_with(&buf, probes) {
             break protocol;
@@ -67,7 +78,7 @@ pub(super) async fn detect(
         more = peek_more(stream, &mut buf, FIRST_PEEK).await?;
     };
     Ok(match protocol {
-        Protocol::Tcpmux if options.rules.is_empty() => None,
+        Protocol::Tcpmux if options.rules.is_empty() => Detected::Tcpmux,
         Protocol::Tcpmux => route_match(stream, &mut buf, options, !more).await?,
         Protocol::Ssh => match &options.ssh {
             Some(name) => service(name.clone(), Routed::Ssh),
@@ -77,7 +88,7 @@ pub(super) async fn detect(
                 Reply::Line,
             ),
         },
-        Protocol::Tls => route_tls(stream, &mut buf, options, registry, sni).await?,
+        Protocol::Tls => route_tls(stream, &mut buf, (options, registry), terminating, sni).await?,
         Protocol::Http => route_http(stream, &mut buf, options, registry).await?,
         probed => match options.probe_route(probed) {
             Some(name) => service(name.clone(), Routed::Probe(probed)),
@@ -103,7 +114,7 @@ async fn route_match(
     loop {
         match first_match(&options.rules, buf, ended) {
             Some(Some(rule)) => return Ok(service(rule.service.clone(), Routed::Match)),
-            Some(None) => return Ok(None),
+            Some(None) => return Ok(Detected::Tcpmux),
             None => {}
         }
         let more = tokio::time::timeout(options.timeout, peek_more(stream, buf, MATCH_WINDOW));
@@ -130,22 +141,22 @@ fn first_match<'a>(
 }
 
 fn unrouted(routed: Routed, reason: String, reply: Reply) -> Detected {
-    Some(Negotiated::unrouted(routed, reason, reply))
+    Detected::Done(Negotiated::unrouted(routed, reason, reply))
 }
 
 fn service(name: ServiceName, routed: Routed) -> Detected {
-    Some(Negotiated::Routed(name, routed))
+    Detected::Done(Negotiated::Routed(name, routed))
 }
 
 fn incomplete(what: &'static str, routed: Routed) -> Detected {
-    Some(Negotiated::Incomplete(what, routed))
+    Detected::Done(Negotiated::Incomplete(what, routed))
 }
 
 async fn route_tls(
     stream: &Stream,
     buf: &mut Vec<u8>,
-    options: &Detect,
-    registry: &Registry,
+    (options, registry): (&Detect, &Registry),
+    terminating: bool,
     sni: &mut Option<String>,
 ) -> io::Result<Detected> {
     let parse = |bytes: &[u8]| client_hello::parse(bytes, MAX_HELLO);
@@ -159,6 +170,21 @@ async fn route_tls(
         Parsed::Ended => return Ok(incomplete("TLS ClientHello", Routed::Sni)),
     };
     let found = registry.by_hello(hello.server_name.as_deref(), &hello.alpn);
+    if terminating {
+        // Services without `sni` are found by the protocol the handshake
+        // agrees on, after termination, as on any TLS listener.
+        return Ok(match found.filter(|(passed, _)| !passed.sni.is_empty()) {
+            Some((passed, how)) => {
+                sni.clone_from(&hello.server_name);
+                let routed = match how {
+                    TlsMatch::Alpn => Routed::Alpn,
+                    TlsMatch::Sni => Routed::Sni,
+                };
+                service(passed.name.clone(), routed)
+            }
+            None => Detected::Terminate,
+        });
+    }
     sni.clone_from(&hello.server_name);
     let routed = match found {
         Some((_, TlsMatch::Alpn)) => Routed::Alpn,

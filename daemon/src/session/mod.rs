@@ -79,7 +79,7 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
                 let admit =
                     |peer: &Peer| admission.admit_address(&shared.gate, peer, &settings.limits);
                 let routes = (listen.detect.as_ref(), &*settings.registry);
-                let tls = listen.tls.as_ref().map(|t| Arc::clone(&t.server));
+                let tls = listen.tls.as_ref().map(|t| t.server.clone());
                 let negotiation =
                     negotiate(&mut conn, expect_header, &mut client, admit, tls, routes);
                 // Boxed, so its buffers and the TLS handshake are gone from the

@@ -1,18 +1,18 @@
 //! The start of a connection: a PROXY header from a trusted upstream, the
 //! client's address admitted, then on a detecting listener the protocol the
-//! first bytes begin (`detect.rs`), else the TCPMUX request line. Everything is
-//! peeked first and only what belongs to the negotiation is consumed.
+//! first bytes begin (`detect.rs`), on a TLS listener the handshake and the
+//! routes it decides, else the TCPMUX request line. Everything is peeked
+//! first and only what belongs to the negotiation is consumed.
 
 use std::io;
-use std::sync::Arc;
 
-use tcpmux_proto::{Progress, RequestParser, MAX_NAME_LEN};
+use tcpmux_proto::{Decision, Progress, RequestParser, MAX_NAME_LEN};
 use tokio::io::AsyncReadExt;
 
-use super::detect;
-use super::opening::Negotiated;
+use super::detect::{self, Detected};
+use super::opening::{Negotiated, Reply};
 use crate::admission::Refusal;
-use crate::model::{ClientInfo, Detect, Peer, Routed};
+use crate::model::{ClientInfo, Detect, Peer, Routed, ServerConfigs, TlsClient};
 use crate::net::conn::Conn;
 use crate::net::proxy_protocol::{self, Announced};
 use crate::net::stream::Metered;
@@ -32,7 +32,7 @@ pub(super) async fn negotiate(
     expect_header: bool,
     client: &mut ClientInfo,
     admit: impl FnOnce(&Peer) -> Result<(), Refusal>,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<ServerConfigs>,
     (detecting, registry): (Option<&Detect>, &Registry),
 ) -> io::Result<Negotiated> {
     if expect_header {
@@ -43,6 +43,20 @@ pub(super) async fn negotiate(
     if let Err(refusal) = admit(&client.peer) {
         return Ok(Negotiated::NotAdmitted(refusal));
     }
+    // Detection peeks in clear, before any handshake: on a listener with
+    // `tls` too, it passes through the names services' `sni` take, and
+    // leaves every other TLS client to the handshake below.
+    if let Some((options, socket)) = detecting.zip(conn.get_ref().plain()) {
+        let terminating = (tls.is_some(), &mut client.sni);
+        match detect::detect(socket, options, registry, terminating).await? {
+            Detected::Done(decided) => return Ok(decided),
+            Detected::Terminate => {}
+            Detected::Tcpmux if tls.is_some() => {
+                return Ok(in_clear(read_request_line(conn).await?))
+            }
+            Detected::Tcpmux => return read_request_line(conn).await,
+        }
+    }
     // After the PROXY header (an upstream sends it in clear) and admission (a
     // refused address costs no handshake); under the same timeout.
     if let Some(config) = tls {
@@ -50,22 +64,40 @@ pub(super) async fn negotiate(
             Ok(established) => client.tls.insert(established),
             Err(e) => return Ok(Negotiated::TlsFailed(e)),
         };
-        // A protocol other than TCPMUX was agreed: it names the service.
-        if let Some(protocol) = established.alpn.as_deref() {
-            if let Some(service) =
-                registry.by_negotiated(established.server_name.as_deref(), protocol)
-            {
-                return Ok(Negotiated::Routed(service.name.clone(), Routed::Alpn));
-            }
-        }
-    }
-    // Detection peeks at the socket; config keeps it off TLS listeners.
-    if let Some((options, socket)) = detecting.zip(conn.get_ref().plain()) {
-        if let Some(decided) = detect::detect(socket, options, registry, &mut client.sni).await? {
-            return Ok(decided);
+        if let Some(routed) = routed_by_tls(established, registry) {
+            return Ok(routed);
         }
     }
     read_request_line(conn).await
+}
+
+/// The service a terminated client goes to without a TCPMUX line: the one
+/// whose `sni_terminate` takes the name it asked for, else the one for the
+/// protocol other than TCPMUX its handshake agreed on.
+fn routed_by_tls(established: &TlsClient, registry: &Registry) -> Option<Negotiated> {
+    let name = established.server_name.as_deref();
+    if let Some(service) = name.and_then(|name| registry.by_terminated_sni(name)) {
+        return Some(Negotiated::Routed(
+            service.name.clone(),
+            Routed::SniTerminate,
+        ));
+    }
+    let service = registry.by_negotiated(name, established.alpn.as_deref()?)?;
+    Some(Negotiated::Routed(service.name.clone(), Routed::Alpn))
+}
+
+/// A plaintext request line on a listener with `detect` and `tls`: TCPMUX
+/// there runs inside TLS, where `client_auth` and the listener's
+/// certificate apply, so a name in clear is refused, saying how to connect.
+fn in_clear(negotiated: Negotiated) -> Negotiated {
+    match negotiated {
+        Negotiated::Decided(Decision::Service(_) | Decision::Help) => Negotiated::unrouted(
+            Routed::Tcpmux,
+            "TCPMUX on this port runs inside TLS: connect with TLS (tcpmux --tls)".into(),
+            Reply::Line,
+        ),
+        other => other,
+    }
 }
 
 /// Consumes a PROXY header and puts what it announces in `client`; returns

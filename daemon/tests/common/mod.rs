@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub mod dns;
+pub mod peers;
 pub mod pki;
 
 /// Upper bound on any single wait in a test, so a bug fails a test instead of
