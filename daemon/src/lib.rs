@@ -10,6 +10,7 @@
 //! - [`net`]: sockets: listeners, the stream type, PROXY headers, the relay.
 //! - [`ops`]: metrics, logging, systemd, the privilege drop.
 //! - `pool`: a proxy's backends: balancing, health checks, DNS discovery.
+//! - `acme`: certificates obtained and renewed for `tls = { acme = ... }`.
 //! - `admission`: the run-time counts behind the connection limits.
 //! - `hub`: handoff backends and their control socket.
 //! - `outcome`: how a session ended, for its log line.
@@ -26,6 +27,7 @@ pub mod net;
 pub mod ops;
 pub mod server;
 
+mod acme;
 mod admin;
 mod admission;
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::admission::{Gate, OwnConnections, Usage, UsageTable};
 use crate::config::Config;
 use crate::hub::Hub;
-use crate::model::{ControlLimits, Dns, Limits, ServiceKind};
+use crate::model::{AcmeCert, ControlLimits, DefaultCert, Dns, Limits, ServiceKind};
 use crate::ops::history::{History, Totals};
 use crate::ops::metrics::Metrics;
 use crate::ops::session_table::SessionTable;
@@ -28,8 +28,11 @@ pub struct Settings {
     pub dns: Dns,
     /// `admin_uids`: who besides root and the daemon's user may use the admin socket.
     pub admin_uids: Vec<u32>,
-    /// Every certificate the TLS listeners serve, by name, with its notAfter.
+    /// Every certificate the TLS listeners serve from files, by name, with
+    /// its notAfter.
     pub certificates: Vec<(String, i64)>,
+    /// The ACME slots the TLS listeners serve from, each once.
+    pub acme: Vec<Arc<AcmeCert>>,
 }
 
 impl Settings {
@@ -37,15 +40,21 @@ impl Settings {
     fn new(config: Config, usage: &UsageTable) -> Settings {
         // One series per name: the first to expire, where listeners share it.
         let mut certificates: Vec<(String, i64)> = Vec::new();
-        let served = config.listen.iter().filter_map(|l| l.options.tls.as_ref());
-        for (name, expiry) in served.flat_map(|tls| tls.expiries.iter().cloned()) {
-            match certificates.iter_mut().find(|(n, _)| *n == name) {
-                Some(known) => known.1 = known.1.min(expiry),
-                None => certificates.push((name, expiry)),
+        let served = || config.listen.iter().filter_map(|l| l.options.tls.as_ref());
+        for (name, expiry) in served().flat_map(|tls| tls.expiries.iter().cloned()) {
+            earliest(&mut certificates, name, expiry);
+        }
+        let mut acme: Vec<Arc<AcmeCert>> = Vec::new();
+        for tls in served() {
+            if let DefaultCert::Acme(slot) = &tls.default {
+                if !acme.iter().any(|known| Arc::ptr_eq(known, slot)) {
+                    acme.push(Arc::clone(slot));
+                }
             }
         }
         Settings {
             certificates,
+            acme,
             usage: usage.for_registry(&config.registry),
             registry: Arc::new(config.registry),
             negotiation_timeout: config.negotiation_timeout,
@@ -56,6 +65,14 @@ impl Settings {
             dns: config.dns,
             admin_uids: config.admin.map(|a| a.uids).unwrap_or_default(),
         }
+    }
+}
+
+/// Adds `name`'s `expiry` to `certificates`, keeping the earliest per name.
+fn earliest(certificates: &mut Vec<(String, i64)>, name: String, expiry: i64) {
+    match certificates.iter_mut().find(|(n, _)| *n == name) {
+        Some(known) => known.1 = known.1.min(expiry),
+        None => certificates.push((name, expiry)),
     }
 }
 
@@ -146,7 +163,13 @@ impl Shared {
             &backends,
             &queues,
         );
-        crate::ops::metrics::render_certificates(&mut out, &settings.certificates);
+        let mut certificates = settings.certificates.clone();
+        for slot in &settings.acme {
+            if let (Some(name), Some(expiry)) = (slot.settings.names.first(), slot.expiry()) {
+                earliest(&mut certificates, name.clone(), expiry);
+            }
+        }
+        crate::ops::metrics::render_certificates(&mut out, &certificates);
         out
     }
 }

@@ -361,6 +361,44 @@ fn tls_configuration_errors_are_clear() {
         ),
         "needs kernel TLS",
     );
+    let acme = |keys: &str| format!("tls = {{ acme = {{ {keys} }} }}");
+    for (tls, words) in [
+        (
+            acme("directory = \"http://ca.test/dir\", names = [\"a.test\"]"),
+            "must be an https:// URL",
+        ),
+        (
+            acme("directory = \"https://ca.test/dir\", names = [\"*.a.test\"]"),
+            "a wildcard name needs the DNS-01 challenge",
+        ),
+        (
+            acme("directory = \"https://ca.test/dir\", names = []"),
+            "names needs at least one DNS name",
+        ),
+        (
+            acme("directory = \"https://ca.test/dir\", names = [\"a.test\"], email = \"nobody\""),
+            "is not an e-mail address",
+        ),
+        (
+            acme("directory = \"https://ca.test/dir\", names = [\"a.test\"], renew_before = \"3w\""),
+            "invalid duration unit",
+        ),
+        (
+            format!(
+                "tls = {{ cert = \"{}\", key = \"{}\", acme = {{ directory = \"https://ca.test/dir\", names = [\"a.test\"] }} }}",
+                setup.server.cert.display(),
+                setup.server.key.display()
+            ),
+            "acme takes the place of cert and key",
+        ),
+        ("tls = { client_auth = \"optional\" }".into(), "give cert and key, or acme"),
+        (
+            format!("tls = {{ cert = \"{}\" }}", setup.server.cert.display()),
+            "cert and key go together",
+        ),
+    ] {
+        common::assert_config_rejected(&listen(&tls), words);
+    }
     common::assert_config_rejected(
         &listen(&format!("detect = true, sni_default = \"echo\", {table}")),
         "`sni_default` and `tls` do not mix",

@@ -11,12 +11,30 @@ use std::sync::Arc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::model::certificate_names;
+use crate::model::{certificate_names, AcmeCert};
+
+/// The certificate served for every name no other takes.
+#[derive(Debug)]
+pub(crate) enum Served {
+    /// Read from `cert` and `key`.
+    Fixed(Arc<CertifiedKey>),
+    /// Whatever ACME has obtained by now (none yet: the handshake fails).
+    Acme(Arc<AcmeCert>),
+}
+
+impl Served {
+    fn get(&self) -> Option<Arc<CertifiedKey>> {
+        match self {
+            Served::Fixed(certified) => Some(Arc::clone(certified)),
+            Served::Acme(slot) => slot.current(),
+        }
+    }
+}
 
 /// Picks a certificate by the server name a client asked for.
 #[derive(Debug)]
 pub(crate) struct ByName {
-    default: Arc<CertifiedKey>,
+    default: Served,
     exact: HashMap<String, Arc<CertifiedKey>>,
     /// By the suffix after `*.`.
     wildcard: HashMap<String, Arc<CertifiedKey>>,
@@ -25,22 +43,24 @@ pub(crate) struct ByName {
 impl ResolvesServerCert for ByName {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let Some(name) = hello.server_name().map(str::to_ascii_lowercase) else {
-            return Some(Arc::clone(&self.default));
+            return self.default.get();
         };
         let parent = name.split_once('.').map(|(_, parent)| parent);
-        let found = self.exact.get(&name).or_else(|| self.wildcard.get(parent?));
-        Some(Arc::clone(found.unwrap_or(&self.default)))
+        match self.exact.get(&name).or_else(|| self.wildcard.get(parent?)) {
+            Some(found) => Some(Arc::clone(found)),
+            None => self.default.get(),
+        }
     }
 }
 
 /// A resolver serving `default`, and each of `extra` for its names. A
 /// certificate that names nothing is refused: its path comes back.
 pub(crate) fn by_name(
-    default: CertifiedKey,
+    default: Served,
     extra: Vec<(PathBuf, CertifiedKey)>,
 ) -> Result<ByName, PathBuf> {
     let mut resolver = ByName {
-        default: Arc::new(default),
+        default,
         exact: HashMap::new(),
         wildcard: HashMap::new(),
     };

@@ -1,6 +1,6 @@
 //! Durations as the configuration writes them: seconds as a number (`10`,
 //! `0.5`) or a string of numbers with units (`"250us"`, `"250ms"`, `"10s"`,
-//! `"5m"`, `"1h"`, `"1m30s"`).
+//! `"5m"`, `"1h"`, `"30d"`, `"1m30s"`).
 
 use std::fmt;
 use std::time::Duration;
@@ -41,10 +41,11 @@ impl std::str::FromStr for ConfigDuration {
                 "s" => 1.0,
                 "m" => 60.0,
                 "h" => 3600.0,
+                "d" => 86400.0,
                 "" => return Err(invalid()),
                 other => {
                     return Err(format!(
-                        "invalid duration unit {other:?} in {text:?} (use us, ms, s, m or h)"
+                        "invalid duration unit {other:?} in {text:?} (use us, ms, s, m, h or d)"
                     ))
                 }
             };

@@ -3,6 +3,7 @@
 //! every error names the file and, where the file has a place for it, the line
 //! and column.
 
+pub mod acme;
 mod backend_tls;
 mod certs;
 mod checks;
@@ -14,6 +15,7 @@ mod exec;
 mod include;
 mod limits;
 mod listen;
+mod pem;
 mod proxy;
 mod raw;
 mod services;

@@ -47,13 +47,25 @@ pub(crate) struct RawMatchRule {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTls {
-    pub(crate) cert: String,
-    pub(crate) key: String,
+    pub(crate) cert: Option<String>,
+    pub(crate) key: Option<String>,
+    pub(crate) acme: Option<RawAcme>,
     pub(crate) client_ca: Option<String>,
     pub(crate) client_auth: Option<String>,
     pub(crate) certs: Option<Vec<RawCertPair>>,
     pub(crate) client_crl: Option<Vec<String>>,
     pub(crate) tickets: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAcme {
+    pub(crate) directory: String,
+    pub(crate) email: Option<String>,
+    pub(crate) names: Vec<String>,
+    pub(crate) storage: Option<String>,
+    pub(crate) renew_before: Option<ConfigDuration>,
+    pub(crate) directory_ca: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -302,6 +302,11 @@ fn alpn(src: Source<'_>, table: &RawService) -> Result<Vec<String>, ConfigError>
         if name.as_bytes() == super::tls::ALPN {
             return fault("alpn \"tcpmux\" is TCPMUX over TLS itself: leave it out".into());
         }
+        if name.as_bytes() == crate::model::ACME_TLS_ALPN {
+            return fault(
+                "alpn \"acme-tls/1\" is ACME's certificate validation: leave it out".into(),
+            );
+        }
     }
     Ok(list.get_ref().clone())
 }

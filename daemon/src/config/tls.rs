@@ -1,73 +1,24 @@
-//! A listener's `tls = { cert, key, certs, client_ca, client_auth }`: the PEM
-//! files read and turned into the rustls server configuration it serves with
-//! (`certs.rs` picks a certificate by SNI).
+//! A listener's `tls = { cert, key, acme, certs, client_ca, client_auth }`:
+//! the PEM files read (or the ACME slot, `acme.rs`) and turned into the
+//! rustls server configurations it serves with (`certs.rs` picks a
+//! certificate by SNI).
 
 use std::collections::HashMap;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 
+use super::certs::Served;
 use super::error::Source;
+use super::pem::TlsError;
+use super::pem::{certificates, certified, read};
 use super::raw::{RawCertPair, RawTls};
-use crate::model::{CertPair, ClientAuth, HostPattern, ServerConfigs, Tls};
+use crate::model::{CertPair, ClientAuth, DefaultCert, HostPattern, ServerConfigs, Tls};
 use crate::registry::Registry;
-
-/// Why a listener's `tls` cannot be used; each names the file and what is
-/// wrong with it.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("tls: client_auth needs client_ca, the CA that client certificates must chain to")]
-    ClientAuthWithoutCa,
-    #[error("tls: client_auth {0:?}: expected \"required\" or \"optional\"")]
-    ClientAuth(String),
-    #[error("tls {what} {}: {source}", path.display())]
-    Read {
-        what: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
-    #[error("tls {what} {}: {source}", path.display())]
-    Pem {
-        what: &'static str,
-        path: PathBuf,
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("tls {what} {}: no PEM certificate in it", path.display())]
-    NoCertificate { what: &'static str, path: PathBuf },
-    #[error("tls key {}: {source} (expected a PEM private key: PKCS#8, PKCS#1 or SEC1)", path.display())]
-    Key {
-        path: PathBuf,
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("tls client_ca {}: {reason}", path.display())]
-    ClientCa { path: PathBuf, reason: String },
-    #[error("tls cert {} and key {}: {source}", cert.display(), key.display())]
-    Pair {
-        cert: PathBuf,
-        key: PathBuf,
-        source: rustls::Error,
-    },
-    #[error("tls certs: {}: no DNS name in its subjectAltNames or CN to serve it for", .0.display())]
-    NoNames(PathBuf),
-    #[error("tls: client_crl needs client_ca: only client certificates are checked against it")]
-    CrlWithoutCa,
-    #[error("tls client_crl {}: {source}", path.display())]
-    Crl {
-        path: PathBuf,
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("tls client_crl {}: no PEM X509 CRL in it", .0.display())]
-    NoCrl(PathBuf),
-    #[error("tls: {0}")]
-    Rustls(rustls::Error),
-}
 
 /// The ALPN protocol a TLS listener offers (clients that send none are
 /// accepted as well).
@@ -77,7 +28,16 @@ pub const ALPN: &[u8] = b"tcpmux";
 pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
     let base = Path::new(src.origin).parent().unwrap_or(Path::new(""));
     let path = |p: &str| base.join(p);
-    let (cert, key) = (path(&raw.cert), path(&raw.key));
+    let default = match (&raw.cert, &raw.key, &raw.acme) {
+        (Some(cert), Some(key), None) => DefaultCert::Files {
+            cert: path(cert),
+            key: path(key),
+        },
+        (None, None, Some(acme)) => DefaultCert::Acme(super::acme::load(base, acme)?),
+        (_, _, Some(_)) => return Err(TlsError::AcmeAndFiles),
+        (None, None, None) => return Err(TlsError::NoCertificateSource),
+        _ => return Err(TlsError::HalfPair),
+    };
     let client_ca = raw.client_ca.as_deref().map(path);
     let client_auth = match (raw.client_auth.as_deref(), &client_ca) {
         (None, None) => ClientAuth::None,
@@ -96,17 +56,19 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
         return Err(TlsError::CrlWithoutCa);
     }
     let client = (client_ca.as_deref(), client_auth, &client_crl[..]);
-    let (server, expiries) =
-        server_config((&cert, &key), &certs, client, raw.tickets.unwrap_or(true))?;
+    let (server, expiries) = server_config(&default, &certs, client, raw.tickets.unwrap_or(true))?;
+    let mut server = ServerConfigs::new(server);
+    if let DefaultCert::Acme(slot) = &default {
+        server.challenge = Some(super::acme::challenge_config(slot)?);
+    }
     Ok(Tls {
-        cert,
-        key,
+        default,
         client_ca,
         client_auth,
         client_crl,
         certs,
         expiries,
-        server: ServerConfigs::new(server),
+        server,
     })
 }
 
@@ -139,43 +101,22 @@ pub(crate) fn offer_alpn(tls: &mut Tls, registry: &Registry) {
     tls.server.terminated = Arc::new(terminated);
 }
 
-fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
-        what,
-        path: path.to_owned(),
-        source,
-    })
-}
-
-fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = read(what, path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| TlsError::Pem {
-            what,
-            path: path.to_owned(),
-            source,
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate {
-            what,
-            path: path.to_owned(),
-        });
-    }
-    Ok(certs)
-}
-
 /// The rustls configuration: the certificates to serve, and how client
 /// certificates are checked (the CA, whether one is required, the CRLs);
 /// with each served certificate's name and expiry, read from the same parse.
 fn server_config(
-    default: (&Path, &Path),
+    default: &DefaultCert,
     certs: &[CertPair],
     (client_ca, client_auth, client_crl): (Option<&Path>, ClientAuth, &[PathBuf]),
     tickets: bool,
 ) -> Result<(ServerConfig, Vec<(String, i64)>), TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let default = certified(default.0, default.1, &provider)?;
+    let default = match default {
+        DefaultCert::Files { cert, key } => {
+            Served::Fixed(Arc::new(certified(cert, key, &provider)?))
+        }
+        DefaultCert::Acme(slot) => Served::Acme(Arc::clone(slot)),
+    };
     let extra = certs
         .iter()
         .map(|pair| {
@@ -185,7 +126,12 @@ fn server_config(
             ))
         })
         .collect::<Result<Vec<_>, TlsError>>()?;
-    let leaves = std::iter::once(&default).chain(extra.iter().map(|(_, c)| c));
+    // An ACME certificate's expiry is read from its slot, as it renews.
+    let fixed = match &default {
+        Served::Fixed(certified) => Some(&**certified),
+        Served::Acme(_) => None,
+    };
+    let leaves = fixed.into_iter().chain(extra.iter().map(|(_, c)| c));
     let expiries = leaves
         .filter_map(|c| c.cert.first().and_then(expiry))
         .collect();
@@ -228,21 +174,6 @@ fn server_config(
         }
     }
     Ok((config, expiries))
-}
-
-/// One certificate chain and its private key, which must match.
-fn certified(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<CertifiedKey, TlsError> {
-    let chain = certificates("cert", cert)?;
-    let key_pem = read("key", key)?;
-    let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|source| TlsError::Key {
-        path: key.to_owned(),
-        source,
-    })?;
-    CertifiedKey::from_der(chain, private, provider).map_err(|source| TlsError::Pair {
-        cert: cert.to_owned(),
-        key: key.to_owned(),
-        source,
-    })
 }
 
 /// Every CRL in `paths` (PEM; a file may hold several).

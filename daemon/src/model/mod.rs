@@ -3,6 +3,7 @@
 //! everything above; this module imports nothing else of the daemon.
 
 mod access;
+mod acme;
 mod admin;
 mod cidr;
 mod exec;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use tcpmux_proto::ServiceName;
 
 pub use access::Access;
+pub use acme::{AcmeCert, AcmeSettings, ACME_TLS_ALPN};
 pub use admin::{AdminSettings, AdminState};
 pub use cidr::{Cidr, CidrError};
 pub use exec::{Exec, ExecReply, OnShutdown};
@@ -33,7 +35,8 @@ pub use routes::{
     Detect, HostPattern, HostPatternError, MatchRule, Routed, DEFAULT_DETECT_TIMEOUT,
 };
 pub use tls::{
-    certificate_expiry, certificate_names, CertPair, ClientAuth, ServerConfigs, Tls, TlsClient,
+    certificate_expiry, certificate_names, CertPair, ClientAuth, DefaultCert, ServerConfigs, Tls,
+    TlsClient,
 };
 
 /// One registered service: a name, what it does, and who may use it.

@@ -7,12 +7,14 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::acme::AcmeCert;
+
 /// A TLS listener's settings. The files are read when the configuration is
 /// (at start and on each SIGHUP), so a renewed certificate needs no restart.
 #[derive(Clone)]
 pub struct Tls {
-    pub cert: PathBuf,
-    pub key: PathBuf,
+    /// The certificate for every name `certs` does not take.
+    pub default: DefaultCert,
     /// The CA that client certificates must chain to, if they are asked for.
     pub client_ca: Option<PathBuf>,
     pub client_auth: ClientAuth,
@@ -40,6 +42,9 @@ pub struct ServerConfigs {
     /// protocol, as by an HTTPS site behind a terminator). Exact names, then
     /// the parents of one-label wildcards.
     pub terminated: Arc<[HashMap<String, Arc<rustls::ServerConfig>>; 2]>,
+    /// With `acme`: for ACME's TLS-ALPN-01 validation (ALPN `acme-tls/1`),
+    /// serving the challenge certificates.
+    pub challenge: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl ServerConfigs {
@@ -47,17 +52,22 @@ impl ServerConfigs {
         ServerConfigs {
             default: Arc::new(default),
             terminated: Arc::default(),
+            challenge: None,
         }
     }
 
-    /// Whether the configuration depends on the name a client asks for, so
-    /// its ClientHello must be read before one is chosen.
-    pub fn by_name(&self) -> bool {
-        self.terminated.iter().any(|map| !map.is_empty())
+    /// Whether the configuration depends on the ClientHello, which must
+    /// then be read before one is chosen.
+    pub fn by_hello(&self) -> bool {
+        self.challenge.is_some() || self.terminated.iter().any(|map| !map.is_empty())
     }
 
-    /// The configuration for a client that asks for `server_name`.
-    pub fn for_name(&self, server_name: Option<&str>) -> &Arc<rustls::ServerConfig> {
+    /// The configuration for a client that asks for `server_name`, and
+    /// whether it offers ACME's validation protocol.
+    pub fn for_hello(&self, server_name: Option<&str>, acme: bool) -> &Arc<rustls::ServerConfig> {
+        if let Some(challenge) = self.challenge.as_ref().filter(|_| acme) {
+            return challenge;
+        }
         let Some(name) = server_name.map(str::to_ascii_lowercase) else {
             return &self.default;
         };
@@ -73,8 +83,7 @@ impl ServerConfigs {
 impl fmt::Debug for Tls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tls")
-            .field("cert", &self.cert)
-            .field("key", &self.key)
+            .field("default", &self.default)
             .field("client_ca", &self.client_ca)
             .field("client_auth", &self.client_auth)
             .field("certs", &self.certs)
@@ -86,8 +95,7 @@ impl fmt::Debug for Tls {
 /// Equal when read from the same files into the same loaded configuration.
 impl PartialEq for Tls {
     fn eq(&self, other: &Self) -> bool {
-        self.cert == other.cert
-            && self.key == other.key
+        self.default == other.default
             && self.client_ca == other.client_ca
             && self.client_auth == other.client_auth
             && self.certs == other.certs
@@ -98,6 +106,29 @@ impl PartialEq for Tls {
 }
 
 impl Eq for Tls {}
+
+/// Where a listener's default certificate comes from.
+#[derive(Clone, Debug)]
+pub enum DefaultCert {
+    /// `cert` and `key`.
+    Files { cert: PathBuf, key: PathBuf },
+    /// `acme`: obtained and renewed by the daemon.
+    Acme(Arc<AcmeCert>),
+}
+
+impl PartialEq for DefaultCert {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (DefaultCert::Files { cert, key }, DefaultCert::Files { cert: c, key: k }) => {
+                cert == c && key == k
+            }
+            (DefaultCert::Acme(a), DefaultCert::Acme(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for DefaultCert {}
 
 /// One more certificate of a listener, and its key.
 #[derive(Clone, Debug, PartialEq, Eq)]

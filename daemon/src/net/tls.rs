@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 
 use super::stream::{Peeked, Stream};
-use crate::model::{certificate_names, ServerConfigs, TlsClient};
+use crate::model::{certificate_names, ServerConfigs, TlsClient, ACME_TLS_ALPN};
 
 /// A server-side TLS session over a client socket, with the plaintext read
 /// ahead by `peek` kept for the next read.
@@ -60,13 +60,17 @@ fn cipher_name(suite: rustls::CipherSuite) -> String {
 pub async fn accept(stream: Stream, configs: ServerConfigs) -> io::Result<(TlsConn, TlsClient)> {
     // Even the session's setup (rustls's buffers) is left to the pool.
     let handshake = async move {
-        if !configs.by_name() {
+        if !configs.by_hello() {
             let config = Arc::clone(&configs.default);
             return tokio_rustls::TlsAcceptor::from(config).accept(stream).await;
         }
         let acceptor = rustls::server::Acceptor::default();
         let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
-        let config = configs.for_name(start.client_hello().server_name());
+        let hello = start.client_hello();
+        let acme = hello
+            .alpn()
+            .is_some_and(|mut offered| offered.any(|p| p == ACME_TLS_ALPN));
+        let config = configs.for_hello(hello.server_name(), acme);
         start.into_stream(Arc::clone(config)).await
     };
     let stream = super::handshakes::run(handshake).await?;

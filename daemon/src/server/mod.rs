@@ -236,6 +236,11 @@ impl Server {
         } else {
             JoinSet::new()
         };
+        // So are the ACME certificates: one order flow each.
+        let mut acme = crate::acme::Keepers::default();
+        if first {
+            acme.follow(&shared.settings().acme);
+        }
         let chores = chores(&shared, self.worker);
         live.store_in_systemd();
         announce_ready(took_over);
@@ -258,6 +263,7 @@ impl Server {
                     pools.abort_all();
                     if first {
                         pools = pool_tasks(&shared);
+                        acme.follow(&shared.settings().acme);
                     }
                     systemd::notify("READY=1");
                 }

@@ -12,7 +12,7 @@ use tokio::io::AsyncReadExt;
 use super::detect::{self, Detected};
 use super::opening::{Negotiated, Reply};
 use crate::admission::Refusal;
-use crate::model::{ClientInfo, Detect, Peer, Routed, ServerConfigs, TlsClient};
+use crate::model::{ClientInfo, Detect, Peer, Routed, ServerConfigs, TlsClient, ACME_TLS_ALPN};
 use crate::net::conn::Conn;
 use crate::net::proxy_protocol::{self, Announced};
 use crate::net::stream::Metered;
@@ -75,6 +75,10 @@ pub(super) async fn negotiate(
 /// whose `sni_terminate` takes the name it asked for, else the one for the
 /// protocol other than TCPMUX its handshake agreed on.
 fn routed_by_tls(established: &TlsClient, registry: &Registry) -> Option<Negotiated> {
+    // An ACME server validating TLS-ALPN-01: the handshake was the answer.
+    if established.alpn.as_deref().map(str::as_bytes) == Some(ACME_TLS_ALPN) {
+        return Some(Negotiated::Closed);
+    }
     let name = established.server_name.as_deref();
     if let Some(service) = name.and_then(|name| registry.by_terminated_sni(name)) {
         return Some(Negotiated::Routed(

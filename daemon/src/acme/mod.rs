@@ -1,0 +1,202 @@
+//! Certificates that renew themselves (`tls = { acme = { ... } }`): one
+//! keeper task per ACME slot, on the daemon's first event loop, orders a
+//! certificate when none is stored (`order.rs`), renews it `renew_before`
+//! its end, retries a failure with backoff, and warns once a day in the
+//! certificate's last week while renewal keeps failing. Whatever happens,
+//! the certificate in hand stays served.
+
+mod order;
+mod store;
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::task::JoinHandle;
+
+use crate::model::AcmeCert;
+
+const DAY: i64 = 86_400;
+
+/// The keepers of the slots the configuration in force names. A slot that
+/// stays across a reload keeps its keeper (an order under way goes on).
+#[derive(Default)]
+pub struct Keepers(Vec<(Arc<AcmeCert>, JoinHandle<()>)>);
+
+impl Keepers {
+    /// Keeps exactly `slots`: stops the keepers of slots no longer named,
+    /// starts one for each new slot.
+    pub fn follow(&mut self, slots: &[Arc<AcmeCert>]) {
+        self.0.retain(|(slot, task)| {
+            let named = slots.iter().any(|s| Arc::ptr_eq(s, slot));
+            if !named {
+                task.abort();
+            }
+            named
+        });
+        for slot in slots {
+            if !self.0.iter().any(|(kept, _)| Arc::ptr_eq(kept, slot)) {
+                let task = tokio::spawn(keep(Arc::clone(slot)));
+                self.0.push((Arc::clone(slot), task));
+            }
+        }
+    }
+}
+
+impl Drop for Keepers {
+    fn drop(&mut self) {
+        for (_, task) in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Keeps `slot`'s certificate obtained and renewed, for ever.
+async fn keep(slot: Arc<AcmeCert>) {
+    let settings = &slot.settings;
+    let names = settings.names.join(",");
+    if slot.expiry().is_none() {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let why = match crate::config::acme::stored_with(settings, &provider) {
+            Err(e) => e.to_string(),
+            Ok(_) => "none".into(),
+        };
+        tracing::info!(names, "acme: no usable certificate stored ({why})");
+    }
+    let (mut failures, mut warned) = (0u32, None);
+    loop {
+        if let Some(expiry) = slot.expiry() {
+            let wait = renewal_wait(expiry, settings.renew_before, unix_now());
+            if !wait.is_zero() {
+                tracing::info!(
+                    names,
+                    expires = expiry,
+                    renew_in_s = wait.as_secs(),
+                    "acme: certificate in hand"
+                );
+                // Spread renewals of many daemons (and names) apart.
+                let spread = (wait / 100).min(Duration::from_secs(3600));
+                tokio::time::sleep(wait + jitter(spread)).await;
+            }
+        }
+        tracing::info!(names, directory = %settings.directory, "acme: ordering a certificate");
+        match order::obtain(&slot).await {
+            Ok(expiry) => {
+                failures = 0;
+                tracing::info!(
+                    names,
+                    expires = expiry,
+                    "acme: certificate obtained and served"
+                );
+                if renewal_wait(expiry, settings.renew_before, unix_now()).is_zero() {
+                    tracing::warn!(names, "acme: renew_before is longer than the certificate's lifetime: renewing again in a day, not at once");
+                    tokio::time::sleep(Duration::from_secs(DAY as u64)).await;
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                let delay = retry_delay(failures);
+                tracing::warn!(
+                    names,
+                    attempt = failures,
+                    retry_in_s = delay.as_secs(),
+                    "acme: could not obtain a certificate: {e}"
+                );
+                let now = unix_now();
+                if let Some(expiry) = slot
+                    .expiry()
+                    .filter(|&x| expiry_warning_due(x, now, warned))
+                {
+                    warned = Some(now);
+                    tracing::error!(
+                        names,
+                        expires = expiry,
+                        "acme: the certificate expires within a week and cannot be renewed: {e}"
+                    );
+                }
+                tokio::time::sleep(delay + jitter(delay / 10)).await;
+            }
+        }
+    }
+}
+
+/// How long until a certificate that ends at `expiry` is due for renewal
+/// (zero: now).
+fn renewal_wait(expiry: i64, renew_before: Duration, now: i64) -> Duration {
+    let due = expiry.saturating_sub(i64::try_from(renew_before.as_secs()).unwrap_or(i64::MAX));
+    Duration::from_secs(u64::try_from(due.saturating_sub(now)).unwrap_or(0))
+}
+
+/// The wait after the `failures`th failure in a row: soon at first (a
+/// directory that was restarting), then backing off to six hours, under the
+/// CAs' limits on failed validations (Let's Encrypt: 5 an hour per name).
+fn retry_delay(failures: u32) -> Duration {
+    const MINUTES: [u64; 11] = [0, 1, 2, 5, 10, 20, 30, 60, 120, 240, 360];
+    let step = usize::try_from(failures.saturating_sub(1)).unwrap_or(usize::MAX);
+    let minutes = MINUTES[step.min(MINUTES.len() - 1)];
+    Duration::from_secs(if minutes == 0 { 10 } else { minutes * 60 })
+}
+
+/// Whether a certificate ending at `expiry` that cannot be renewed gets its
+/// warning now: in its last week, once a day (`warned`: the last one).
+fn expiry_warning_due(expiry: i64, now: i64, warned: Option<i64>) -> bool {
+    expiry - now <= 7 * DAY && warned.map_or(true, |at| now - at >= DAY)
+}
+
+/// A random duration up to `max`.
+fn jitter(max: Duration) -> Duration {
+    let random = RandomState::new().hash_one(unix_now());
+    let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(random.checked_rem(nanos).unwrap_or(0))
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_is_due_renew_before_the_end() {
+        let month = Duration::from_secs(30 * DAY as u64);
+        let expiry = 100 * DAY;
+        assert_eq!(
+            renewal_wait(expiry, month, 0),
+            Duration::from_secs(70 * DAY as u64)
+        );
+        assert_eq!(renewal_wait(expiry, month, 70 * DAY), Duration::ZERO);
+        assert_eq!(renewal_wait(expiry, month, 99 * DAY), Duration::ZERO);
+        // Longer than the lifetime: due at once.
+        assert_eq!(renewal_wait(expiry, month * 10, 0), Duration::ZERO);
+    }
+
+    #[test]
+    fn retries_back_off_to_six_hours() {
+        let delays: Vec<u64> = (1..=13).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(delays[..3], [10, 60, 120]);
+        assert!(delays.windows(2).all(|w| w[0] <= w[1]), "{delays:?}");
+        assert_eq!(delays[12], 6 * 3600);
+    }
+
+    #[test]
+    fn expiry_warnings_come_once_a_day_in_the_last_week() {
+        let expiry = 30 * DAY;
+        assert!(!expiry_warning_due(expiry, 20 * DAY, None));
+        assert!(expiry_warning_due(expiry, 23 * DAY, None));
+        assert!(!expiry_warning_due(expiry, 23 * DAY + 3600, Some(23 * DAY)));
+        assert!(expiry_warning_due(expiry, 24 * DAY, Some(23 * DAY)));
+    }
+
+    #[test]
+    fn jitter_stays_below_its_bound() {
+        for _ in 0..100 {
+            assert!(jitter(Duration::from_secs(5)) < Duration::from_secs(5));
+        }
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+    }
+}
