@@ -27,14 +27,14 @@ stop_pid() {
   kill -9 "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true
 }
 
-# A throwaway CA and a server certificate for localhost (ECDSA P-256), as
-# $WORK/ca.pem, $WORK/cert.pem and $WORK/key.pem.
+# A throwaway CA and a server certificate for localhost and *.bench.test
+# (ECDSA P-256), as $WORK/ca.pem, $WORK/cert.pem and $WORK/key.pem.
 localhost_cert() {
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=bench CA" \
     -keyout "$WORK/ca.key" -out "$WORK/ca.pem" -days 2 2>/dev/null
   openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
     -keyout "$WORK/key.pem" -out "$WORK/server.csr" 2>/dev/null
-  printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n' > "$WORK/ext"
+  printf 'subjectAltName=DNS:localhost,DNS:*.bench.test\nbasicConstraints=CA:FALSE\n' > "$WORK/ext"
   openssl x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial \
     -out "$WORK/cert.pem" -days 1 -extfile "$WORK/ext" 2>/dev/null
 }

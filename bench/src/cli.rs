@@ -194,6 +194,13 @@ pub enum Command {
         ca: std::path::PathBuf,
         #[arg(long)]
         service: Option<String>,
+        /// The name sent as SNI and checked in the server's certificate.
+        #[arg(long, default_value = "localhost")]
+        server_name: String,
+        /// Resume sessions from tickets (shared by all clients), as a
+        /// returning client does; the first connection of each is full.
+        #[arg(long)]
+        resume: bool,
         #[arg(long, default_value_t = 8)]
         connections: usize,
         #[arg(long, default_value_t = 5.0)]

@@ -1,5 +1,6 @@
 //! TLS workloads, for TLS termination compared across servers: `tls-short`
-//! (a full handshake, no resumption, then a short answer read to the end),
+//! (a full handshake, or one resumed from a ticket, then a short answer read
+//! to the end),
 //! `tls-bulk` (one connection's download through TLS) and `tls-burst` (many
 //! ClientHellos at once, each costing the server a full handshake). The client offers one
 //! cipher suite, TLS_AES_128_GCM_SHA256, so every server uses the same.
@@ -7,6 +8,7 @@
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +19,11 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use crate::requests::run_clients;
 
 fn config(ca: &Path) -> Result<Arc<ClientConfig>, String> {
+    config_with(ca, false)
+}
+
+/// The client's configuration; `resume`: tickets kept and used.
+fn config_with(ca: &Path, resume: bool) -> Result<Arc<ClientConfig>, String> {
     let mut provider = rustls::crypto::ring::default_provider();
     provider.cipher_suites = vec![rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
     let mut roots = RootCertStore::empty();
@@ -32,8 +39,10 @@ fn config(ca: &Path) -> Result<Arc<ClientConfig>, String> {
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    // Every connection a full handshake, as a new client's.
-    config.resumption = rustls::client::Resumption::disabled();
+    // Every connection a full handshake, as a new client's, unless asked.
+    if !resume {
+        config.resumption = rustls::client::Resumption::disabled();
+    }
     Ok(Arc::new(config))
 }
 
@@ -41,10 +50,18 @@ fn open(
     target: SocketAddr,
     config: &Arc<ClientConfig>,
 ) -> io::Result<StreamOwned<ClientConnection, TcpStream>> {
+    open_as(target, config, "localhost")
+}
+
+fn open_as(
+    target: SocketAddr,
+    config: &Arc<ClientConfig>,
+    server_name: &str,
+) -> io::Result<StreamOwned<ClientConnection, TcpStream>> {
     let socket = TcpStream::connect(target)?;
     socket.set_nodelay(true)?;
     socket.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let name = ServerName::try_from("localhost").map_err(io::Error::other)?;
+    let name = ServerName::try_from(server_name.to_owned()).map_err(io::Error::other)?;
     let session = ClientConnection::new(Arc::clone(config), name).map_err(io::Error::other)?;
     Ok(StreamOwned::new(session, socket))
 }
@@ -62,18 +79,28 @@ fn read_to_end(stream: &mut impl Read, mut each: impl FnMut(&[u8])) -> io::Resul
     }
 }
 
+/// Where a TLS client connects and how.
+pub struct Client<'a> {
+    pub target: SocketAddr,
+    pub ca: &'a Path,
+    pub server_name: &'a str,
+    pub resume: bool,
+}
+
 pub fn short(
-    target: SocketAddr,
-    ca: &Path,
+    client: Client<'_>,
     service: Option<&str>,
     connections: usize,
     duration: f64,
     label: &str,
 ) -> Result<(), String> {
-    let config = config(ca)?;
+    let config = config_with(client.ca, client.resume)?;
+    let (target, name) = (client.target, client.server_name.to_owned());
     let request: Option<Arc<[u8]>> = service.map(|s| format!("{s}\r\n").into_bytes().into());
+    let resumed = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&resumed);
     let summary = run_clients(connections, duration, "connections", move |buf| {
-        let mut stream = open(target, &config)?;
+        let mut stream = open_as(target, &config, &name)?;
         if let Some(request) = &request {
             stream.write_all(request)?;
         } else {
@@ -82,9 +109,16 @@ pub fn short(
         }
         buf.clear();
         read_to_end(&mut stream, |bytes| buf.extend_from_slice(bytes))?;
+        if stream.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(!buf.is_empty() && (request.is_none() || buf[0] == b'+'))
     })?;
-    println!("{label}: {}", summary.text("connections"));
+    let resumed = match client.resume {
+        true => format!(" ({} resumed)", resumed.load(Ordering::Relaxed)),
+        false => String::new(),
+    };
+    println!("{label}: {}{resumed}", summary.text("connections"));
     summary.require_success(label)
 }
 

@@ -57,6 +57,11 @@ impl Sessions {
     }
 }
 
+/// Connections accepted before the loop lets the other tasks (and the I/O
+/// events due) run: a burst of connections waits in the kernel's queue, not
+/// in front of every client already served.
+const ACCEPT_BATCH: u32 = 16;
+
 pub(super) async fn accept_loop(
     listener: Listener,
     options: SharedOptions,
@@ -64,9 +69,15 @@ pub(super) async fn accept_loop(
     sessions: Sessions,
 ) {
     let mut errors = AcceptErrors::new("clients");
+    let mut batch = 0u32;
     loop {
         match listener.accept().await {
             Ok(accepted) => {
+                batch += 1;
+                if batch == ACCEPT_BATCH {
+                    batch = 0;
+                    tokio::task::yield_now().await;
+                }
                 // The options in force now: a reload may have changed them.
                 let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
                 let session = session::handle(Arc::clone(&shared), accepted, options);
