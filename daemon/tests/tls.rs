@@ -568,6 +568,9 @@ fn handshakes_are_computed_off_the_event_loop() {
     }
     // The event loop is the main thread, named after the binary; the
     // handshakes' key exchanges and signatures ran on the pool's threads.
+    // The loop does the rest (each session's I/O, the client's Finished,
+    // the tickets, the daytime answer), a share of the same order; on the
+    // loop, the pool's part would be next to nothing.
     let threads = thread_cpu(daemon.pid());
     let cpu = |named: &dyn Fn(&str) -> bool| -> u64 {
         let matching = threads.iter().filter(|(name, _)| named(name));
@@ -576,7 +579,7 @@ fn handshakes_are_computed_off_the_event_loop() {
     let pool = cpu(&|name| name.starts_with("tcpmuxd-tls"));
     let event_loop = cpu(&|name| name == "tcpmuxd");
     assert!(
-        pool > event_loop,
+        pool * 2 > event_loop,
         "pool {pool} ticks, event loop {event_loop}: {threads:?}"
     );
 }

@@ -34,6 +34,11 @@ impl Conn {
 
     /// Turns a plain connection into a TLS one: the server handshake.
     pub async fn start_tls(&mut self, configs: ServerConfigs) -> io::Result<TlsClient> {
+        // Waited for while the socket is still the connection's: a client
+        // that stalls mid-ClientHello is closed gracefully at the timeout.
+        if let Conn::Plain(stream) = self {
+            tls::wait_for_hello(stream).await?;
+        }
         let Conn::Plain(stream) = std::mem::replace(self, Conn::Gone) else {
             return Err(io::Error::other("TLS has already started"));
         };

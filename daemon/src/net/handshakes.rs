@@ -2,7 +2,8 @@
 //! the certificate's signature, about 0.4 ms each) runs on a few threads of
 //! its own instead of the event loops, so a flood of handshakes delays no
 //! other client. The sockets stay registered with their event loop, which
-//! only wakes the handshake when bytes arrive; the pool polls it.
+//! does the waiting: the pool gets a handshake once its ClientHello is
+//! whole, answers it in one poll, and hands it back.
 //!
 //! The pool's threads are few (all cores but one); handshakes waiting for one
 //! wait in its queue, never on an event loop. Their number is bounded by the
@@ -16,9 +17,14 @@
 
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::OnceLock;
+use std::task::Poll;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::runtime::Runtime;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::Accept;
 
 static POOL: OnceLock<Option<Runtime>> = OnceLock::new();
 
@@ -64,18 +70,27 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Runs `handshake` to its end on the pool (or here, if there is none).
-pub async fn run<T, F>(handshake: F) -> io::Result<T>
+/// Runs a server handshake whose ClientHello has arrived whole: its first
+/// step (reading the ClientHello, the key exchange and the signature, the
+/// server's flight written) on the pool, in one poll that does not wait for
+/// the client; the rest (the client's Finished, cheap to check) here, on the
+/// event loop that owns the socket. One trip to the pool and back per
+/// handshake, and the pool's threads never wait on a client.
+pub async fn answer_hello<IO>(mut accept: Accept<IO>) -> io::Result<TlsStream<IO>>
 where
-    F: Future<Output = io::Result<T>> + Send + 'static,
-    T: Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let Some(pool) = pool() else {
-        return handshake.await;
+        return accept.await;
     };
-    let mut task = AbortOnDrop(pool.spawn(handshake));
+    let first = async move {
+        let step = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut accept).poll(cx))).await;
+        (accept, step)
+    };
+    let mut task = AbortOnDrop(pool.spawn(first));
     match (&mut task.0).await {
-        Ok(result) => result,
+        Ok((_, Poll::Ready(done))) => done,
+        Ok((rest, Poll::Pending)) => rest.await,
         Err(e) => Err(io::Error::other(format!(
             "the TLS handshake task failed: {e}"
         ))),

@@ -53,17 +53,14 @@ fn cipher_name(suite: rustls::CipherSuite) -> String {
     }
 }
 
-/// Runs the server handshake on `stream`, its computation on the handshake
-/// pool (`handshakes.rs`); the error says why it failed. When the
-/// configuration depends on the name the client asks for, its ClientHello
-/// is read first.
+/// Runs the server handshake on `stream`, whose ClientHello has arrived
+/// ([`wait_for_hello`]), its computation on the handshake pool
+/// (`handshakes.rs`); the error says why it failed. The waiting is the
+/// event loop's: for the ClientHello's parse when the configuration depends
+/// on the name the client asks for, and, after the pool has answered it,
+/// for the client's last flight.
 pub async fn accept(stream: Stream, configs: ServerConfigs) -> io::Result<(TlsConn, TlsClient)> {
-    // Even the session's setup (rustls's buffers) is left to the pool.
-    let handshake = async move {
-        if !configs.by_hello() {
-            let config = Arc::clone(&configs.default);
-            return tokio_rustls::TlsAcceptor::from(config).accept(stream).await;
-        }
+    let accept = if configs.by_hello() {
         let acceptor = rustls::server::Acceptor::default();
         let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
         let hello = start.client_hello();
@@ -71,9 +68,11 @@ pub async fn accept(stream: Stream, configs: ServerConfigs) -> io::Result<(TlsCo
             .alpn()
             .is_some_and(|mut offered| offered.any(|p| p == ACME_TLS_ALPN));
         let config = configs.for_hello(hello.server_name(), acme);
-        start.into_stream(Arc::clone(config)).await
+        start.into_stream(Arc::clone(config))
+    } else {
+        tokio_rustls::TlsAcceptor::from(Arc::clone(&configs.default)).accept(stream)
     };
-    let stream = super::handshakes::run(handshake).await?;
+    let stream = super::handshakes::answer_hello(accept).await?;
     let session = stream.get_ref().1;
     let mut client = TlsClient {
         version: session
@@ -103,6 +102,30 @@ pub async fn accept(stream: Stream, configs: ServerConfigs) -> io::Result<(TlsCo
         },
         client,
     ))
+}
+
+/// The most a ClientHello is waited for whole (larger ones, which no client
+/// sends, are answered without this wait).
+const HELLO_WAIT: usize = 16 * 1024;
+
+/// Waits, peeking, until the client's whole ClientHello has arrived (or the
+/// client ended, or sent something else: the handshake will say what), so
+/// that the pool answers it in one go instead of waiting for the client.
+pub(super) async fn wait_for_hello(stream: &Stream) -> io::Result<()> {
+    use tcpmux_proto::sniff::client_hello;
+    let mut buf = vec![0u8; 2048];
+    let mut seen = 0;
+    loop {
+        let peeked = stream.peek_beyond(&mut buf, seen).await?;
+        seen = peeked.len;
+        match client_hello::parse(&buf[..seen], HELLO_WAIT) {
+            Ok(None) if !peeked.ended && seen == buf.len() && buf.len() < HELLO_WAIT => {
+                buf.resize(HELLO_WAIT, 0);
+            }
+            Ok(None) if !peeked.ended && seen < buf.len() => {}
+            _ => return Ok(()),
+        }
+    }
 }
 
 impl TlsConn {

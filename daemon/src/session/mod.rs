@@ -103,10 +103,7 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
             });
         }
         match negotiated {
-            Err(_elapsed) => {
-                refuse(&mut conn, "negotiation timeout").await;
-                Answer::new(Outcome::NegotiationTimeout)
-            }
+            Err(_elapsed) => timed_out(&mut conn, &listen, &client).await,
             Ok(Err(e)) => Answer::new(Outcome::ReadError(e)),
             // Checked once a request has arrived: by then the proxy that made this
             // connection has registered it (it does so before relaying a byte).
@@ -140,6 +137,21 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
     }
     report(&shared, &client, &via, &answer, &conn, started);
     drop(admission);
+}
+
+/// Answers a client whose negotiation took too long. One of a TLS-only
+/// listener still in its handshake expects TLS records: a plaintext line
+/// would be noise to it.
+async fn timed_out(
+    conn: &mut Metered<Conn>,
+    listen: &ListenOptions,
+    client: &ClientInfo,
+) -> Answer {
+    let handshaking = listen.tls.is_some() && listen.detect.is_none() && client.tls.is_none();
+    if !handshaking {
+        refuse(conn, "negotiation timeout").await;
+    }
+    Answer::new(Outcome::NegotiationTimeout)
 }
 
 /// Whether the connection from `peer` to our `local` address is one of the
