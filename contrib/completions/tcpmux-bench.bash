@@ -761,7 +761,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__tls__subcmd__short)
-            opts="-h --connect --ca --service --connections --duration --label --help"
+            opts="-h --connect --ca --service --server-name --resume --connections --duration --label --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -776,6 +776,10 @@ _tcpmux__bench() {
                     return 0
                     ;;
                 --service)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --server-name)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -101,9 +101,11 @@ complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle-unix" -s 
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-short" -l connect -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-short" -l ca -d 'PEM CA that the server\'s certificate (for `localhost`) chains to' -r -F
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-short" -l service -r
+complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-short" -l server-name -d 'The name sent as SNI and checked in the server\'s certificate' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-short" -l connections -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-short" -l duration -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-short" -l label -r
+complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-short" -l resume -d 'Resume sessions from tickets (shared by all clients), as a returning client does; the first connection of each is full'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-short" -s h -l help -d 'Print help'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-burst" -l connect -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand tls-burst" -l ca -d 'PEM CA that the server\'s certificate (for `localhost`) chains to' -r -F

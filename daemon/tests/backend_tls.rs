@@ -153,6 +153,10 @@ fn backend_tls_mistakes_are_refused() {
             "backends with different hosts need server_name",
         ),
         (
+            "[service.s]\nproxy = \"srv:_app._tcp.example.com\"\nbackend_tls = {}\n",
+            "srv: backends need server_name",
+        ),
+        (
             "[service.s]\nproxy = \"127.0.0.1:1\"\nbackend_tls = { ca = \"/nonexistent.pem\" }\n",
             "ca /nonexistent.pem",
         ),

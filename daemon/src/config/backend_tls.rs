@@ -101,9 +101,19 @@ pub(crate) fn warnings(registry: &Registry) -> Vec<String> {
 fn one_host(backends: &[Weighted]) -> Result<String, String> {
     let mut hosts = backends.iter().filter_map(|b| match &b.backend {
         Backend::Tcp { host, .. } => Some(host.clone()),
-        Backend::Srv(name) => Some(name.clone()),
+        Backend::Srv(_) => None,
         Backend::Unix(_) => None,
     });
+    if backends
+        .iter()
+        .any(|b| matches!(b.backend, Backend::Srv(_)))
+    {
+        // The SRV name is no host name a certificate carries, and its
+        // targets may be many.
+        return Err(
+            "srv: backends need server_name, the name their targets' certificates carry".into(),
+        );
+    }
     let first = hosts.next().ok_or("a Unix backend needs server_name")?;
     match hosts.all(|h| h == first) {
         true => Ok(first),

@@ -18,12 +18,11 @@ impl Drop for Peer {
     }
 }
 
+/// A port for a peer to listen on: below the kernel's ephemeral range, so
+/// that no test's outgoing connection takes it between this call and the
+/// peer's bind (a port from `bind(:0)` is an ephemeral one).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    super::dns::free_port()
 }
 
 pub fn wait_for_port(port: u16) {
