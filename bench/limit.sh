@@ -5,7 +5,8 @@
 # the same exchange and nothing else, each row with the server's CPU per
 # connection. Rounds alternate; one event loop each.
 # With strace installed, also the system calls per connection of each.
-# BEFORE=<older tcpmuxd binary> adds its rows (log at warn), in the same run.
+# BEFORE=<older tcpmuxd binary> adds its rows (log at warn and at info), in
+# the same run.
 #   bench/limit.sh [SECONDS] [CLIENTS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,10 +22,11 @@ C=$BASE INFO=$((BASE + 1)) WARN=$((BASE + 2))
 "$WORK/limit" $C & PIDS+=($!)
 target/release/tcpmuxd --listen 127.0.0.1:$INFO 2>/dev/null & PIDS+=($!); INFO_PID=$!
 RUST_LOG=warn target/release/tcpmuxd --listen 127.0.0.1:$WARN 2>/dev/null & PIDS+=($!); WARN_PID=$!
-OLD=$((BASE + 3))
+OLD=$((BASE + 3)) OLD_INFO=$((BASE + 4))
 if [ -n "${BEFORE:-}" ]; then
   RUST_LOG=warn "$BEFORE" --listen 127.0.0.1:$OLD 2>/dev/null & PIDS+=($!); OLD_PID=$!
-  wait_port $OLD
+  "$BEFORE" --listen 127.0.0.1:$OLD_INFO 2>/dev/null & PIDS+=($!); OLD_INFO_PID=$!
+  wait_port $OLD; wait_port $OLD_INFO
 fi
 for p in $C $INFO $WARN; do wait_port $p; done
 echo "# $(nproc) cores, $(uname -r), $SECS s x $CLIENTS clients per row"
@@ -44,6 +46,7 @@ for round in $(seq "$ROUNDS"); do
   short $WARN $WARN_PID "round $round, tcpmuxd, log at warn"
   if [ -n "${BEFORE:-}" ]; then short $OLD $OLD_PID "round $round, before, log at warn"; fi
   short $INFO $INFO_PID "round $round, tcpmuxd, log at info"
+  if [ -n "${BEFORE:-}" ]; then short $OLD_INFO $OLD_INFO_PID "round $round, before, log at info"; fi
 done
 if command -v strace >/dev/null; then
   echo "## system calls per connection (strace -c -f on the server for 2 s; one shutdown per connection)"
