@@ -10,7 +10,7 @@ use clap::Parser;
 use tcpmuxd::cli::Args;
 use tcpmuxd::net::listener::{prebind, Prebound};
 use tcpmuxd::ops::log_format::{self, LogFormat, Prioritized, QuotedFields};
-use tcpmuxd::ops::{logging, privileges, systemd};
+use tcpmuxd::ops::{access_log, logging, privileges, systemd};
 use tcpmuxd::server::Counters;
 use tcpmuxd::{Config, Server};
 use tokio::signal::unix::{signal, SignalKind};
@@ -293,6 +293,12 @@ fn init_logging(format: LogFormat) {
         .json()
         .flatten_event(true)
         .with_current_span(false);
+    let access = match (format, journal, ansi) {
+        (LogFormat::Text, false, false) => access_log::Mode::Text,
+        (LogFormat::Text, true, _) => access_log::Mode::Journal,
+        _ => access_log::Mode::Tracing,
+    };
+    access_log::set_mode(access);
     match (format, journal) {
         (LogFormat::Text, false) => builder.fmt_fields(QuotedFields).event_format(text).init(),
         (LogFormat::Text, true) => builder

@@ -70,14 +70,18 @@ impl Write for EventWriter {
 
 impl Drop for EventWriter {
     fn drop(&mut self) {
-        if self.0.is_empty() {
-            return;
+        if !self.0.is_empty() {
+            queue_line(std::mem::take(&mut self.0));
         }
-        let line = std::mem::take(&mut self.0);
-        let queue = queue();
-        if let Err(TrySendError::Full(_)) = queue.sender.try_send(Entry::Line(line)) {
-            queue.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+    }
+}
+
+/// Queues one whole line (or several) for stderr; counted and dropped when
+/// the queue is full.
+pub fn queue_line(line: Vec<u8>) {
+    let queue = queue();
+    if let Err(TrySendError::Full(_)) = queue.sender.try_send(Entry::Line(line)) {
+        queue.dropped.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -21,6 +21,7 @@ use crate::net::close::close_gracefully;
 use crate::net::conn::Conn;
 use crate::net::listener::Accepted;
 use crate::net::stream::Metered;
+use crate::ops::access_log;
 use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
 use crate::services::{self, help, refuse};
@@ -286,22 +287,25 @@ fn report(
     let service_name = answer.service.as_deref().unwrap_or("-");
     // Fields that are None are left out of the line.
     let via = (client.peer.tcp_addr() != via.tcp_addr()).then(|| via.to_string());
-    tracing::info!(
-        target: "tcpmuxd::connection",
-        peer = %client.peer,
-        via = via.as_deref().map(tracing::field::display),
-        service = %service_name,
-        routed = %routed,
-        backend = outcome.backend().map(tracing::field::display),
-        tls = client.tls.as_ref().map(|t| tracing::field::display(&t.version)),
-        cipher = client.tls.as_ref().map(|t| tracing::field::display(&t.cipher)),
-        cert = client.tls.as_ref().and_then(|t| t.name()).map(tracing::field::display),
-        outcome = %outcome,
-        bytes_in = conn.bytes_in,
-        bytes_out = conn.bytes_out,
-        ms = format_args!("{:.3}", started.elapsed().as_secs_f64() * 1e3),
-        "connection"
-    );
+    let backend = outcome.backend();
+    let tls = client.tls.as_ref();
+    let line = access_log::Fields {
+        peer: &client.peer,
+        via: via.as_deref(),
+        service: service_name,
+        routed,
+        backend: backend.as_ref().map(|b| b as &dyn std::fmt::Display),
+        tls: tls.map(|t| t.version.as_str()),
+        cipher: tls.map(|t| t.cipher.as_str()),
+        cert: tls.and_then(|t| t.name()),
+        outcome,
+        bytes_in: conn.bytes_in,
+        bytes_out: conn.bytes_out,
+        elapsed: started.elapsed(),
+    };
+    if !access_log::write(&line) {
+        log_connection(&line);
+    }
     if let Some(tls) = &client.tls {
         shared.metrics.handshake(tls.resumed);
     }
@@ -313,6 +317,26 @@ fn report(
         routed,
         conn.bytes_in,
         conn.bytes_out,
+    );
+}
+
+/// The access line through tracing (JSON, a coloured terminal).
+fn log_connection(line: &access_log::Fields<'_>) {
+    tracing::info!(
+        target: "tcpmuxd::connection",
+        peer = %line.peer,
+        via = line.via.map(tracing::field::display),
+        service = %line.service,
+        routed = %line.routed,
+        backend = line.backend.map(tracing::field::display),
+        tls = line.tls.map(tracing::field::display),
+        cipher = line.cipher.map(tracing::field::display),
+        cert = line.cert.map(tracing::field::display),
+        outcome = %line.outcome,
+        bytes_in = line.bytes_in,
+        bytes_out = line.bytes_out,
+        ms = format_args!("{:.3}", line.elapsed.as_secs_f64() * 1e3),
+        "connection"
     );
 }
 

@@ -1,0 +1,322 @@
+//! The access log line, one per connection (target `tcpmuxd::connection`),
+//! built straight into a buffer for the default text log, with or without
+//! journald's priority prefix: the same bytes tracing's formatter writes,
+//! without its per-event machinery on every connection's path. The JSON
+//! format and coloured terminals keep going through tracing.
+
+use std::cell::RefCell;
+use std::fmt::{self, Display, Write as _};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::log_format::quoted;
+
+/// How the daemon's log is written, as far as this line is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// Through tracing (JSON, ANSI colours, or logging not set up by main).
+    Tracing = 0,
+    /// `time  INFO target: message key=value ...`
+    Text = 1,
+    /// The same, without the time and after `<6>` (journald).
+    Journal = 2,
+}
+
+static MODE: AtomicU8 = AtomicU8::new(Mode::Tracing as u8);
+
+/// Chooses how lines are written; set once, with the log subscriber.
+pub fn set_mode(mode: Mode) {
+    MODE.store(mode as u8, Ordering::Relaxed);
+}
+
+fn mode() -> Mode {
+    match MODE.load(Ordering::Relaxed) {
+        1 => Mode::Text,
+        2 => Mode::Journal,
+        _ => Mode::Tracing,
+    }
+}
+
+/// The fields of one connection's line, in their order; `None` is left out.
+pub struct Fields<'a> {
+    pub peer: &'a dyn Display,
+    pub via: Option<&'a str>,
+    pub service: &'a str,
+    pub routed: &'a str,
+    pub backend: Option<&'a dyn Display>,
+    pub tls: Option<&'a str>,
+    pub cipher: Option<&'a str>,
+    pub cert: Option<&'a str>,
+    pub outcome: &'a dyn Display,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub elapsed: Duration,
+}
+
+/// Writes the line if this module writes lines in the mode in force and
+/// RUST_LOG lets it through; `false` leaves it to tracing.
+pub fn write(fields: &Fields<'_>) -> bool {
+    let mode = mode();
+    if mode == Mode::Tracing {
+        return false;
+    }
+    if tracing::enabled!(target: "tcpmuxd::connection", tracing::Level::INFO) {
+        let mut line = Vec::with_capacity(256);
+        if render(&mut line, mode, fields).is_ok() {
+            super::logging::queue_line(line);
+        }
+    }
+    true
+}
+
+/// The line as tracing's text formatter (with [`super::log_format::QuotedFields`])
+/// writes it.
+fn render(line: &mut Vec<u8>, mode: Mode, fields: &Fields<'_>) -> fmt::Result {
+    let mut out = Out(line);
+    match mode {
+        Mode::Journal => out.0.extend_from_slice(b"<6> INFO "),
+        _ => {
+            timestamp(&mut out)?;
+            out.0.extend_from_slice(b"  INFO ");
+        }
+    }
+    out.0.extend_from_slice(b"tcpmuxd::connection: connection");
+    field(&mut out, "peer", fields.peer)?;
+    if let Some(via) = fields.via {
+        field(&mut out, "via", &via)?;
+    }
+    field(&mut out, "service", &fields.service)?;
+    field(&mut out, "routed", &fields.routed)?;
+    if let Some(backend) = fields.backend {
+        field(&mut out, "backend", backend)?;
+    }
+    for (name, value) in [
+        ("tls", fields.tls),
+        ("cipher", fields.cipher),
+        ("cert", fields.cert),
+    ] {
+        if let Some(value) = value {
+            field(&mut out, name, &value)?;
+        }
+    }
+    field(&mut out, "outcome", fields.outcome)?;
+    writeln!(
+        out,
+        " bytes_in={} bytes_out={} ms={}",
+        fields.bytes_in,
+        fields.bytes_out,
+        Millis(fields.elapsed)
+    )
+}
+
+/// ` name=value`, the value quoted when it would not read back as one.
+fn field(out: &mut Out<'_>, name: &str, value: &dyn Display) -> fmt::Result {
+    thread_local!(static TEXT: RefCell<String> = const { RefCell::new(String::new()) });
+    TEXT.with(|text| {
+        let mut text = text.try_borrow_mut().map_err(|_| fmt::Error)?;
+        text.clear();
+        write!(text, "{value}")?;
+        write!(out, " {name}={}", quoted(&text))
+    })
+}
+
+/// Milliseconds to the microsecond, rounded as `{:.3}` of the float would be.
+struct Millis(Duration);
+
+impl Display for Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let micros = (self.0.as_nanos() + 500) / 1000;
+        write!(f, "{}.{:03}", micros / 1000, micros % 1000)
+    }
+}
+
+/// The time as tracing-subscriber's `SystemTime` writes it (RFC 3339, UTC,
+/// microseconds), the part to the second formatted once a second per thread.
+fn timestamp(out: &mut Out<'_>) -> fmt::Result {
+    thread_local!(static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) });
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let (secs, micros) = (now.as_secs(), now.subsec_micros());
+    SECOND.with(|second| {
+        let mut second = second.try_borrow_mut().map_err(|_| fmt::Error)?;
+        if second.0 != secs {
+            second.1.clear();
+            civil_second(&mut second.1, secs)?;
+            second.0 = secs;
+        }
+        out.0.extend_from_slice(second.1.as_bytes());
+        write!(out, ".{micros:06}Z")
+    })
+}
+
+/// `secs` since the epoch as `YYYY-MM-DDTHH:MM:SS` (UTC, proleptic
+/// Gregorian; Howard Hinnant's days-to-civil).
+fn civil_second(out: &mut String, secs: u64) -> fmt::Result {
+    let days = i64::try_from(secs / 86_400).map_err(|_| fmt::Error)?;
+    let of_day = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    write!(
+        out,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60
+    )
+}
+
+/// `fmt::Write` into the line's bytes.
+struct Out<'a>(&'a mut Vec<u8>);
+
+impl fmt::Write for Out<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// What tracing's formatter, set up as main sets it up, writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn by_tracing(fields: &Fields<'_>, journal: bool) -> String {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let format = tracing_subscriber::fmt::format().with_ansi(false);
+        let builder = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .fmt_fields(super::super::log_format::QuotedFields);
+        let emit = || {
+            tracing::info!(
+                target: "tcpmuxd::connection",
+                peer = %fields.peer,
+                via = fields.via.map(tracing::field::display),
+                service = %fields.service,
+                routed = %fields.routed,
+                backend = fields.backend.map(tracing::field::display),
+                tls = fields.tls.map(tracing::field::display),
+                cipher = fields.cipher.map(tracing::field::display),
+                cert = fields.cert.map(tracing::field::display),
+                outcome = %fields.outcome,
+                bytes_in = fields.bytes_in,
+                bytes_out = fields.bytes_out,
+                ms = format_args!("{:.3}", fields.elapsed.as_secs_f64() * 1e3),
+                "connection"
+            );
+        };
+        if journal {
+            let subscriber = builder
+                .event_format(super::super::log_format::Prioritized(format.without_time()))
+                .finish();
+            tracing::subscriber::with_default(subscriber, emit);
+        } else {
+            let subscriber = builder.event_format(format).finish();
+            tracing::subscriber::with_default(subscriber, emit);
+        }
+        let bytes = captured.0.lock().expect("lock").clone();
+        String::from_utf8(bytes).expect("UTF-8")
+    }
+
+    fn by_hand(fields: &Fields<'_>, mode: Mode) -> String {
+        let mut line = Vec::new();
+        render(&mut line, mode, fields).expect("renders");
+        String::from_utf8(line).expect("UTF-8")
+    }
+
+    /// From the level on: the times differ.
+    fn after_time(line: &str) -> &str {
+        line.split_once("  INFO").map_or(line, |(_, rest)| rest)
+    }
+
+    #[test]
+    fn the_line_is_the_one_tracing_writes() {
+        let outcome = "refused: no service for SNI \"x y\"";
+        let backend = "127.0.0.1:8080";
+        let full = Fields {
+            peer: &"127.0.0.1:40000",
+            via: Some("10.0.0.1:5555"),
+            service: "web",
+            routed: "sni_terminate",
+            backend: Some(&backend),
+            tls: Some("TLSv1.3"),
+            cipher: Some("TLS_AES_128_GCM_SHA256"),
+            cert: Some("client one"),
+            outcome: &outcome,
+            bytes_in: 12,
+            bytes_out: 34_567,
+            elapsed: Duration::from_nanos(1_234_567),
+        };
+        let bare = Fields {
+            via: None,
+            backend: None,
+            tls: None,
+            cipher: None,
+            cert: None,
+            outcome: &"served",
+            elapsed: Duration::from_micros(501),
+            ..full
+        };
+        for fields in [&full, &bare] {
+            let (tracing, hand) = (by_tracing(fields, false), by_hand(fields, Mode::Text));
+            assert_eq!(after_time(&hand), after_time(&tracing));
+            assert_eq!(
+                hand.find("  INFO"),
+                tracing.find("  INFO"),
+                "{hand} / {tracing}"
+            );
+            assert_eq!(by_hand(fields, Mode::Journal), by_tracing(fields, true));
+        }
+    }
+
+    #[test]
+    fn timestamps_read_as_rfc_3339() {
+        let civil = |secs| {
+            let mut out = String::new();
+            civil_second(&mut out, secs).expect("formats");
+            out
+        };
+        assert_eq!(civil(0), "1970-01-01T00:00:00");
+        assert_eq!(civil(951_782_400), "2000-02-29T00:00:00");
+        assert_eq!(civil(1_796_400_000), "2026-12-04T16:00:00");
+        assert_eq!(civil(4_107_542_399), "2100-02-28T23:59:59");
+        assert_eq!(civil(4_107_542_400), "2100-03-01T00:00:00");
+    }
+
+    #[test]
+    fn milliseconds_round_as_the_float_did() {
+        for nanos in [0, 499, 500, 1_234_567, 999_999, 12_345_678_901] {
+            let float = format!("{:.3}", Duration::from_nanos(nanos).as_secs_f64() * 1e3);
+            assert_eq!(
+                Millis(Duration::from_nanos(nanos)).to_string(),
+                float,
+                "{nanos}"
+            );
+        }
+    }
+}
