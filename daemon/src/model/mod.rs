@@ -6,6 +6,7 @@ mod access;
 mod acme;
 mod admin;
 mod cidr;
+pub mod clock;
 mod exec;
 mod listen;
 mod pattern;

@@ -1,6 +1,6 @@
 //! daytime (RFC 867): one human-readable line with the current UTC time.
 
-use super::clock::Civil;
+use crate::model::clock::Civil;
 
 /// Appends the whole answer: the current time as one line.
 pub fn answer(out: &mut Vec<u8>) {

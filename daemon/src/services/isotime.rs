@@ -2,7 +2,7 @@
 //! (`2026-12-02T13:31:13Z`). The seed printed `2004-FEB-11T23:45:29`, which is not
 //! ISO 8601; we print the standard form.
 
-use super::clock::Civil;
+use crate::model::clock::Civil;
 
 /// Appends the whole answer: the current time as one line.
 pub fn answer(out: &mut Vec<u8>) {

@@ -6,7 +6,6 @@
 //! byte more: whatever the client sent behind it is still in the socket.
 
 mod chargen;
-mod clock;
 mod daytime;
 mod discard;
 mod echo;

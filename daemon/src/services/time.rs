@@ -1,6 +1,6 @@
 //! time (RFC 868): four bytes, seconds since 1900-01-01 UTC, big-endian.
 
-use super::clock::{rfc868, unix_seconds};
+use crate::model::clock::{rfc868, unix_seconds};
 
 /// Appends the whole answer: the four bytes for now.
 pub fn answer(out: &mut Vec<u8>) {

@@ -303,9 +303,7 @@ fn report(
         bytes_out: conn.bytes_out,
         elapsed: started.elapsed(),
     };
-    if !access_log::write(&line) {
-        log_connection(&line);
-    }
+    access_log::write(&line);
     if let Some(tls) = &client.tls {
         shared.metrics.handshake(tls.resumed);
     }
@@ -317,26 +315,6 @@ fn report(
         routed,
         conn.bytes_in,
         conn.bytes_out,
-    );
-}
-
-/// The access line through tracing (JSON, a coloured terminal).
-fn log_connection(line: &access_log::Fields<'_>) {
-    tracing::info!(
-        target: "tcpmuxd::connection",
-        peer = %line.peer,
-        via = line.via.map(tracing::field::display),
-        service = %line.service,
-        routed = %line.routed,
-        backend = line.backend.map(tracing::field::display),
-        tls = line.tls.map(tracing::field::display),
-        cipher = line.cipher.map(tracing::field::display),
-        cert = line.cert.map(tracing::field::display),
-        outcome = %line.outcome,
-        bytes_in = line.bytes_in,
-        bytes_out = line.bytes_out,
-        ms = format_args!("{:.3}", line.elapsed.as_secs_f64() * 1e3),
-        "connection"
     );
 }
 

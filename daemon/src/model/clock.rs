@@ -1,4 +1,5 @@
-//! Wall-clock time as the time services print it, in UTC, without a date crate.
+//! Wall-clock time as the time services and the access log print it, in
+//! UTC, without a date crate.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
