@@ -4,7 +4,7 @@
 //! certificate that verifies against pebble's root; a restart orders
 //! nothing; `renew_before` brings a renewal; with pebble gone the daemon
 //! serves what it has and retries with backoff; `--workers 2` places one
-//! order.
+//! order; a listener with `detect` answers the challenge too.
 
 mod common;
 
@@ -242,6 +242,34 @@ fn two_workers_place_one_order() {
             .filter(|l| l.contains("acme: ordering"))
             .count(),
         1
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore = "needs pebble and dnsmasq"]
+fn a_listener_with_detect_answers_the_challenge_too() {
+    let dir = common::scratch_dir();
+    let ca = Ca::new(&dir, "pebble CA");
+    let (tls_port, dns_port) = (free_port(), common::dns::free_port());
+    let _dns = Dnsmasq::start(&dir, dns_port, &format!("127.0.0.1 {NAME}\n"), &[]);
+    let pebble = Pebble::start(&dir, &ca, tls_port, dns_port);
+    // One port for TLS and SSH: the validation's ClientHello names no
+    // passed-through service, so it is terminated, with the challenge.
+    let config = config(&dir, &ca, &pebble.directory, tls_port, "30d").replace(
+        "tls = { acme",
+        "detect = true, ssh = \"daytime\", tls = { acme",
+    );
+    let mut daemon = Daemon::binary(&config);
+    waited(&mut daemon, "acme: certificate obtained and served");
+    let out = tls_client(tls_port, &pebble.root(&ca, &dir));
+    assert!(out.status.success(), "{out:?}");
+    let mut ssh = std::net::TcpStream::connect(("127.0.0.1", tls_port)).expect("connect");
+    std::io::Write::write_all(&mut ssh, b"SSH-2.0-test\r\n").expect("banner");
+    let answer = common::read_all(&mut ssh);
+    assert!(
+        String::from_utf8_lossy(&answer).contains("UTC"),
+        "{answer:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
