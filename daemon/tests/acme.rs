@@ -2,7 +2,7 @@
 //! server) validating by TLS-ALPN-01 on the daemon's own TLS listener, with
 //! dnsmasq resolving the test names to 127.0.0.1: the first start obtains a
 //! certificate that verifies against pebble's root; a restart orders
-//! nothing; `renew_before` brings a renewal; with pebble gone the daemon
+//! nothing; `renew_before`, raised by a reload, brings a renewal; with pebble gone the daemon
 //! serves what it has and retries with backoff; `--workers 2` places one
 //! order; a listener with `detect` answers the challenge too.
 
@@ -193,11 +193,11 @@ fn a_certificate_is_obtained_reused_renewed_and_kept_while_the_ca_is_down() {
     assert_eq!(served_serial(tls_port), first);
     assert!(!daemon.logs().iter().any(|l| l.contains("acme: ordering")));
     assert_eq!(pebble.orders(), 1);
-    daemon.signal("TERM");
-    daemon.wait_exit();
 
-    // renew_before longer than what is left: renewed at once.
-    let mut daemon = Daemon::binary(&config("2000d"));
+    // renew_before raised above what is left, by a reload: renewed at once.
+    std::fs::write(daemon.config_path(), config("2000d")).expect("new config");
+    daemon.signal("HUP");
+    waited(&mut daemon, "configuration reloaded");
     waited(&mut daemon, "acme: certificate obtained and served");
     waited(&mut daemon, "longer than the certificate's lifetime");
     assert_eq!(pebble.orders(), 2);
