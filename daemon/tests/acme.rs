@@ -2,9 +2,10 @@
 //! server) validating by TLS-ALPN-01 on the daemon's own TLS listener, with
 //! dnsmasq resolving the test names to 127.0.0.1: the first start obtains a
 //! certificate that verifies against pebble's root; a restart orders
-//! nothing; `renew_before`, raised by a reload, brings a renewal; with pebble gone the daemon
-//! serves what it has and retries with backoff; `--workers 2` places one
-//! order; a listener with `detect` answers the challenge too.
+//! nothing; `renew_before`, raised by a reload, brings a renewal; with
+//! pebble gone the daemon serves what it has and retries with backoff;
+//! `--workers 2` places one order; a listener with `detect` answers the
+//! challenge too.
 
 mod common;
 
