@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use tcpmux_proto::ServiceName;
 
-use crate::model::{Builtin, Cidr, HostPattern, Service, ServiceKind};
+use crate::model::{Builtin, Cidr, HostMap, Service, ServiceKind};
 
 /// Names to services.
 #[derive(Clone, Debug)]
@@ -14,11 +14,10 @@ pub struct Registry {
     help_text: Vec<u8>,
     /// Host names to services, for detecting listeners; a TLS name may have
     /// several services, one per `alpn` set.
-    sni_exact: HashMap<String, Vec<ServiceName>>,
-    sni_wildcard: HashMap<String, Vec<ServiceName>>,
+    sni: HostMap<Vec<ServiceName>>,
     http_hosts: HashMap<String, ServiceName>,
-    /// `sni_terminate` names, exact and one-label wildcards (by parent).
-    terminated: [HashMap<String, ServiceName>; 2],
+    /// `sni_terminate` names.
+    terminated: HostMap<ServiceName>,
     /// ALPN protocols of services without `sni`.
     alpn_only: HashMap<String, ServiceName>,
 }
@@ -36,27 +35,16 @@ impl Registry {
     /// Builds a registry; names are already unique because they are map keys.
     pub fn new(services: BTreeMap<ServiceName, Service>) -> Self {
         let help_text = render_help(services.keys().map(ServiceName::as_str));
-        let mut sni_exact: HashMap<String, Vec<ServiceName>> = HashMap::new();
-        let mut sni_wildcard: HashMap<String, Vec<ServiceName>> = HashMap::new();
+        let mut sni: HostMap<Vec<ServiceName>> = HostMap::default();
         let mut http_hosts: HashMap<String, ServiceName> = HashMap::new();
         let mut alpn_only: HashMap<String, ServiceName> = HashMap::new();
-        let mut terminated: [HashMap<String, ServiceName>; 2] = Default::default();
+        let mut terminated = HostMap::default();
         for service in services.values() {
             for pattern in &service.sni_terminate {
-                let (map, host) = match pattern {
-                    HostPattern::Exact(host) => (&mut terminated[0], host),
-                    HostPattern::Wildcard(parent) => (&mut terminated[1], parent),
-                };
-                map.insert(host.clone(), service.name.clone());
+                terminated.insert(pattern, service.name.clone());
             }
             for pattern in &service.sni {
-                let (map, host): (&mut HashMap<_, Vec<_>>, _) = match pattern {
-                    HostPattern::Exact(host) => (&mut sni_exact, host),
-                    HostPattern::Wildcard(suffix) => (&mut sni_wildcard, suffix),
-                };
-                map.entry(host.clone())
-                    .or_default()
-                    .push(service.name.clone());
+                sni.entry(pattern).push(service.name.clone());
             }
             if service.sni.is_empty() {
                 for protocol in &service.alpn {
@@ -70,8 +58,7 @@ impl Registry {
         Self {
             services,
             help_text,
-            sni_exact,
-            sni_wildcard,
+            sni,
             http_hosts,
             terminated,
             alpn_only,
@@ -104,15 +91,11 @@ impl Registry {
         server_name: Option<&str>,
         alpn: &[P],
     ) -> Option<(&Service, TlsMatch)> {
-        let named = server_name.into_iter().flat_map(|name| {
-            let parent = name.split_once('.').map(|(_, parent)| parent);
-            [
-                self.sni_exact.get(name),
-                parent.and_then(|p| self.sni_wildcard.get(p)),
-            ]
-        });
+        let named = server_name
+            .into_iter()
+            .flat_map(|name| self.sni.matches(name));
         // Looked up, not collected: this runs for every ClientHello.
-        for names in named.flatten() {
+        for names in named {
             let candidates = || names.iter().filter_map(|n| self.services.get(n));
             let with_protocol = alpn
                 .iter()
@@ -139,13 +122,9 @@ impl Registry {
     }
 
     /// On a TLS listener, the service whose `sni_terminate` matches the
-    /// name (lower case) the client asked for: an exact name before a
-    /// wildcard.
+    /// name the client asked for: an exact name before a wildcard.
     pub fn by_terminated_sni(&self, server_name: &str) -> Option<&Service> {
-        let [exact, wildcard] = &self.terminated;
-        let parent = server_name.split_once('.').map(|(_, parent)| parent);
-        let name = exact.get(server_name).or_else(|| wildcard.get(parent?))?;
-        self.services.get(name)
+        self.services.get(self.terminated.get(server_name)?)
     }
 
     /// Every protocol some service lists in `alpn`, in service order, once.

@@ -4,14 +4,13 @@
 //! every other name and for clients that send no SNI. The first listed wins
 //! a name two certificates share.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::model::{certificate_names, AcmeCert};
+use crate::model::{certificate_names, AcmeCert, HostMap, HostPattern};
 
 /// The certificate served for every name no other takes.
 #[derive(Debug)]
@@ -35,18 +34,12 @@ impl Served {
 #[derive(Debug)]
 pub(crate) struct ByName {
     default: Served,
-    exact: HashMap<String, Arc<CertifiedKey>>,
-    /// By the suffix after `*.`.
-    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    named: HostMap<Arc<CertifiedKey>>,
 }
 
 impl ResolvesServerCert for ByName {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let Some(name) = hello.server_name().map(str::to_ascii_lowercase) else {
-            return self.default.get();
-        };
-        let parent = name.split_once('.').map(|(_, parent)| parent);
-        match self.exact.get(&name).or_else(|| self.wildcard.get(parent?)) {
+        match hello.server_name().and_then(|name| self.named.get(name)) {
             Some(found) => Some(Arc::clone(found)),
             None => self.default.get(),
         }
@@ -59,27 +52,20 @@ pub(crate) fn by_name(
     default: Served,
     extra: Vec<(PathBuf, CertifiedKey)>,
 ) -> Result<ByName, PathBuf> {
-    let mut resolver = ByName {
-        default,
-        exact: HashMap::new(),
-        wildcard: HashMap::new(),
-    };
+    let mut named = HostMap::default();
     for (path, certified) in extra {
         let (names, _) = match certified.cert.first() {
             Some(leaf) => certificate_names(leaf.as_ref()),
             None => (Vec::new(), None),
         };
-        if names.is_empty() {
+        let patterns: Vec<HostPattern> = names.iter().filter_map(|n| n.parse().ok()).collect();
+        if patterns.is_empty() {
             return Err(path);
         }
         let certified = Arc::new(certified);
-        for name in names.iter().map(|n| n.to_ascii_lowercase()) {
-            let (map, key) = match name.strip_prefix("*.") {
-                Some(suffix) => (&mut resolver.wildcard, suffix.to_owned()),
-                None => (&mut resolver.exact, name),
-            };
-            map.entry(key).or_insert_with(|| Arc::clone(&certified));
+        for pattern in &patterns {
+            named.insert(pattern, Arc::clone(&certified));
         }
     }
-    Ok(resolver)
+    Ok(ByName { default, named })
 }

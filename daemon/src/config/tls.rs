@@ -3,7 +3,6 @@
 //! rustls server configurations it serves with (`certs.rs` picks a
 //! certificate by SNI).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,10 +13,9 @@ use rustls::{RootCertStore, ServerConfig};
 
 use super::certs::Served;
 use super::error::Source;
-use super::pem::TlsError;
-use super::pem::{certificates, certified, read};
+use super::pem::{certificates, certified, read, TlsError};
 use super::raw::{RawCertPair, RawTls};
-use crate::model::{CertPair, ClientAuth, DefaultCert, HostPattern, ServerConfigs, Tls};
+use crate::model::{CertPair, ClientAuth, DefaultCert, HostMap, ServerConfigs, Tls};
 use crate::registry::Registry;
 
 /// The ALPN protocol a TLS listener offers (clients that send none are
@@ -83,15 +81,11 @@ pub(crate) fn offer_alpn(tls: &mut Tls, registry: &Registry) {
         Arc::new(server)
     };
     let protocols = registry.alpn_protocols();
-    let mut terminated: [HashMap<String, Arc<rustls::ServerConfig>>; 2] = Default::default();
+    let mut terminated = HostMap::default();
     for service in registry.services().filter(|s| !s.sni_terminate.is_empty()) {
         let server = offering(&mut service.alpn.iter().map(|p| p.as_bytes()));
         for pattern in &service.sni_terminate {
-            let (map, host) = match pattern {
-                HostPattern::Exact(host) => (&mut terminated[0], host),
-                HostPattern::Wildcard(parent) => (&mut terminated[1], parent),
-            };
-            map.insert(host.clone(), Arc::clone(&server));
+            terminated.insert(pattern, Arc::clone(&server));
         }
     }
     if !protocols.is_empty() {

@@ -33,7 +33,7 @@ pub use proxy::{
     ProxyVersion, RelayMode, Weighted, DEFAULT_CONNECT_TIMEOUT,
 };
 pub use routes::{
-    Detect, HostPattern, HostPatternError, MatchRule, Routed, DEFAULT_DETECT_TIMEOUT,
+    Detect, HostMap, HostPattern, HostPatternError, MatchRule, Routed, DEFAULT_DETECT_TIMEOUT,
 };
 pub use tls::{
     certificate_expiry, certificate_names, CertPair, ClientAuth, DefaultCert, ServerConfigs, Tls,

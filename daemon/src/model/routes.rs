@@ -3,6 +3,8 @@
 //! probe or a `match` rule), and the host names (TLS SNI, HTTP Host) a
 //! service answers to.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -120,6 +122,73 @@ impl fmt::Display for HostPattern {
     }
 }
 
+/// Values by [`HostPattern`]: what a name finds is its exact entry, then
+/// the wildcard entry of its parent. The one lookup of `sni`,
+/// `sni_terminate` and the certificates picked by SNI.
+#[derive(Clone, Debug)]
+pub struct HostMap<T> {
+    exact: HashMap<String, T>,
+    /// By the suffix after `*.`.
+    wildcard: HashMap<String, T>,
+}
+
+impl<T> Default for HostMap<T> {
+    fn default() -> Self {
+        HostMap {
+            exact: HashMap::new(),
+            wildcard: HashMap::new(),
+        }
+    }
+}
+
+impl<T> HostMap<T> {
+    /// The entry of `pattern`, made with `T::default()` if it has none.
+    pub fn entry(&mut self, pattern: &HostPattern) -> &mut T
+    where
+        T: Default,
+    {
+        let (map, host) = match pattern {
+            HostPattern::Exact(host) => (&mut self.exact, host),
+            HostPattern::Wildcard(suffix) => (&mut self.wildcard, suffix),
+        };
+        map.entry(host.clone()).or_default()
+    }
+
+    /// Sets `pattern`'s value unless it has one: the first wins.
+    pub fn insert(&mut self, pattern: &HostPattern, value: T) {
+        let (map, host) = match pattern {
+            HostPattern::Exact(host) => (&mut self.exact, host),
+            HostPattern::Wildcard(suffix) => (&mut self.wildcard, suffix),
+        };
+        map.entry(host.clone()).or_insert(value);
+    }
+
+    /// The entries `name` (any case) finds: its own, then its parent's
+    /// wildcard one.
+    pub fn matches(&self, name: &str) -> impl Iterator<Item = &T> {
+        // Names arrive in lower case; only others cost a copy.
+        let name: Cow<'_, str> = match name.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => name.to_ascii_lowercase().into(),
+            false => name.into(),
+        };
+        let parent = name.split_once('.').map(|(_, parent)| parent);
+        let found = [
+            self.exact.get(&*name),
+            parent.and_then(|p| self.wildcard.get(p)),
+        ];
+        found.into_iter().flatten()
+    }
+
+    /// The first entry `name` finds.
+    pub fn get(&self, name: &str) -> Option<&T> {
+        self.matches(name).next()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty()
+    }
+}
+
 /// How a connection reached its service, for the log and the metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Routed {
@@ -159,6 +228,25 @@ impl Routed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_map_finds_the_exact_name_then_its_parents_wildcard() {
+        let mut map = HostMap::default();
+        for (pattern, value) in [
+            ("*.example.org", 1),
+            ("db.example.org", 2),
+            ("*.EXAMPLE.org", 3),
+        ] {
+            map.insert(&pattern.parse().unwrap(), value);
+        }
+        assert_eq!(map.get("db.example.org"), Some(&2));
+        assert_eq!(map.matches("DB.Example.org").collect::<Vec<_>>(), [&2, &1]);
+        // The first value of a pattern wins.
+        assert_eq!(map.get("web.example.org"), Some(&1));
+        assert_eq!(map.get("example.org"), None);
+        assert_eq!(map.get("a.b.example.org"), None);
+        assert!(!map.is_empty() && HostMap::<u8>::default().is_empty());
+    }
 
     #[test]
     fn host_patterns() {

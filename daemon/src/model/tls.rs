@@ -2,12 +2,12 @@
 //! client_auth }`) with the server configuration loaded from them, and what a
 //! TLS client proved about itself.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::acme::AcmeCert;
+use super::HostMap;
 
 /// A TLS listener's settings. The files are read when the configuration is
 /// (at start and on each SIGHUP), so a renewed certificate needs no restart.
@@ -39,9 +39,8 @@ pub struct ServerConfigs {
     pub default: Arc<rustls::ServerConfig>,
     /// For the names a service's `sni_terminate` takes: that service's own
     /// `alpn` (none: the client's ALPN is accepted without agreeing on a
-    /// protocol, as by an HTTPS site behind a terminator). Exact names, then
-    /// the parents of one-label wildcards.
-    pub terminated: Arc<[HashMap<String, Arc<rustls::ServerConfig>>; 2]>,
+    /// protocol, as by an HTTPS site behind a terminator).
+    pub terminated: Arc<HostMap<Arc<rustls::ServerConfig>>>,
     /// With `acme`: for ACME's TLS-ALPN-01 validation (ALPN `acme-tls/1`),
     /// serving the challenge certificates.
     pub challenge: Option<Arc<rustls::ServerConfig>>,
@@ -59,7 +58,7 @@ impl ServerConfigs {
     /// Whether the configuration depends on the ClientHello, which must
     /// then be read before one is chosen.
     pub fn by_hello(&self) -> bool {
-        self.challenge.is_some() || self.terminated.iter().any(|map| !map.is_empty())
+        self.challenge.is_some() || !self.terminated.is_empty()
     }
 
     /// The configuration for a client that asks for `server_name`, and
@@ -68,14 +67,8 @@ impl ServerConfigs {
         if let Some(challenge) = self.challenge.as_ref().filter(|_| acme) {
             return challenge;
         }
-        let Some(name) = server_name.map(str::to_ascii_lowercase) else {
-            return &self.default;
-        };
-        let [exact, wildcard] = &*self.terminated;
-        let parent = name.split_once('.').map(|(_, parent)| parent);
-        exact
-            .get(&name)
-            .or_else(|| wildcard.get(parent?))
+        server_name
+            .and_then(|name| self.terminated.get(name))
             .unwrap_or(&self.default)
     }
 }
