@@ -59,9 +59,8 @@ proxy = "127.0.0.1:$TLS_BACKEND"
 backend_tls = { ca = "$WORK/ca.pem", server_name = "localhost" }
 CFG
 RUST_LOG=warn target/release/tcpmuxd --config "$WORK/tcpmuxd.toml" & PIDS+=($!)
-# The one-port listener in a daemon of its own: sni_terminate names make
-# every TLS listener of a daemon read the ClientHello before choosing its
-# configuration, which rows 1-3 should not pay.
+# The one-port listener in a daemon of its own, so that rows 1-3 measure a
+# daemon with nothing but its TLS listener's services.
 cat > "$WORK/one-port.toml" <<CFG
 listen = [{ address = "127.0.0.1:$MUX_ONE", detect = true, $TLS }]
 [service.app]

@@ -55,12 +55,6 @@ impl ServerConfigs {
         }
     }
 
-    /// Whether the configuration depends on the ClientHello, which must
-    /// then be read before one is chosen.
-    pub fn by_hello(&self) -> bool {
-        self.challenge.is_some() || !self.terminated.is_empty()
-    }
-
     /// The configuration for a client that asks for `server_name`, and
     /// whether it offers ACME's validation protocol.
     pub fn for_hello(&self, server_name: Option<&str>, acme: bool) -> &Arc<rustls::ServerConfig> {

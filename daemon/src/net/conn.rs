@@ -7,6 +7,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use tcpmux_proto::sniff::client_hello::ClientHello;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 use super::buffers::{self, Lent};
@@ -32,17 +33,23 @@ impl Conn {
         }
     }
 
-    /// Turns a plain connection into a TLS one: the server handshake.
-    pub async fn start_tls(&mut self, configs: ServerConfigs) -> io::Result<TlsClient> {
+    /// Turns a plain connection into a TLS one: the server handshake, once
+    /// the ClientHello is whole (`hello`, when detection has already parsed
+    /// it).
+    pub async fn start_tls(
+        &mut self,
+        configs: ServerConfigs,
+        mut hello: Option<ClientHello>,
+    ) -> io::Result<TlsClient> {
         // Waited for while the socket is still the connection's: a client
         // that stalls mid-ClientHello is closed gracefully at the timeout.
-        if let Conn::Plain(stream) = self {
-            tls::wait_for_hello(stream).await?;
+        if let (Conn::Plain(stream), None) = (&*self, &hello) {
+            hello = tls::wait_for_hello(stream).await?;
         }
         let Conn::Plain(stream) = std::mem::replace(self, Conn::Gone) else {
             return Err(io::Error::other("TLS has already started"));
         };
-        let (tls, client) = tls::accept(stream, configs).await?;
+        let (tls, client) = tls::accept(stream, configs, hello.as_ref()).await?;
         *self = Conn::Tls(Box::new(tls));
         Ok(client)
     }

@@ -1,5 +1,5 @@
-//! Sockets: listening and accepting, the connected stream type, the client
-//! connection (plain or TLS), the PROXY protocol header, the zero-copy relay and
+//! Sockets: listening and accepting, the connected stream type, peeking at a
+//! client's opening, the client connection (plain or TLS), the PROXY protocol header, the zero-copy relay and
 //! sendfile, and the graceful close.
 
 pub(crate) mod accept_errors;
@@ -8,6 +8,7 @@ pub(crate) mod close;
 pub(crate) mod conn;
 pub(crate) mod handshakes;
 pub mod listener;
+pub(crate) mod peek;
 pub(crate) mod proxy_protocol;
 pub(crate) mod relay;
 pub(crate) mod sendfile;

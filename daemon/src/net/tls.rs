@@ -8,9 +8,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use tcpmux_proto::sniff::client_hello::{self, ClientHello};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 
+use super::peek::{peek_parsed, Parsed, HELLO_PEEK, MAX_HELLO};
 use super::stream::{Peeked, Stream};
 use crate::model::{certificate_names, ServerConfigs, TlsClient, ACME_TLS_ALPN};
 
@@ -54,24 +56,20 @@ fn cipher_name(suite: rustls::CipherSuite) -> String {
 }
 
 /// Runs the server handshake on `stream`, whose ClientHello has arrived
-/// ([`wait_for_hello`]), its computation on the handshake pool
-/// (`handshakes.rs`); the error says why it failed. The waiting is the
-/// event loop's: for the ClientHello's parse when the configuration depends
-/// on the name the client asks for, and, after the pool has answered it,
-/// for the client's last flight.
-pub async fn accept(stream: Stream, configs: ServerConfigs) -> io::Result<(TlsConn, TlsClient)> {
-    let accept = if configs.by_hello() {
-        let acceptor = rustls::server::Acceptor::default();
-        let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, stream).await?;
-        let hello = start.client_hello();
-        let acme = hello
-            .alpn()
-            .is_some_and(|mut offered| offered.any(|p| p == ACME_TLS_ALPN));
-        let config = configs.for_hello(hello.server_name(), acme);
-        start.into_stream(Arc::clone(config))
-    } else {
-        tokio_rustls::TlsAcceptor::from(Arc::clone(&configs.default)).accept(stream)
-    };
+/// whole ([`wait_for_hello`], or detection's peek) and is `hello` as parsed:
+/// the configuration for the name it asks for and whether it offers ACME's
+/// protocol, the computation on the handshake pool (`handshakes.rs`), the
+/// waiting for the client's last flight on the event loop. The error says
+/// why it failed.
+pub async fn accept(
+    stream: Stream,
+    configs: ServerConfigs,
+    hello: Option<&ClientHello>,
+) -> io::Result<(TlsConn, TlsClient)> {
+    let name = hello.and_then(|h| h.server_name.as_deref());
+    let acme = hello.is_some_and(|h| h.alpn.iter().any(|p| p.as_bytes() == ACME_TLS_ALPN));
+    let config = Arc::clone(configs.for_hello(name, acme));
+    let accept = tokio_rustls::TlsAcceptor::from(config).accept(stream);
     let stream = super::handshakes::answer_hello(accept).await?;
     let session = stream.get_ref().1;
     let mut client = TlsClient {
@@ -104,28 +102,19 @@ pub async fn accept(stream: Stream, configs: ServerConfigs) -> io::Result<(TlsCo
     ))
 }
 
-/// The most a ClientHello is waited for whole (larger ones, which no client
-/// sends, are answered without this wait).
-const HELLO_WAIT: usize = 16 * 1024;
-
-/// Waits, peeking, until the client's whole ClientHello has arrived (or the
-/// client ended, or sent something else: the handshake will say what), so
-/// that the pool answers it in one go instead of waiting for the client.
-pub(super) async fn wait_for_hello(stream: &Stream) -> io::Result<()> {
-    use tcpmux_proto::sniff::client_hello;
-    let mut buf = vec![0u8; 2048];
-    let mut seen = 0;
-    loop {
-        let peeked = stream.peek_beyond(&mut buf, seen).await?;
-        seen = peeked.len;
-        match client_hello::parse(&buf[..seen], HELLO_WAIT) {
-            Ok(None) if !peeked.ended && seen == buf.len() && buf.len() < HELLO_WAIT => {
-                buf.resize(HELLO_WAIT, 0);
-            }
-            Ok(None) if !peeked.ended && seen < buf.len() => {}
-            _ => return Ok(()),
-        }
-    }
+/// Waits, peeking, until the client's whole ClientHello has arrived, so
+/// that the pool answers it in one go instead of waiting for the client;
+/// `None` when the client ended or sent something else first (the handshake
+/// will say what).
+pub(super) async fn wait_for_hello(stream: &Stream) -> io::Result<Option<ClientHello>> {
+    let mut buf = Vec::new();
+    let parse = |bytes: &[u8]| client_hello::parse(bytes, MAX_HELLO);
+    Ok(
+        match peek_parsed(stream, &mut buf, HELLO_PEEK, parse).await? {
+            Parsed::Done(hello) => Some(hello),
+            Parsed::Failed(_) | Parsed::Full | Parsed::Ended => None,
+        },
+    )
 }
 
 impl TlsConn {
@@ -249,9 +238,13 @@ mod tests {
             tls.shutdown().await.expect("close_notify");
         });
         let (tcp, _) = listener.accept().await.expect("accept");
-        let (mut conn, _) = accept(Stream::Tcp(tcp), ServerConfigs::new((*server).clone()))
-            .await
-            .expect("server handshake");
+        let (mut conn, _) = accept(
+            Stream::Tcp(tcp),
+            ServerConfigs::new((*server).clone()),
+            None,
+        )
+        .await
+        .expect("server handshake");
         let mut buf = [0u8; 16];
         let first = conn.peek_beyond(&mut buf, 0).await.expect("peek");
         assert_eq!((first.len, first.ended), (2, false));

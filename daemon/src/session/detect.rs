@@ -8,23 +8,19 @@
 
 use std::io;
 
-use tcpmux_proto::sniff::{classify_with, client_hello, http, Protocol, DECIDED_WITHIN};
+use tcpmux_proto::sniff::client_hello::{self, ClientHello};
+use tcpmux_proto::sniff::{classify_with, http, Protocol, DECIDED_WITHIN};
 use tcpmux_proto::ServiceName;
 
 use super::opening::{Negotiated, Reply};
 use crate::model::{Detect, MatchRule, Routed, MATCH_WINDOW};
+use crate::net::peek::{peek_more, peek_parsed, Parsed, HELLO_PEEK, MAX_HELLO};
 use crate::net::stream::Stream;
 use crate::ops::log_format::clipped;
 use crate::registry::{Registry, TlsMatch};
 
-/// The largest ClientHello accepted (post-quantum key shares make them 2 to 10
-/// KiB; 64 KiB is the most a handshake message here may declare).
-const MAX_HELLO: usize = 64 * 1024;
 /// The largest HTTP request head accepted.
 const MAX_HEAD: usize = 8 * 1024;
-/// Bytes peeked for a ClientHello: the message and its record headers, even in
-/// small records.
-const HELLO_PEEK: usize = MAX_HELLO + 8 * 1024;
 /// Bytes peeked to tell the protocol.
 const FIRST_PEEK: usize = DECIDED_WITHIN;
 
@@ -36,8 +32,8 @@ pub(super) enum Detected {
     /// service), to negotiate as usual.
     Tcpmux,
     /// A TLS client for the listener to terminate: its ClientHello (still
-    /// unread) names no service's `sni`.
-    Terminate,
+    /// unread, here as parsed) names no service's `sni`.
+    Terminate(ClientHello),
 }
 
 /// Detects and routes; a passed-through ClientHello's server name goes to
@@ -182,7 +178,7 @@ async fn route_tls(
                 };
                 service(passed.name.clone(), routed)
             }
-            None => Detected::Terminate,
+            None => Detected::Terminate(hello),
         });
     }
     sni.clone_from(&hello.server_name);
@@ -261,65 +257,4 @@ fn by_name(
         ),
         (None, None) => unrouted(how.routed, how.absent.into(), how.reply),
     }
-}
-
-/// What peeking until a parser decides produced.
-enum Parsed<T, E> {
-    Done(T),
-    Failed(E),
-    /// `cap` bytes seen and the parser still wants more.
-    Full,
-    /// The client ended its side before the parser could decide.
-    Ended,
-}
-
-/// Peeks (up to `cap` bytes) until `parse` decides on what has arrived.
-async fn peek_parsed<T, E>(
-    stream: &Stream,
-    buf: &mut Vec<u8>,
-    cap: usize,
-    parse: impl Fn(&[u8]) -> Result<Option<T>, E>,
-) -> io::Result<Parsed<T, E>> {
-    loop {
-        match parse(buf) {
-            Ok(Some(done)) => return Ok(Parsed::Done(done)),
-            Err(e) => return Ok(Parsed::Failed(e)),
-            Ok(None) if buf.len() >= cap => return Ok(Parsed::Full),
-            Ok(None) => {}
-        }
-        if !peek_more(stream, buf, cap).await? {
-            return Ok(Parsed::Ended);
-        }
-    }
-}
-
-/// Waits until more than the `buf.len()` bytes already seen have arrived (up
-/// to `cap`), and leaves every byte waiting in `buf`; `false` when the client
-/// ended its side and nothing new came. While it waits, `buf` holds one byte
-/// more than was seen (a full peek says more came); then it takes what the
-/// kernel says is queued. A client that sends part of an opening and stalls
-/// costs what it sent, not `cap`.
-async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
-    let seen = buf.len();
-    let mut room = (seen + 1).min(cap);
-    loop {
-        resize_exact(buf, room);
-        let peeked = stream.peek_beyond(buf, seen).await;
-        let len = peeked.as_ref().map_or(seen, |p| p.len);
-        buf.truncate(len);
-        peeked?;
-        if len == room && room < cap {
-            // Full: more is queued. One more peek takes it all.
-            let queued = rustix::io::ioctl_fionread(stream).map_or(cap, |q| q as usize);
-            room = queued.clamp(room + 1, cap);
-            continue;
-        }
-        return Ok(len > seen);
-    }
-}
-
-/// Sets `buf`'s length to `len`, growing its capacity to exactly that.
-fn resize_exact(buf: &mut Vec<u8>, len: usize) {
-    buf.reserve_exact(len.saturating_sub(buf.len()));
-    buf.resize(len, 0);
 }

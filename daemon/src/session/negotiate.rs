@@ -45,12 +45,14 @@ pub(super) async fn negotiate(
     }
     // Detection peeks in clear, before any handshake: on a listener with
     // `tls` too, it passes through the names services' `sni` take, and
-    // leaves every other TLS client to the handshake below.
+    // leaves every other TLS client to the handshake below, with its
+    // ClientHello parsed.
+    let mut hello = None;
     if let Some((options, socket)) = detecting.zip(conn.get_ref().plain()) {
         let terminating = (tls.is_some(), &mut client.sni);
         match detect::detect(socket, options, registry, terminating).await? {
             Detected::Done(decided) => return Ok(decided),
-            Detected::Terminate => {}
+            Detected::Terminate(parsed) => hello = Some(parsed),
             Detected::Tcpmux if tls.is_some() => {
                 return Ok(in_clear(read_request_line(conn).await?))
             }
@@ -60,7 +62,7 @@ pub(super) async fn negotiate(
     // After the PROXY header (an upstream sends it in clear) and admission (a
     // refused address costs no handshake); under the same timeout.
     if let Some(config) = tls {
-        let established = match conn.get_mut().start_tls(config).await {
+        let established = match conn.get_mut().start_tls(config, hello).await {
             Ok(established) => client.tls.insert(established),
             Err(e) => return Ok(Negotiated::TlsFailed(e)),
         };
