@@ -57,8 +57,7 @@ async fn keep(slot: Arc<AcmeCert>) {
     let settings = &slot.settings;
     let names = settings.names.join(",");
     if slot.expiry().is_none() {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let why = match crate::config::acme::stored_with(settings, &provider) {
+        let why = match crate::config::acme::stored(settings) {
             Err(e) => e.to_string(),
             Ok(_) => "none".into(),
         };

@@ -55,7 +55,7 @@ pub async fn obtain(slot: &AcmeCert) -> Result<i64, AcmeError> {
     store::write_private(&settings.key_path(), key_pem.as_bytes())?;
     store::write_private(&settings.cert_path(), chain_pem.as_bytes())?;
     // Read back as a restart will read it: what is served is what is stored.
-    let (certified, expiry) = crate::config::acme::stored_with(settings, &provider())
+    let (certified, expiry) = crate::config::acme::stored(settings)
         .map_err(|e| AcmeError::Order(format!("the issued certificate: {e}")))?;
     slot.install(Arc::new(certified), expiry);
     Ok(expiry)
@@ -142,13 +142,11 @@ fn challenge_certificate(name: &str, digest: &[u8]) -> Result<CertifiedKey, Acme
     let key = KeyPair::generate().map_err(failed)?;
     let cert = params.self_signed(&key).map_err(failed)?;
     let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let signing = provider()
+    // Not CertifiedKey::from_der: its check that key and certificate match
+    // parses the certificate, and webpki refuses the critical acmeIdentifier.
+    let signing = rustls::crypto::ring::default_provider()
         .key_provider
         .load_private_key(der)
         .map_err(|e| AcmeError::Order(format!("challenge key: {e}")))?;
     Ok(CertifiedKey::new(vec![cert.der().clone()], signing))
-}
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
 }

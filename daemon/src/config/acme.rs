@@ -9,7 +9,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
@@ -37,7 +36,7 @@ pub(crate) fn load(base: &Path, raw: &RawAcme) -> Result<Arc<AcmeCert>, TlsError
         return Ok(Arc::clone(slot));
     }
     let slot = Arc::new(AcmeCert::new(settings.clone()));
-    if let Some((certified, expiry)) = stored(&settings) {
+    if let Ok((certified, expiry)) = stored(&settings) {
         slot.install(Arc::new(certified), expiry);
     }
     slots.insert(settings, Arc::clone(&slot));
@@ -88,20 +87,12 @@ fn settings(base: &Path, raw: &RawAcme) -> Result<AcmeSettings, TlsError> {
     })
 }
 
-/// The certificate an earlier run stored for `settings`, if it is usable
-/// and carries every name (else the keeper orders one, saying why).
-pub fn stored(settings: &AcmeSettings) -> Option<(CertifiedKey, i64)> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    stored_with(settings, &provider).ok()
-}
-
-/// [`stored`], with the reason it cannot be used.
-pub fn stored_with(
-    settings: &AcmeSettings,
-    provider: &Arc<CryptoProvider>,
-) -> Result<(CertifiedKey, i64), TlsError> {
+/// The certificate stored for `settings` and its notAfter, if it is usable
+/// and carries every name; else why not (the keeper then orders one).
+pub fn stored(settings: &AcmeSettings) -> Result<(CertifiedKey, i64), TlsError> {
     let (cert, key) = (settings.cert_path(), settings.key_path());
-    let certified = certified(&cert, &key, provider)?;
+    let provider = rustls::crypto::ring::default_provider();
+    let certified = certified(&cert, &key, &provider)?;
     let leaf = certified
         .cert
         .first()
