@@ -165,21 +165,15 @@ async fn route_tls(
         }
         Parsed::Ended => return Ok(incomplete("TLS ClientHello", Routed::Sni)),
     };
-    let found = registry.by_hello(hello.server_name.as_deref(), &hello.alpn);
+    let mut found = registry.by_hello(hello.server_name.as_deref(), &hello.alpn);
     if terminating {
         // Services without `sni` are found by the protocol the handshake
-        // agrees on, after termination, as on any TLS listener.
-        return Ok(match found.filter(|(passed, _)| !passed.sni.is_empty()) {
-            Some((passed, how)) => {
-                sni.clone_from(&hello.server_name);
-                let routed = match how {
-                    TlsMatch::Alpn => Routed::Alpn,
-                    TlsMatch::Sni => Routed::Sni,
-                };
-                service(passed.name.clone(), routed)
-            }
-            None => Detected::Terminate(hello),
-        });
+        // agrees on, after termination, as on any TLS listener; a client no
+        // `sni` takes is terminated, whatever `sni_default` says.
+        found = found.filter(|(passed, _)| !passed.sni.is_empty());
+        if found.is_none() {
+            return Ok(Detected::Terminate(hello));
+        }
     }
     sni.clone_from(&hello.server_name);
     let routed = match found {
