@@ -96,20 +96,64 @@ impl Pebble {
     }
 }
 
-fn config(
-    dir: &Path,
-    ca: &Ca,
-    pebble_directory: &str,
+/// A pebble with dnsmasq resolving acme.test for it, its CA's files, and
+/// the port the daemon's TLS listener takes (where pebble validates).
+struct Setup {
+    dir: PathBuf,
+    ca: Ca,
     tls_port: u16,
-    renew_before: &str,
-) -> String {
-    format!(
-        "listen = [\"127.0.0.1:0\", {{ address = \"127.0.0.1:{tls_port}\", tls = {{ acme = {{\n\
-           directory = \"{pebble_directory}\", email = \"ops@example.org\", names = [\"{NAME}\"],\n\
-           storage = \"{}\", renew_before = \"{renew_before}\", directory_ca = \"{}\" }} }} }}]\n",
-        dir.join("acme").display(),
-        ca.pem.display()
-    )
+    _dns: Dnsmasq,
+    /// Taken to stop the CA.
+    pebble: Option<Pebble>,
+    directory: String,
+}
+
+impl Setup {
+    fn start() -> Setup {
+        let dir = common::scratch_dir();
+        let ca = Ca::new(&dir, "pebble CA");
+        let (tls_port, dns_port) = (free_port(), common::dns::free_port());
+        let dns = Dnsmasq::start(&dir, dns_port, &format!("127.0.0.1 {NAME}\n"), &[]);
+        let pebble = Pebble::start(&dir, &ca, tls_port, dns_port);
+        let directory = pebble.directory.clone();
+        Setup {
+            dir,
+            ca,
+            tls_port,
+            _dns: dns,
+            pebble: Some(pebble),
+            directory,
+        }
+    }
+
+    fn pebble(&self) -> &Pebble {
+        self.pebble.as_ref().expect("pebble runs")
+    }
+
+    /// The root this pebble issues under, as a PEM file.
+    fn root(&self) -> PathBuf {
+        self.pebble().root(&self.ca, &self.dir)
+    }
+
+    /// A daemon's configuration: a plain listener, and the TLS listener
+    /// with its certificate from this pebble.
+    fn config(&self, renew_before: &str) -> String {
+        format!(
+            "listen = [\"127.0.0.1:0\", {{ address = \"127.0.0.1:{}\", tls = {{ acme = {{\n\
+               directory = \"{}\", email = \"ops@example.org\", names = [\"{NAME}\"],\n\
+               storage = \"{}\", renew_before = \"{renew_before}\", directory_ca = \"{}\" }} }} }}]\n",
+            self.tls_port,
+            self.directory,
+            self.dir.join("acme").display(),
+            self.ca.pem.display()
+        )
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// `tcpmux --tls` asking for `sometext` on `port`, verifying the server's
@@ -153,24 +197,18 @@ fn waited(daemon: &mut Daemon, what: &str) -> String {
 #[ignore = "needs pebble, dnsmasq, openssl and curl"]
 fn a_certificate_is_obtained_reused_renewed_and_kept_while_the_ca_is_down() {
     common::require_program("openssl", "version", "openssl");
-    let dir = common::scratch_dir();
-    let ca = Ca::new(&dir, "pebble CA");
-    let (tls_port, dns_port) = (free_port(), common::dns::free_port());
-    let _dns = Dnsmasq::start(&dir, dns_port, &format!("127.0.0.1 {NAME}\n"), &[]);
-    let pebble = Pebble::start(&dir, &ca, tls_port, dns_port);
-    let directory = pebble.directory.clone();
-    let config = |renew_before: &str| config(&dir, &ca, &directory, tls_port, renew_before);
+    let setup = Setup::start();
+    let (tls_port, config) = (setup.tls_port, |renew: &str| setup.config(renew));
 
     // The first start orders, answers the challenge on its own listener,
     // and serves what it got: verified against this pebble's root.
     let mut daemon = Daemon::binary(&config("30d"));
     waited(&mut daemon, "acme: certificate obtained and served");
-    assert_eq!(pebble.orders(), 1);
-    let root = pebble.root(&ca, &dir);
-    let out = tls_client(tls_port, &root);
+    assert_eq!(setup.pebble().orders(), 1);
+    let out = tls_client(tls_port, &setup.root());
     assert!(out.status.success(), "{out:?}");
     for file in ["acme.test.crt.pem", "acme.test.key.pem"] {
-        let mode = std::fs::metadata(dir.join("acme").join(file))
+        let mode = std::fs::metadata(setup.dir.join("acme").join(file))
             .expect(file)
             .permissions()
             .mode();
@@ -193,7 +231,7 @@ fn a_certificate_is_obtained_reused_renewed_and_kept_while_the_ca_is_down() {
     waited(&mut daemon, "acme: certificate in hand");
     assert_eq!(served_serial(tls_port), first);
     assert!(!daemon.logs().iter().any(|l| l.contains("acme: ordering")));
-    assert_eq!(pebble.orders(), 1);
+    assert_eq!(setup.pebble().orders(), 1);
 
     // renew_before raised above what is left, by a reload: renewed at once.
     std::fs::write(daemon.config_path(), config("2000d")).expect("new config");
@@ -201,7 +239,7 @@ fn a_certificate_is_obtained_reused_renewed_and_kept_while_the_ca_is_down() {
     waited(&mut daemon, "configuration reloaded");
     waited(&mut daemon, "acme: certificate obtained and served");
     waited(&mut daemon, "longer than the certificate's lifetime");
-    assert_eq!(pebble.orders(), 2);
+    assert_eq!(setup.pebble().orders(), 2);
     let renewed = served_serial(tls_port);
     assert_ne!(renewed, first);
     daemon.signal("TERM");
@@ -209,33 +247,28 @@ fn a_certificate_is_obtained_reused_renewed_and_kept_while_the_ca_is_down() {
 
     // The CA is down: the certificate in hand is served, and renewal is
     // retried, soon and then later.
-    drop(pebble);
-    let mut daemon = Daemon::binary(&config("2000d"));
+    let mut setup = setup;
+    drop(setup.pebble.take());
+    let mut daemon = Daemon::binary(&setup.config("2000d"));
     waited(&mut daemon, "attempt=1 retry_in_s=10");
     assert_eq!(served_serial(tls_port), renewed);
     waited(&mut daemon, "attempt=2 retry_in_s=60");
     assert_eq!(served_serial(tls_port), renewed);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 #[ignore = "needs pebble, dnsmasq and openssl"]
 fn two_workers_place_one_order() {
-    let dir = common::scratch_dir();
-    let ca = Ca::new(&dir, "pebble CA");
-    let (tls_port, dns_port) = (free_port(), common::dns::free_port());
-    let _dns = Dnsmasq::start(&dir, dns_port, &format!("127.0.0.1 {NAME}\n"), &[]);
-    let pebble = Pebble::start(&dir, &ca, tls_port, dns_port);
-    let config = config(&dir, &ca, &pebble.directory, tls_port, "30d");
-    let mut daemon = Daemon::start_with(Some(&config), &["--workers", "2"]);
+    let setup = Setup::start();
+    let mut daemon = Daemon::start_with(Some(&setup.config("30d")), &["--workers", "2"]);
     waited(&mut daemon, "acme: certificate obtained and served");
     // Both workers serve it.
-    let root = pebble.root(&ca, &dir);
+    let root = setup.root();
     for _ in 0..8 {
-        let out = tls_client(tls_port, &root);
+        let out = tls_client(setup.tls_port, &root);
         assert!(out.status.success(), "{out:?}");
     }
-    assert_eq!(pebble.orders(), 1);
+    assert_eq!(setup.pebble().orders(), 1);
     assert_eq!(
         daemon
             .logs()
@@ -244,26 +277,22 @@ fn two_workers_place_one_order() {
             .count(),
         1
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 #[ignore = "needs pebble and dnsmasq"]
 fn a_listener_with_detect_answers_the_challenge_too() {
-    let dir = common::scratch_dir();
-    let ca = Ca::new(&dir, "pebble CA");
-    let (tls_port, dns_port) = (free_port(), common::dns::free_port());
-    let _dns = Dnsmasq::start(&dir, dns_port, &format!("127.0.0.1 {NAME}\n"), &[]);
-    let pebble = Pebble::start(&dir, &ca, tls_port, dns_port);
+    let setup = Setup::start();
+    let tls_port = setup.tls_port;
     // One port for TLS and SSH: the validation's ClientHello names no
     // passed-through service, so it is terminated, with the challenge.
-    let config = config(&dir, &ca, &pebble.directory, tls_port, "30d").replace(
+    let config = setup.config("30d").replace(
         "tls = { acme",
         "detect = true, ssh = \"daytime\", tls = { acme",
     );
     let mut daemon = Daemon::binary(&config);
     waited(&mut daemon, "acme: certificate obtained and served");
-    let out = tls_client(tls_port, &pebble.root(&ca, &dir));
+    let out = tls_client(tls_port, &setup.root());
     assert!(out.status.success(), "{out:?}");
     let mut ssh = std::net::TcpStream::connect(("127.0.0.1", tls_port)).expect("connect");
     std::io::Write::write_all(&mut ssh, b"SSH-2.0-test\r\n").expect("banner");
@@ -272,5 +301,4 @@ fn a_listener_with_detect_answers_the_challenge_too() {
         String::from_utf8_lossy(&answer).contains("UTC"),
         "{answer:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
