@@ -15,8 +15,12 @@ pub enum Outcome {
     Served {
         backend: Option<String>,
     },
-    /// The socket went to a handoff backend: tcpmuxd must not touch it again.
-    HandedOff,
+    /// The client went to a handoff backend: its socket itself (tcpmuxd
+    /// must not touch it again), or, `relayed`, a socketpair's end because
+    /// the negotiation had read bytes past the request line.
+    HandedOff {
+        relayed: bool,
+    },
     /// The program exec'd on the socket ended.
     Exited {
         pid: u32,
@@ -47,7 +51,7 @@ impl Outcome {
     /// The metric label: a few fixed words.
     pub fn category(&self) -> &'static str {
         match self {
-            Outcome::Served { .. } | Outcome::HandedOff | Outcome::Exited { .. } => "served",
+            Outcome::Served { .. } | Outcome::HandedOff { .. } | Outcome::Exited { .. } => "served",
             Outcome::Help => "help",
             Outcome::ServiceError(_) | Outcome::ReadError(_) => "error",
             Outcome::UnknownService => "unknown",
@@ -89,7 +93,8 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Served { .. } => f.write_str("served"),
-            Outcome::HandedOff => f.write_str("handed off"),
+            Outcome::HandedOff { relayed: false } => f.write_str("handed off"),
+            Outcome::HandedOff { relayed: true } => f.write_str("handed off, relayed"),
             Outcome::Exited { pid, status } => write!(f, "served: pid {pid} {status}"),
             Outcome::Help => f.write_str("help"),
             Outcome::ServiceError(e) => write!(f, "service error: {e}"),

@@ -78,16 +78,20 @@ fn greeting_pid(line: &[u8]) -> u32 {
         .unwrap_or_else(|| panic!("not a greeting: {text:?}"))
 }
 
-#[test]
-fn the_client_socket_itself_reaches_the_backend_with_pipelined_bytes() {
-    let (mut daemon, control) = daemon_with_handoff("{ uid = [0] }");
-    let backend = Backend::start(&control, &["app"], false).expect("register");
+/// Sends `request` on a new connection, checks the `+` and the backend's
+/// greeting, sends `more` and the FIN; returns what the backend echoed and
+/// the connection's log line.
+fn handed_off(
+    daemon: &mut Daemon,
+    backend: &Backend,
+    request: &[u8],
+    more: &[u8],
+) -> (Vec<u8>, String) {
     let mut stream = daemon.connect();
     let me = stream.local_addr().unwrap();
-    stream.write_all(b"APP\r\npipelined").unwrap();
+    stream.write_all(request).unwrap();
     assert_eq!(read_line(&mut stream), b"+\r\n");
     let greeting = read_line(&mut stream);
-    assert_eq!(greeting_pid(&greeting), backend.pid());
     assert_eq!(
         String::from_utf8(greeting).unwrap(),
         format!(
@@ -96,15 +100,39 @@ fn the_client_socket_itself_reaches_the_backend_with_pipelined_bytes() {
             daemon.addr
         )
     );
-    stream.write_all(b" and more").unwrap();
+    stream.write_all(more).unwrap();
     stream.shutdown(Shutdown::Write).unwrap();
-    assert_eq!(read_all(&mut stream), b"pipelined and more");
-    // tcpmuxd saw only the request line: the rest went straight to the backend.
+    let echoed = read_all(&mut stream);
     let line = daemon
         .wait_for_log(|l| l.contains(&format!("peer={me}")))
         .unwrap();
+    (echoed, line)
+}
+
+#[test]
+fn the_client_socket_itself_reaches_the_backend() {
+    let (mut daemon, control) = daemon_with_handoff("{ uid = [0] }");
+    let backend = Backend::start(&control, &["app"], false).expect("register");
+    let (echoed, line) = handed_off(&mut daemon, &backend, b"APP\r\n", b"after the +");
+    assert_eq!(echoed, b"after the +");
+    // tcpmuxd saw only the request line: the rest went straight to the backend.
     assert!(
-        line.contains("outcome=handed off") && line.contains("bytes_in=5 "),
+        line.contains("outcome=handed off ") && line.contains("bytes_in=5 "),
+        "{line}"
+    );
+}
+
+/// Bytes sent with the name, before the `+`, are read with it; they cannot
+/// go back into the socket, so the backend gets a socketpair's end and
+/// tcpmuxd relays, every byte in order.
+#[test]
+fn bytes_pipelined_behind_the_name_reach_the_backend_through_a_relay() {
+    let (mut daemon, control) = daemon_with_handoff("{ uid = [0] }");
+    let backend = Backend::start(&control, &["app"], false).expect("register");
+    let (echoed, line) = handed_off(&mut daemon, &backend, b"APP\r\npipelined", b" and more");
+    assert_eq!(echoed, b"pipelined and more");
+    assert!(
+        line.contains("outcome=handed off, relayed") && line.contains("bytes_in=23 "),
         "{line}"
     );
 }

@@ -1,7 +1,8 @@
 //! The client's byte stream as sessions and services see it: a plain socket,
-//! or a TLS session over one. The socket shortcuts (splice, sendfile, peeking
-//! the kernel's buffer, passing the descriptor) need the plain kind; with TLS
-//! the bytes go through the daemon, in user space.
+//! or a TLS session over one, either perhaps behind bytes the negotiation read
+//! past its line. The socket shortcuts (splice, sendfile, passing the
+//! descriptor) need the plain kind with nothing read ahead; otherwise the
+//! bytes go through the daemon, in user space.
 
 use std::io;
 use std::pin::Pin;
@@ -20,16 +21,90 @@ use crate::model::{ServerConfigs, TlsClient};
 pub enum Conn {
     Plain(Stream),
     Tls(Box<TlsConn>),
+    /// Bytes read past the request line (a client that did not wait for
+    /// the `+`): they are read first, then the connection they came on.
+    Early(Box<Early>),
     /// Consumed by a TLS handshake that failed or was cut short.
     Gone,
 }
 
+/// Input already read from a connection, ahead of what is still in it.
+#[derive(Debug)]
+pub struct Early {
+    bytes: Vec<u8>,
+    /// How much of `bytes` has been read again.
+    at: usize,
+    /// A plain or TLS connection: never `Early` itself.
+    then: Conn,
+}
+
 impl Conn {
-    /// The socket itself, when the client speaks plaintext on it.
+    /// The socket itself, when the client speaks plaintext on it and every
+    /// byte it sent is still there.
     pub fn plain(&self) -> Option<&Stream> {
         match self {
             Conn::Plain(stream) => Some(stream),
-            Conn::Tls(_) | Conn::Gone => None,
+            Conn::Tls(_) | Conn::Early(_) | Conn::Gone => None,
+        }
+    }
+
+    /// The plaintext socket under any bytes read ahead, for writing to it
+    /// directly (a status line sent before a handoff).
+    pub fn socket(&self) -> Option<&Stream> {
+        match self {
+            Conn::Early(early) => early.then.plain(),
+            other => other.plain(),
+        }
+    }
+
+    /// Puts `bytes`, read past the negotiation, back in front of the
+    /// connection's input.
+    pub fn unread(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let then = std::mem::replace(self, Conn::Gone);
+        *self = match then {
+            Conn::Early(mut early) => {
+                early.bytes.drain(..early.at);
+                early.bytes.splice(0..0, bytes.iter().copied());
+                early.at = 0;
+                Conn::Early(early)
+            }
+            then => Conn::Early(Box::new(Early {
+                bytes: bytes.to_vec(),
+                at: 0,
+                then,
+            })),
+        };
+    }
+
+    /// Once the bytes read ahead have all been read again, the connection
+    /// is the one they came on.
+    fn settle(&mut self) {
+        if matches!(self, Conn::Early(early) if early.pending().is_empty()) {
+            drop(self.take_early());
+        }
+    }
+
+    /// Takes the bytes read ahead, leaving the connection they came on
+    /// (whose socket a relay may then splice).
+    pub fn take_early(&mut self) -> Vec<u8> {
+        match std::mem::replace(self, Conn::Gone) {
+            Conn::Early(early) => {
+                let Early {
+                    mut bytes,
+                    at,
+                    then,
+                } = *early;
+                *self = then;
+                bytes.drain(..at);
+                bytes
+            }
+            other => {
+                *self = other;
+                Vec::new()
+            }
         }
     }
 
@@ -61,6 +136,7 @@ impl Conn {
         match self {
             Conn::Plain(stream) => stream.peek_beyond(buf, seen).await,
             Conn::Tls(tls) => tls.peek_beyond(buf, seen).await,
+            Conn::Early(early) => early.peek_beyond(buf, seen).await,
             Conn::Gone => Ok(Peeked {
                 len: 0,
                 ended: true,
@@ -69,16 +145,63 @@ impl Conn {
     }
 }
 
+impl Early {
+    fn pending(&self) -> &[u8] {
+        &self.bytes[self.at..]
+    }
+
+    /// The bytes read ahead, then what the connection has beyond them.
+    async fn peek_beyond(&mut self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
+        let n = self.pending().len().min(buf.len());
+        buf[..n].copy_from_slice(&self.pending()[..n]);
+        if n > seen || n == buf.len() {
+            return Ok(Peeked {
+                len: n,
+                ended: false,
+            });
+        }
+        let (rest, seen) = (&mut buf[n..], seen - n);
+        let beyond = match &mut self.then {
+            Conn::Plain(stream) => stream.peek_beyond(rest, seen).await?,
+            Conn::Tls(tls) => tls.peek_beyond(rest, seen).await?,
+            Conn::Early(_) | Conn::Gone => Peeked {
+                len: 0,
+                ended: true,
+            },
+        };
+        Ok(Peeked {
+            len: n + beyond.len,
+            ended: beyond.ended,
+        })
+    }
+
+    /// Copies what is left of the bytes read ahead into `buf`.
+    fn read_into(&mut self, buf: &mut ReadBuf<'_>) {
+        let n = self.pending().len().min(buf.remaining());
+        buf.put_slice(&self.pending()[..n]);
+        self.at += n;
+    }
+}
+
 impl Metered<Conn> {
     /// Waits for input holding no buffer, then reads it into one lent for the
     /// moment (`buffers`); 0 bytes means EOF. A TLS session waits in the read:
     /// its own record buffers dwarf the one lent here.
     pub async fn read_lent(&mut self, len: usize) -> io::Result<(Lent, usize)> {
-        let (buf, n) = match self.get_mut() {
+        let conn = self.get_mut();
+        conn.settle();
+        let (buf, n) = match conn {
             Conn::Plain(stream) => stream.read_lent(len).await?,
             Conn::Tls(tls) => {
                 let mut buf = buffers::lend(len);
                 let n = tls.read(&mut buf).await?;
+                (buf, n)
+            }
+            Conn::Early(early) => {
+                let mut buf = buffers::lend(len);
+                let mut filled = ReadBuf::new(&mut buf);
+                early.read_into(&mut filled);
+                let n = filled.filled().len();
                 (buf, n)
             }
             Conn::Gone => (buffers::lend(0), 0),
@@ -98,9 +221,15 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
+        let this = self.get_mut();
+        this.settle();
+        match this {
             Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Conn::Early(early) => {
+                early.read_into(buf);
+                Poll::Ready(Ok(()))
+            }
             Conn::Gone => Poll::Ready(Ok(())),
         }
     }
@@ -115,6 +244,7 @@ impl AsyncWrite for Conn {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Conn::Early(early) => Pin::new(&mut early.then).poll_write(cx, buf),
             Conn::Gone => Poll::Ready(Err(gone())),
         }
     }
@@ -123,6 +253,7 @@ impl AsyncWrite for Conn {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(s).poll_flush(cx),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Conn::Early(early) => Pin::new(&mut early.then).poll_flush(cx),
             Conn::Gone => Poll::Ready(Ok(())),
         }
     }
@@ -131,7 +262,65 @@ impl AsyncWrite for Conn {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Conn::Early(early) => Pin::new(&mut early.then).poll_shutdown(cx),
             Conn::Gone => Poll::Ready(Ok(())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    fn pair() -> (Conn, tokio::net::UnixStream) {
+        let (ours, theirs) = tokio::net::UnixStream::pair().expect("socketpair");
+        (Conn::Plain(Stream::Unix(ours)), theirs)
+    }
+
+    #[tokio::test]
+    async fn bytes_read_ahead_come_first_then_the_socket_is_plain_again() {
+        let (mut conn, mut client) = pair();
+        conn.unread(b"ahead ");
+        assert!(conn.plain().is_none() && conn.socket().is_some());
+        client.write_all(b"behind").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut all = Vec::new();
+        conn.read_to_end(&mut all).await.unwrap();
+        assert_eq!(all, b"ahead behind");
+        assert!(conn.plain().is_some(), "{conn:?}");
+    }
+
+    #[tokio::test]
+    async fn a_peek_sees_the_bytes_ahead_and_waits_only_beyond_them() {
+        let (mut conn, mut client) = pair();
+        conn.unread(b"abc");
+        let mut buf = [0u8; 16];
+        let peeked = conn.peek_beyond(&mut buf, 0).await.unwrap();
+        assert_eq!((peeked.len, &buf[..3]), (3, &b"abc"[..]));
+        client.write_all(b"de").await.unwrap();
+        let peeked = conn.peek_beyond(&mut buf, 3).await.unwrap();
+        assert_eq!(&buf[..peeked.len], b"abcde");
+        drop(client);
+        let peeked = conn.peek_beyond(&mut buf, 5).await.unwrap();
+        assert!(peeked.ended && peeked.len == 5, "{peeked:?}");
+        // Nothing was consumed by peeking.
+        let mut all = Vec::new();
+        conn.read_to_end(&mut all).await.unwrap();
+        assert_eq!(all, b"abcde");
+    }
+
+    #[tokio::test]
+    async fn taken_early_bytes_leave_the_socket_and_partial_reads_keep_order() {
+        let (mut conn, _client) = pair();
+        conn.unread(b"0123456789");
+        let mut two = [0u8; 2];
+        conn.read_exact(&mut two).await.unwrap();
+        assert_eq!(&two, b"01");
+        conn.unread(b"x");
+        assert_eq!(conn.take_early(), b"x23456789");
+        assert!(conn.plain().is_some());
+        assert!(conn.take_early().is_empty());
     }
 }

@@ -10,6 +10,10 @@
 //! that stops reading is skipped after one client; when no backend has room
 //! within [`DELIVERY_TIMEOUT`], the client gets `-service unavailable`, never
 //! `+` and silence.
+//!
+//! A client that sent bytes behind its request line before the `+` (the
+//! negotiation's read took them) cannot be passed as it is: the backend gets
+//! one end of a socketpair, and the daemon relays (`net/pair.rs`).
 
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
@@ -30,6 +34,7 @@ use super::status::refuse;
 use crate::hub::{Acks, Hub, Registration};
 use crate::model::{ClientInfo, Service};
 use crate::net::conn::Conn;
+use crate::net::pair;
 use crate::net::stream::Metered;
 use crate::outcome::Outcome;
 
@@ -58,10 +63,14 @@ pub async fn serve(
 ) -> io::Result<Outcome> {
     // Passing a TLS session to another process needs kernel TLS; the
     // configuration refuses handoff services beside TLS listeners.
-    if conn.get_ref().plain().is_none() {
+    if conn.get_ref().socket().is_none() {
         refuse(conn, "service unavailable: not over TLS").await;
         return Ok(Outcome::Refused("handoff over TLS".into()));
     }
+    let pair = match conn.get_ref().plain() {
+        Some(_) => None,
+        None => Some(pair::pair()?),
+    };
     let frame = ClientFrame {
         service: service.name.to_string(),
         peer: client
@@ -85,11 +94,19 @@ pub async fn serve(
         let candidates = hub.candidates(&service.name);
         tried_any |= !candidates.is_empty();
         for backend in &candidates {
-            let offer = offer(backend, conn, &status, &frame, &mut accepted)?;
+            let passed = pair.as_ref().map(|(theirs, _)| theirs.as_fd());
+            let offer = offer(backend, conn, passed, (&status, &frame), &mut accepted)?;
             match offer {
                 Offer::Delivered => {
                     conn.bytes_out += status.len() as u64;
-                    return Ok(Outcome::HandedOff);
+                    let Some((theirs, ours)) = pair else {
+                        return Ok(Outcome::HandedOff { relayed: false });
+                    };
+                    // The backend holds the other end now; ours must not
+                    // keep it open, or the relay would never see its EOF.
+                    drop(theirs);
+                    pair::relay(conn, ours).await?;
+                    return Ok(Outcome::HandedOff { relayed: true });
                 }
                 Offer::Full | Offer::Gone => {}
             }
@@ -122,14 +139,15 @@ pub async fn serve(
 }
 
 /// Offers the client to `registered`, without an await: sends the `+` (once)
-/// and the frame with the socket if the backend has room right now. A backend
-/// that acknowledges gets a numbered frame, and a duplicate of the socket is
-/// kept until it does (`hub/acks.rs`).
+/// and the frame with the socket (or `passed`, a socketpair's end) if the
+/// backend has room right now. A backend that acknowledges gets a numbered
+/// frame, and a duplicate of what was passed is kept until it does
+/// (`hub/acks.rs`).
 fn offer(
     registered: &Registration,
     conn: &Metered<Conn>,
-    status: &[u8],
-    frame: &ClientFrame,
+    passed: Option<BorrowedFd<'_>>,
+    (status, frame): (&[u8], &ClientFrame),
     accepted: &mut bool,
 ) -> io::Result<Offer> {
     let backend = &registered.control;
@@ -137,9 +155,10 @@ fn offer(
         return Ok(Offer::Full);
     }
     // Only a plain socket can be passed (services/mod.rs keeps TLS away).
-    let Some(socket) = conn.get_ref().plain() else {
+    let Some(socket) = conn.get_ref().socket() else {
         return Ok(Offer::Gone);
     };
+    let passed = passed.unwrap_or(socket.as_fd());
     if !*accepted && !status.is_empty() {
         // A few bytes into a connection that has sent nothing yet: the send
         // buffer is empty, so they go whole.
@@ -154,7 +173,7 @@ fn offer(
     }
     let seq = registered.acks.as_ref().map(Acks::next_seq);
     let kept = match seq {
-        Some(_) => Some(socket.as_fd().try_clone_to_owned()?),
+        Some(_) => Some(passed.try_clone_to_owned()?),
         None => None,
     };
     let frame = encode_client_frame(&ClientFrame {
@@ -164,9 +183,9 @@ fn offer(
     // Backends get the socket in blocking mode, as the handoff protocol says.
     // The mode belongs to the open file we share, so it is put back if the
     // socket does not leave.
-    let flags = fcntl_getfl(socket)?;
-    fcntl_setfl(socket, flags - OFlags::NONBLOCK)?;
-    match send_frame(backend, socket.as_fd(), &frame) {
+    let flags = fcntl_getfl(passed)?;
+    fcntl_setfl(passed, flags - OFlags::NONBLOCK)?;
+    match send_frame(backend, passed, &frame) {
         Ok(sent) => {
             if sent < FRAME_LEN {
                 finish_frame(backend, &frame[sent..]);
@@ -177,7 +196,7 @@ fn offer(
             Ok(Offer::Delivered)
         }
         Err(e) => {
-            fcntl_setfl(socket, flags | OFlags::NONBLOCK)?;
+            fcntl_setfl(passed, flags | OFlags::NONBLOCK)?;
             Ok(if e == Errno::AGAIN {
                 Offer::Full
             } else {

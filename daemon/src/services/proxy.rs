@@ -88,6 +88,13 @@ pub async fn serve(
         accept(conn, message).await?;
     }
 
+    // Bytes the negotiation read past the request line go first; then the
+    // client's socket is whole again for splice.
+    let early = conn.get_mut().take_early();
+    if !early.is_empty() {
+        leg.write_all(&early).await?;
+        conn.bytes_in += early.len() as u64;
+    }
     // splice needs two sockets; a TLS session's bytes (either side's) pass
     // through us.
     let idle = proxy.idle_timeout;
@@ -119,6 +126,13 @@ impl Leg {
         match self {
             Leg::Plain(stream) => stream,
             Leg::Tls(session) => session.get_ref().0,
+        }
+    }
+
+    async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Leg::Plain(stream) => stream.write_all(bytes).await,
+            Leg::Tls(session) => session.write_all(bytes).await,
         }
     }
 }

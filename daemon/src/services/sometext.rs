@@ -48,6 +48,9 @@ pub fn prepare() {
 
 /// Straight to a plain socket, in turns; through the TLS session otherwise.
 pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
+    // Input is read and dropped: what the negotiation read ahead too, so the
+    // socket is whole again for the fast path.
+    conn.bytes_in += conn.get_mut().take_early().len() as u64;
     let Some(stream) = conn.get_ref().plain() else {
         return conn.write_all(text().as_slice()).await;
     };

@@ -1,8 +1,9 @@
 //! The start of a connection: a PROXY header from a trusted upstream, the
 //! client's address admitted, then on a detecting listener the protocol the
 //! first bytes begin (`detect.rs`), on a TLS listener the handshake and the
-//! routes it decides, else the TCPMUX request line. Everything is peeked
-//! first and only what belongs to the negotiation is consumed.
+//! routes it decides, else the TCPMUX request line. A PROXY header and
+//! detection peek, consuming only what is theirs; the request line is read,
+//! and what a read took past it is put back for the service.
 
 use std::io;
 
@@ -18,15 +19,14 @@ use crate::net::proxy_protocol::{self, Announced};
 use crate::net::stream::Metered;
 use crate::registry::Registry;
 
-/// Peek size during negotiation: a whole name and its CRLF fit. Only what the
-/// parser claims is consumed, so bytes behind the request line stay in the socket
-/// for the service, whatever it is: a built-in, a relay, or a program exec'd on it.
+/// Read size during negotiation: a whole name and its CRLF fit. What the
+/// parser does not claim goes back to the service, whatever it is: a
+/// built-in, a relay, or a program exec'd on it (`Conn::Early`).
 const PEEK: usize = MAX_NAME_LEN + 2;
 
 /// Consumes the PROXY header if one is expected, admits the client's address,
-/// detects the protocol on a detecting listener, then consumes the request
-/// line, and not a byte more: every read is a peek first, then a read of
-/// exactly what the parser claimed.
+/// detects the protocol on a detecting listener, then reads the request
+/// line; whatever a read took past it stays the service's.
 pub(super) async fn negotiate(
     conn: &mut Metered<Conn>,
     expect_header: bool,
@@ -148,13 +148,16 @@ async fn read_proxy_header(
     }
 }
 
+/// Reads the request line. One read usually brings it whole and nothing
+/// more, since clients wait for the `+`; bytes read past it (a client that did
+/// not wait) are put back in front of the connection for the service
+/// (`Conn::unread`).
 async fn read_request_line(conn: &mut Metered<Conn>) -> io::Result<Negotiated> {
     let mut scratch = [0u8; PEEK];
     let mut parser = RequestParser::new();
     let mut fed = false;
     loop {
-        // Everything peeked before was consumed: wait for anything new.
-        let n = conn.get_mut().peek_beyond(&mut scratch, 0).await?.len;
+        let n = conn.get_mut().read(&mut scratch).await?;
         if n == 0 {
             // Half-closed mid-name: the client can still read why nothing follows.
             return Ok(match fed {
@@ -164,9 +167,10 @@ async fn read_request_line(conn: &mut Metered<Conn>) -> io::Result<Negotiated> {
         }
         fed = true;
         match parser.feed(&scratch[..n]) {
-            Progress::NeedMore => conn.read_exact(&mut scratch[..n]).await.map(drop)?,
+            Progress::NeedMore => conn.bytes_in += n as u64,
             Progress::Decided { decision, consumed } => {
-                conn.read_exact(&mut scratch[..consumed]).await?;
+                conn.bytes_in += consumed as u64;
+                conn.get_mut().unread(&scratch[consumed..n]);
                 return Ok(Negotiated::Decided(decision));
             }
         }

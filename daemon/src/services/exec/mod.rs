@@ -1,12 +1,11 @@
 //! exec: the inetd way. A program runs with the client's socket as its stdin and
 //! stdout, so after the negotiation tcpmuxd is out of the data path; its stderr
-//! goes to the log (`stderr.rs`). Bytes the client sent behind its request line
-//! are still in the socket (the negotiation only peeks past the line), so the
-//! program reads them.
+//! goes to the log (`stderr.rs`).
 //!
-//! Over TLS the program gets one end of a socketpair instead, and the daemon
-//! relays between it and the TLS session (`tls.rs`): programs always see
-//! plaintext.
+//! Over TLS, or when the negotiation's read took bytes the client sent behind
+//! its request line, the program gets one end of a socketpair instead, and the
+//! daemon relays between it and the client (`net/pair.rs`): programs always
+//! see plaintext, and every byte in order.
 //!
 //! Each program runs in a process group of its own. The session ends when the
 //! program exits, whatever it left running; with `on_shutdown = "kill"`, a
@@ -14,7 +13,6 @@
 //! nothing the program started keeps the client's socket open.
 
 mod stderr;
-mod tls;
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -28,6 +26,7 @@ use super::status::{accept, refuse};
 use crate::admission::Counter;
 use crate::model::{ClientInfo, Exec, ExecReply, OnShutdown, Service};
 use crate::net::conn::Conn;
+use crate::net::pair;
 use crate::net::stream::Metered;
 use crate::outcome::Outcome;
 
@@ -60,12 +59,13 @@ pub async fn serve(
             accept(conn, message).await?;
         }
     }
-    // Plain: the program gets the client's socket. TLS: a socketpair's end.
+    // Plain: the program gets the client's socket. TLS, or bytes read past
+    // the request line: a socketpair's end.
     let (socket, relay_end) = match conn.get_ref().plain() {
         Some(stream) => (stream.as_fd().try_clone_to_owned()?, None),
         None => {
-            let (theirs, ours) = std::os::unix::net::UnixStream::pair()?;
-            (OwnedFd::from(theirs), Some(ours))
+            let (theirs, ours) = pair::pair()?;
+            (theirs, Some(ours))
         }
     };
     let spawned = spawn(exec, name, socket.as_fd(), client);
@@ -85,9 +85,9 @@ pub async fn serve(
         None => run_to_exit(&mut child, name, pid).await,
         Some(ours) => {
             let (status, relayed) =
-                tokio::join!(run_to_exit(&mut child, name, pid), tls::relay(conn, ours));
+                tokio::join!(run_to_exit(&mut child, name, pid), pair::relay(conn, ours));
             if let Err(e) = relayed {
-                tracing::debug!(service = name, pid, error = %e, "exec relay over TLS ended");
+                tracing::debug!(service = name, pid, error = %e, "exec relay ended");
             }
             status
         }
