@@ -1,6 +1,7 @@
 //! Service names: what bytes a name may hold and its case-folded form.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// RFC 1078 does not bound the name; we do, so a client cannot make us buffer forever.
 pub const MAX_NAME_LEN: usize = 256;
@@ -9,8 +10,11 @@ pub const MAX_NAME_LEN: usize = 256;
 ///
 /// A name is 1 to [`MAX_NAME_LEN`] bytes of visible ASCII (0x21..=0x7e). Spaces and
 /// control bytes are refused rather than trimmed, so `"echo "` is never silently `echo`.
+///
+/// Shared, so a clone (a session's log line, its row in `show sessions`)
+/// costs no allocation.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServiceName(String);
+pub struct ServiceName(Arc<str>);
 
 /// Why a byte string is not a service name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -38,9 +42,13 @@ impl ServiceName {
         if let Some(&bad) = bytes.iter().find(|&&b| !is_name_byte(b)) {
             return Err(NameError::InvalidByte(bad));
         }
+        let mut folded = [0u8; MAX_NAME_LEN];
+        let folded = &mut folded[..bytes.len()];
+        folded.copy_from_slice(bytes);
+        folded.make_ascii_lowercase();
         // Every byte is ASCII, so this cannot fail; map instead of unwrap anyway.
-        let text = std::str::from_utf8(bytes).map_err(|_| NameError::InvalidByte(bytes[0]))?;
-        Ok(Self(text.to_ascii_lowercase()))
+        let text = std::str::from_utf8(folded).map_err(|_| NameError::InvalidByte(bytes[0]))?;
+        Ok(Self(Arc::from(text)))
     }
 
     /// Validates and case-folds `text`.
@@ -55,7 +63,7 @@ impl ServiceName {
 
     /// `HELP` is the one name RFC 1078 reserves.
     pub fn is_help(&self) -> bool {
-        self.0 == "help"
+        &*self.0 == "help"
     }
 }
 

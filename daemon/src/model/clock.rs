@@ -1,6 +1,7 @@
 //! Wall-clock time as the time services and the access log print it, in
 //! UTC, without a date crate.
 
+use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Seconds from 1900-01-01 to 1970-01-01, the offset RFC 868 time counts from.
@@ -73,26 +74,45 @@ impl Civil {
     }
 
     /// RFC 867 leaves the format open; this is its suggested one:
-    /// `Wednesday, December 2, 2026 13:31:13-UTC`.
-    pub fn daytime(&self) -> String {
-        format!(
-            "{}, {} {}, {} {:02}:{:02}:{:02}-UTC",
-            WEEKDAYS[self.weekday],
-            MONTHS[(self.month - 1) as usize],
-            self.day,
-            self.year,
-            self.hour,
-            self.minute,
-            self.second
-        )
+    /// `Wednesday, December 2, 2026 13:31:13-UTC`. Written where it goes
+    /// (an answer's buffer), with no string of its own.
+    pub fn daytime(&self) -> impl fmt::Display + '_ {
+        Shown(self, |c, f| {
+            write!(
+                f,
+                "{}, {} {}, {} {:02}:{:02}:{:02}-UTC",
+                WEEKDAYS[c.weekday],
+                MONTHS[(c.month - 1) as usize],
+                c.day,
+                c.year,
+                c.hour,
+                c.minute,
+                c.second
+            )
+        })
     }
 
     /// ISO 8601 in UTC: `2026-12-02T13:31:13Z`.
-    pub fn iso8601(&self) -> String {
-        format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-            self.year, self.month, self.day, self.hour, self.minute, self.second
-        )
+    pub fn iso8601(&self) -> impl fmt::Display + '_ {
+        Shown(self, |c, f| {
+            write!(
+                f,
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+                c.year, c.month, c.day, c.hour, c.minute, c.second
+            )
+        })
+    }
+}
+
+/// A time and the format it is shown in.
+struct Shown<'a>(
+    &'a Civil,
+    fn(&Civil, &mut fmt::Formatter<'_>) -> fmt::Result,
+);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (self.1)(self.0, f)
     }
 }
 
@@ -118,18 +138,27 @@ mod tests {
     #[test]
     fn known_instants() {
         let epoch = Civil::from_unix(0);
-        assert_eq!(epoch.iso8601(), "1970-01-01T00:00:00Z");
-        assert_eq!(epoch.daytime(), "Thursday, January 1, 1970 00:00:00-UTC");
+        assert_eq!(epoch.iso8601().to_string(), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            epoch.daytime().to_string(),
+            "Thursday, January 1, 1970 00:00:00-UTC"
+        );
         // 2000-02-29 (a leap day in a century leap year) 12:34:56.
         assert_eq!(
-            Civil::from_unix(951_827_696).iso8601(),
+            Civil::from_unix(951_827_696).iso8601().to_string(),
             "2000-02-29T12:34:56Z"
         );
         // The seed's example: 2004-02-11 23:45:29, a Wednesday.
         let seed = Civil::from_unix(1_076_543_129);
-        assert_eq!(seed.iso8601(), "2004-02-11T23:45:29Z");
-        assert!(seed.daytime().starts_with("Wednesday, February 11, 2004"));
-        assert_eq!(Civil::from_unix(-1).iso8601(), "1969-12-31T23:59:59Z");
+        assert_eq!(seed.iso8601().to_string(), "2004-02-11T23:45:29Z");
+        assert!(seed
+            .daytime()
+            .to_string()
+            .starts_with("Wednesday, February 11, 2004"));
+        assert_eq!(
+            Civil::from_unix(-1).iso8601().to_string(),
+            "1969-12-31T23:59:59Z"
+        );
     }
 
     #[test]

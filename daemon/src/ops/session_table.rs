@@ -4,14 +4,16 @@
 //! every worker of a daemon registers in the same table.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
+use tcpmux_proto::ServiceName;
 use tokio::sync::Notify;
 
-use crate::model::Routed;
+use crate::model::{Peer, Routed};
 use crate::net::relay::Traffic;
 
 /// Locks are per shard, so workers registering at once rarely meet.
@@ -39,8 +41,8 @@ pub struct LiveSession {
     pub id: u64,
     started: Instant,
     started_at: SystemTime,
-    /// The local address the client connected to.
-    listener: String,
+    /// The local address the client connected to (`None`: a Unix listener).
+    listener: Option<SocketAddr>,
     /// What a relay moves, counted as it moves.
     pub traffic: Traffic,
     detail: Mutex<Detail>,
@@ -51,8 +53,8 @@ pub struct LiveSession {
 #[derive(Clone, Debug)]
 pub struct Detail {
     /// The client: the announced address behind a PROXY header.
-    pub client: String,
-    pub service: Option<String>,
+    pub client: Peer,
+    pub service: Option<ServiceName>,
     pub routed: Routed,
     pub backend: Option<String>,
     pub tls: Option<String>,
@@ -87,8 +89,9 @@ pub struct Registered {
 }
 
 impl SessionTable {
-    /// Enters a session accepted from `client` on `listener`.
-    pub fn open(self: &Arc<Self>, client: String, listener: String) -> Registered {
+    /// Enters a session accepted from `client` on `listener`. Addresses are
+    /// kept as they are and written out only for `show sessions`.
+    pub fn open(self: &Arc<Self>, client: Peer, listener: Option<SocketAddr>) -> Registered {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let live = Arc::new(LiveSession {
             id,
@@ -136,7 +139,7 @@ impl SessionTable {
             let moved = session.traffic.up.load(Ordering::Relaxed)
                 + session.traffic.down.load(Ordering::Relaxed);
             if let (Some(service), true) = (session.detail().service, moved > 0) {
-                *by.entry(service).or_insert(0) += moved;
+                *by.entry(service.to_string()).or_insert(0) += moved;
             }
         }
         by
@@ -147,7 +150,7 @@ impl SessionTable {
         let mut killed = 0;
         for session in self.sessions() {
             let detail = session.detail();
-            if detail.service.as_deref() == Some(service)
+            if detail.service.as_ref().map(ServiceName::as_str) == Some(service)
                 && detail.backend.as_deref() == Some(backend)
             {
                 session.kill();
@@ -196,9 +199,11 @@ impl LiveSession {
             .map_or(0, |d| d.as_secs());
         SessionRow {
             id: self.id,
-            client: detail.client,
-            listener: self.listener.clone(),
-            service: detail.service,
+            client: detail.client.to_string(),
+            listener: self
+                .listener
+                .map_or_else(|| "unix".to_owned(), |a| a.to_string()),
+            service: detail.service.map(|name| name.to_string()),
             routed: detail.routed.label(),
             age: self.started.elapsed().as_secs_f64(),
             started,
@@ -232,11 +237,12 @@ mod tests {
     #[test]
     fn sessions_are_listed_until_dropped_and_killed_by_backend() {
         let table = Arc::new(SessionTable::default());
-        let a = table.open("127.0.0.1:1".into(), "127.0.0.1:9".into());
-        let b = table.open("127.0.0.1:2".into(), "127.0.0.1:9".into());
+        let addr = |s: &str| s.parse::<SocketAddr>().expect("address");
+        let a = table.open(Peer::Tcp(addr("127.0.0.1:1")), Some(addr("127.0.0.1:9")));
+        let b = table.open(Peer::Tcp(addr("127.0.0.1:2")), Some(addr("127.0.0.1:9")));
         for (s, backend) in [(&a, "10.0.0.1:80"), (&b, "10.0.0.2:80")] {
             s.update(|d| {
-                d.service = Some("web".into());
+                d.service = ServiceName::parse("web").ok();
                 d.backend = Some(backend.into());
             });
         }
@@ -253,7 +259,7 @@ mod tests {
     #[tokio::test]
     async fn a_kill_before_the_wait_is_not_lost() {
         let table = Arc::new(SessionTable::default());
-        let s = table.open("c".into(), "l".into());
+        let s = table.open(Peer::Tcp(([127, 0, 0, 1], 1).into()), None);
         s.kill();
         tokio::time::timeout(std::time::Duration::from_secs(5), s.killed())
             .await

@@ -10,7 +10,7 @@ mod opening;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tcpmux_proto::Decision;
+use tcpmux_proto::{Decision, ServiceName};
 use tokio::io::AsyncWriteExt;
 
 use self::negotiate::negotiate;
@@ -31,7 +31,7 @@ use crate::state::{Settings, Shared};
 struct Answer {
     outcome: Outcome,
     /// The service it asked for or was routed to, if any.
-    service: Option<String>,
+    service: Option<ServiceName>,
     routed: Routed,
 }
 
@@ -64,8 +64,7 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
     };
     let via = client.peer.clone();
     let mut conn = Metered::new(Conn::Plain(stream));
-    let listener = local.map_or_else(|| "unix".to_owned(), |addr| addr.to_string());
-    let live = shared.sessions.open(via.to_string(), listener);
+    let live = shared.sessions.open(via.clone(), local);
 
     let expect_header = client
         .peer
@@ -94,7 +93,7 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
         };
         if client.tls.is_some() || client.peer.tcp_addr() != via.tcp_addr() {
             live.update(|d| {
-                d.client = client.peer.to_string();
+                d.client = client.peer.clone();
                 d.tls = client.tls.as_ref().map(|t| t.version.clone());
                 d.cert = client
                     .tls
@@ -204,12 +203,12 @@ async fn respond(
                 Err(e) => Outcome::ServiceError(e),
             };
             return Answer {
-                service: Some("help".into()),
+                service: ServiceName::parse("help").ok(),
                 ..Answer::new(outcome)
             };
         }
         Negotiated::Decided(Decision::Service(name)) => {
-            live.update(|d| d.service = Some(name.to_string()));
+            live.update(|d| d.service = Some(name.clone()));
             let outcome = match settings.registry.lookup(&name) {
                 Some(service) => {
                     serve_named(service, conn, client, (shared, settings), live, true).await
@@ -221,13 +220,13 @@ async fn respond(
                 }
             };
             return Answer {
-                service: Some(name.to_string()),
+                service: Some(name),
                 ..Answer::new(outcome)
             };
         }
         Negotiated::Routed(name, routed) => {
             live.update(|d| {
-                d.service = Some(name.to_string());
+                d.service = Some(name.clone());
                 d.routed = routed;
             });
             // Checked at load, but a reload may have removed it since.
@@ -239,7 +238,7 @@ async fn respond(
             };
             return Answer {
                 outcome,
-                service: Some(name.to_string()),
+                service: Some(name),
                 routed,
             };
         }
@@ -284,7 +283,7 @@ fn report(
     started: Instant,
 ) {
     let (outcome, routed) = (&answer.outcome, answer.routed.label());
-    let service_name = answer.service.as_deref().unwrap_or("-");
+    let service_name = answer.service.as_ref().map_or("-", ServiceName::as_str);
     // Fields that are None are left out of the line.
     let via = (client.peer.tcp_addr() != via.tcp_addr()).then(|| via.to_string());
     let backend = outcome.backend();
