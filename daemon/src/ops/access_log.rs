@@ -104,10 +104,10 @@ fn render(line: &mut Vec<u8>, mode: Mode, fields: &Fields<'_>) -> fmt::Result {
     out.0.extend_from_slice(b"tcpmuxd::connection: connection");
     field(&mut out, "peer", fields.peer)?;
     if let Some(via) = fields.via {
-        field(&mut out, "via", &via)?;
+        text_field(out.0, "via", via);
     }
-    field(&mut out, "service", &fields.service)?;
-    field(&mut out, "routed", &fields.routed)?;
+    text_field(out.0, "service", fields.service);
+    text_field(out.0, "routed", fields.routed);
     if let Some(backend) = fields.backend {
         field(&mut out, "backend", backend)?;
     }
@@ -117,17 +117,35 @@ fn render(line: &mut Vec<u8>, mode: Mode, fields: &Fields<'_>) -> fmt::Result {
         ("cert", fields.cert),
     ] {
         if let Some(value) = value {
-            field(&mut out, name, &value)?;
+            text_field(out.0, name, value);
         }
     }
     field(&mut out, "outcome", fields.outcome)?;
-    writeln!(
-        out,
-        " bytes_in={} bytes_out={} ms={}",
-        fields.bytes_in,
-        fields.bytes_out,
-        Millis(fields.elapsed)
-    )
+    out.0.extend_from_slice(b" bytes_in=");
+    decimal(out.0, fields.bytes_in, 1);
+    out.0.extend_from_slice(b" bytes_out=");
+    decimal(out.0, fields.bytes_out, 1);
+    out.0.extend_from_slice(b" ms=");
+    millis(out.0, fields.elapsed);
+    out.0.push(b'\n');
+    Ok(())
+}
+
+/// ` name=value` for a value that is text already.
+fn text_field(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.push(b' ');
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'=');
+    // The common case, checked byte by byte: ASCII that needs no quotes.
+    let plain = !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'=');
+    if plain {
+        out.extend_from_slice(value.as_bytes());
+    } else {
+        out.extend_from_slice(quoted(value).as_bytes());
+    }
 }
 
 /// ` name=value`, the value quoted when it would not read back as one.
@@ -137,18 +155,29 @@ fn field(out: &mut Out<'_>, name: &str, value: &dyn Display) -> fmt::Result {
         let mut text = text.try_borrow_mut().map_err(|_| fmt::Error)?;
         text.clear();
         write!(text, "{value}")?;
-        write!(out, " {name}={}", quoted(&text))
+        text_field(out.0, name, &text);
+        Ok(())
     })
 }
 
-/// Milliseconds to the microsecond, rounded as `{:.3}` of the float would be.
-struct Millis(Duration);
-
-impl Display for Millis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let micros = (self.0.as_nanos() + 500) / 1000;
-        write!(f, "{}.{:03}", micros / 1000, micros % 1000)
+/// `n` in decimal, zero-padded to `width` digits.
+fn decimal(out: &mut Vec<u8>, mut n: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let mut at = digits.len();
+    while n > 0 || digits.len() - at < width {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
     }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Milliseconds to the microsecond, rounded as `{:.3}` of the float would be.
+fn millis(out: &mut Vec<u8>, elapsed: Duration) {
+    let micros = u64::try_from((elapsed.as_nanos() + 500) / 1000).unwrap_or(u64::MAX);
+    decimal(out, micros / 1000, 1);
+    out.push(b'.');
+    decimal(out, micros % 1000, 3);
 }
 
 /// The time as tracing-subscriber's `SystemTime` writes it (RFC 3339, UTC,
@@ -172,7 +201,10 @@ fn timestamp(out: &mut Out<'_>) -> fmt::Result {
             second.0 = secs;
         }
         out.0.extend_from_slice(second.1.as_bytes());
-        write!(out, ".{micros:06}Z")
+        out.0.push(b'.');
+        decimal(out.0, u64::from(micros), 6);
+        out.0.push(b'Z');
+        Ok(())
     })
 }
 
@@ -291,11 +323,9 @@ mod tests {
     fn milliseconds_round_as_the_float_did() {
         for nanos in [0, 499, 500, 1_234_567, 999_999, 12_345_678_901] {
             let float = format!("{:.3}", Duration::from_nanos(nanos).as_secs_f64() * 1e3);
-            assert_eq!(
-                Millis(Duration::from_nanos(nanos)).to_string(),
-                float,
-                "{nanos}"
-            );
+            let mut line = Vec::new();
+            millis(&mut line, Duration::from_nanos(nanos));
+            assert_eq!(String::from_utf8(line).expect("ASCII"), float, "{nanos}");
         }
     }
 }
