@@ -63,10 +63,17 @@ pub fn write(fields: &Fields<'_>) {
         return through_tracing(fields);
     }
     if tracing::enabled!(target: "tcpmuxd::connection", tracing::Level::INFO) {
-        let mut line = Vec::with_capacity(256);
-        if render(&mut line, mode, fields).is_ok() {
-            super::logging::queue_line(line);
-        }
+        // One buffer per thread, reused: the line is copied to the log's.
+        thread_local!(static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) });
+        LINE.with(|line| {
+            let Ok(mut line) = line.try_borrow_mut() else {
+                return;
+            };
+            line.clear();
+            if render(&mut line, mode, fields).is_ok() {
+                super::logging::queue_line(&line);
+            }
+        });
     }
 }
 

@@ -1,45 +1,54 @@
-//! Log output that cannot stall the event loop: each formatted event goes into a
-//! bounded queue, and one writer thread copies the queue to stderr, a batch per
-//! write. When stderr stops draining (a paused pager, a stuck journald), lines
-//! beyond the queue are counted and dropped, never waited for, and the count is
-//! logged once it drains.
+//! Log output that cannot stall the event loop: each formatted event is
+//! appended to one bounded buffer, and one writer thread swaps the buffer out
+//! and copies it to stderr, a batch per write. When stderr stops draining (a
+//! paused pager, a stuck journald), lines beyond the bound are counted and
+//! dropped, never waited for, and the count is logged once it drains.
+//!
+//! A line costs a copy under an uncontended lock: no allocation and no
+//! message per line, and the writer is woken once per batch.
 //!
 //! The writer thread starts only after the privilege drop, which needs the
-//! process to have one thread; lines logged before that wait in the queue.
+//! process to have one thread; lines logged before that wait in the buffer.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{Mutex, Once, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing_subscriber::fmt::MakeWriter;
 
-/// Lines held while stderr is slow: a few MiB at most.
-const QUEUE_LINES: usize = 16 * 1024;
+/// Bytes held while stderr is slow: some 13,000 connection lines.
+const QUEUE_BYTES: usize = 2 * 1024 * 1024;
 
-enum Entry {
-    Line(Vec<u8>),
-    /// Answered once every line queued before it has been written.
-    Flush(mpsc::Sender<()>),
+/// Lines waiting for the writer, and the flushes asked for and done.
+#[derive(Default)]
+struct Pending {
+    lines: Vec<u8>,
+    dropped: u64,
+    flushes_asked: u64,
+    flushes_done: u64,
 }
 
+#[derive(Default)]
 struct Queue {
-    sender: SyncSender<Entry>,
-    receiver: Mutex<Option<Receiver<Entry>>>,
-    dropped: AtomicU64,
+    pending: Mutex<Pending>,
+    /// Lines arrived in an empty buffer, or a flush was asked for.
+    wake_writer: Condvar,
+    /// A flush was done.
+    flushed: Condvar,
 }
 
 fn queue() -> &'static Queue {
     static QUEUE: OnceLock<Queue> = OnceLock::new();
-    QUEUE.get_or_init(|| {
-        let (sender, receiver) = mpsc::sync_channel(QUEUE_LINES);
-        Queue {
-            sender,
-            receiver: Mutex::new(Some(receiver)),
-            dropped: AtomicU64::new(0),
-        }
-    })
+    QUEUE.get_or_init(Queue::default)
+}
+
+/// The pending lines, even if a thread panicked holding them: they are
+/// bytes, always whole lines, so still worth writing.
+fn pending() -> MutexGuard<'static, Pending> {
+    queue()
+        .pending
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The `MakeWriter` for `tracing_subscriber::fmt().with_writer(...)`.
@@ -71,17 +80,24 @@ impl Write for EventWriter {
 impl Drop for EventWriter {
     fn drop(&mut self) {
         if !self.0.is_empty() {
-            queue_line(std::mem::take(&mut self.0));
+            queue_line(&self.0);
         }
     }
 }
 
 /// Queues one whole line (or several) for stderr; counted and dropped when
-/// the queue is full.
-pub fn queue_line(line: Vec<u8>) {
-    let queue = queue();
-    if let Err(TrySendError::Full(_)) = queue.sender.try_send(Entry::Line(line)) {
-        queue.dropped.fetch_add(1, Ordering::Relaxed);
+/// the buffer is full.
+pub fn queue_line(line: &[u8]) {
+    let mut pending = pending();
+    if pending.lines.len() + line.len() > QUEUE_BYTES {
+        pending.dropped += 1;
+        return;
+    }
+    let first = pending.lines.is_empty();
+    pending.lines.extend_from_slice(line);
+    drop(pending);
+    if first {
+        queue().wake_writer.notify_one();
     }
 }
 
@@ -90,13 +106,11 @@ pub fn queue_line(line: Vec<u8>) {
 pub fn start_writer() {
     static STARTED: Once = Once::new();
     STARTED.call_once(|| {
-        let receiver = queue().receiver.lock().ok().and_then(|mut r| r.take());
-        let Some(receiver) = receiver else { return };
         let spawned = std::thread::Builder::new()
             .name("tcpmuxd-log".into())
-            .spawn(move || write_out(receiver));
+            .spawn(write_out);
         if let Err(e) = spawned {
-            // Nothing else can carry the message: the queue has no reader.
+            // Nothing else can carry the message: the buffer has no reader.
             eprintln!("tcpmuxd: cannot start the log writer, logs are lost: {e}");
         }
     });
@@ -107,51 +121,51 @@ pub fn start_writer() {
 /// write per batch, not one per line. Lines reach stderr at most this late.
 const GATHER: Duration = Duration::from_millis(5);
 
-/// A batch is written out once it holds this much.
+/// The writer's buffer is given back memory once it has held this much.
 const BATCH_BYTES: usize = 64 * 1024;
 
-fn write_out(receiver: Receiver<Entry>) {
+fn write_out() {
+    let queue = queue();
     let mut stderr = std::io::stderr();
     let mut batch = Vec::with_capacity(BATCH_BYTES);
-    // Blocks only when the queue is empty; then lets the next lines gather.
-    while let Ok(first) = receiver.recv() {
-        std::thread::sleep(GATHER);
-        let mut next = Some(first);
-        while let Some(entry) = next.take() {
-            match entry {
-                Entry::Line(line) => {
-                    // Said before the next line, so the count sits where the gap is.
-                    note_drops(&mut batch);
-                    batch.extend_from_slice(&line);
-                    if batch.len() >= BATCH_BYTES {
-                        write_batch(&mut stderr, &mut batch);
-                    }
-                }
-                Entry::Flush(done) => {
-                    note_drops(&mut batch);
-                    write_batch(&mut stderr, &mut batch);
-                    let _ = stderr.flush();
-                    let _ = done.send(());
-                }
-            }
-            next = receiver.try_recv().ok();
+    loop {
+        let mut pending = pending();
+        while pending.lines.is_empty()
+            && pending.dropped == 0
+            && pending.flushes_asked == pending.flushes_done
+        {
+            pending = queue
+                .wake_writer
+                .wait(pending)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        write_batch(&mut stderr, &mut batch);
-    }
-}
-
-fn note_drops(batch: &mut Vec<u8>) {
-    let dropped = queue().dropped.swap(0, Ordering::Relaxed);
-    if dropped > 0 {
-        let note = format!("tcpmuxd: {dropped} log lines dropped: stderr was not keeping up\n");
-        batch.extend_from_slice(note.as_bytes());
-    }
-}
-
-fn write_batch(stderr: &mut std::io::Stderr, batch: &mut Vec<u8>) {
-    if !batch.is_empty() {
-        let _ = stderr.write_all(batch);
+        if pending.flushes_asked == pending.flushes_done {
+            // Lets the next lines gather.
+            drop(pending);
+            std::thread::sleep(GATHER);
+            pending = self::pending();
+        }
+        std::mem::swap(&mut pending.lines, &mut batch);
+        let dropped = std::mem::take(&mut pending.dropped);
+        let flush = pending.flushes_asked;
+        drop(pending);
+        // The lines were dropped after those in the buffer: the count sits
+        // where the gap is.
+        if dropped > 0 {
+            let note = format!("tcpmuxd: {dropped} log lines dropped: stderr was not keeping up\n");
+            batch.extend_from_slice(note.as_bytes());
+        }
+        let _ = stderr.write_all(&batch);
         batch.clear();
+        if batch.capacity() > BATCH_BYTES {
+            batch = Vec::with_capacity(BATCH_BYTES);
+        }
+        let mut pending = self::pending();
+        if pending.flushes_done != flush {
+            let _ = stderr.flush();
+            pending.flushes_done = flush;
+            queue.flushed.notify_all();
+        }
     }
 }
 
@@ -160,17 +174,19 @@ fn write_batch(stderr: &mut std::io::Stderr, batch: &mut Vec<u8>) {
 pub fn flush(limit: Duration) {
     start_writer();
     let deadline = Instant::now() + limit;
-    let (done, flushed) = mpsc::channel();
-    let mut entry = Entry::Flush(done);
-    loop {
-        match queue().sender.try_send(entry) {
-            Ok(()) => break,
-            Err(TrySendError::Full(back)) if Instant::now() < deadline => {
-                entry = back;
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(_) => return,
+    let queue = queue();
+    let mut pending = pending();
+    pending.flushes_asked += 1;
+    let asked = pending.flushes_asked;
+    queue.wake_writer.notify_one();
+    while pending.flushes_done < asked {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
         }
+        pending = match queue.flushed.wait_timeout(pending, left) {
+            Ok((pending, _)) => pending,
+            Err(poisoned) => poisoned.into_inner().0,
+        };
     }
-    let _ = flushed.recv_timeout(deadline.saturating_duration_since(Instant::now()));
 }
