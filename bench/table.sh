@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# The Performance II table (docs/benchmarks.md) in one run: each workload of
-# tcpmuxd against this machine's own limit for it, measured side by side.
-#  1. short connections: bench/limit.sh (the C epoll limit, p99.9, syscalls);
+# The Performance II and III table (docs/benchmarks.md) in one run: each
+# workload of tcpmuxd against this machine's own limit for it, or the peer it
+# must beat, measured side by side.
+#  1. short connections: bench/limit.sh (the C epoll limit, the same exchange
+#     on io_uring with liburing-dev, p99.9, syscalls);
 #  2. sometext, 1,000,007 bytes per new connection, against a plain TCP source
 #     sending as much per connection; with TCP Fast Open too when run as root
 #     (net.ipv4.tcp_fastopen = 3 for the run, then put back);
 #  3. the relay, 1 and 4 connections, against direct: bench/relay_cost.sh;
-#  4. memory per idle session: bench/idle.sh.
+#  4. memory per idle session: bench/idle.sh;
+#  5. proxied short connections against a C epoll splice relay:
+#     bench/proxy_short.sh;
+#  6. exec'd services against xinetd: bench/short.sh (needs xinetd);
+#  7. TLS against nginx and HAProxy: bench/tls.sh (needs both; with
+#     TLS=0 left out, it takes some minutes).
 #   bench/table.sh [SECONDS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,3 +58,22 @@ bench/relay_cost.sh 500000000 "$ROUNDS" 4 | grep -v '^#'
 
 echo; echo "## 4. Memory per idle session (bench/idle.sh 10000)"
 bench/idle.sh 10000 | grep -v '^#'
+
+echo; echo "## 5. Proxied short connections (bench/proxy_short.sh $SECS $CLIENTS $ROUNDS)"
+bench/proxy_short.sh "$SECS" "$CLIENTS" "$ROUNDS" | grep -v '^#'
+
+echo; echo "## 6. Exec'd services against xinetd (bench/short.sh $SECS $CLIENTS)"
+if command -v xinetd >/dev/null; then
+  bench/short.sh "$SECS" "$CLIENTS" | grep -v '^#'
+else
+  echo "not measured: xinetd is not installed"
+fi
+
+echo; echo "## 7. TLS against nginx and HAProxy (bench/tls.sh $SECS $CLIENTS 1000000000 $ROUNDS)"
+if [ "${TLS:-1}" = 0 ]; then
+  echo "left out (TLS=0)"
+elif command -v nginx >/dev/null && command -v haproxy >/dev/null; then
+  bench/tls.sh "$SECS" "$CLIENTS" 1000000000 "$ROUNDS" | grep -v '^#'
+else
+  echo "not measured: nginx and haproxy are needed"
+fi

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Proxied short connections against the machine's limit (issue "Performance
+# III"): connect, name, `+`, 32 bytes from the backend, close; through
+# tcpmuxd's `proxy` service (default info log and at warn) and through
+# bench/c/relay.c, a minimal single-threaded C epoll relay that does the same
+# exchange (read the line, connect, `+`, splice both ways) and nothing else.
+# The backend is tcpmux-bench source (32 bytes per connection, then EOF).
+# Rounds alternate; one event loop each; each row with the relay's CPU per
+# connection (its own, not the backend's).
+#   bench/proxy_short.sh [SECONDS] [CLIENTS] [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-5}
+CLIENTS=${2:-8}
+ROUNDS=${3:-3}
+BASE=${BASE_PORT:-27960}
+cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
+. bench/lib.sh
+BENCH=target/release/tcpmux-bench
+cc -O2 -o "$WORK/relay" bench/c/relay.c
+SRC=$BASE C=$((BASE + 1)) INFO=$((BASE + 2)) WARN=$((BASE + 3))
+$BENCH source --listen 127.0.0.1:$SRC --bytes 32 >/dev/null & PIDS+=($!)
+wait_port $SRC
+"$WORK/relay" $C $SRC & PIDS+=($!); C_PID=$!
+for p in $INFO $WARN; do
+  printf 'listen = ["127.0.0.1:%s"]\n[service.short]\nproxy = "127.0.0.1:%s"\n' $p $SRC > "$WORK/$p.toml"
+done
+target/release/tcpmuxd --config "$WORK/$INFO.toml" 2>/dev/null & PIDS+=($!); INFO_PID=$!
+RUST_LOG=warn target/release/tcpmuxd --config "$WORK/$WARN.toml" 2>/dev/null & PIDS+=($!); WARN_PID=$!
+for p in $C $INFO $WARN; do wait_port $p; done
+echo "# $(nproc) cores, $(uname -r), $SECS s x $CLIENTS clients per row, 32 bytes from the backend per connection"
+row() { # PORT PID LABEL
+  local before after line n
+  before=$(cpu_ticks "$2")
+  line=$($BENCH short --connect "127.0.0.1:$1" --service short --connections "$CLIENTS" --duration "$SECS" --label "$3")
+  after=$(cpu_ticks "$2")
+  n=$(sed -E 's/.*\(([0-9]+) in .*/\1/' <<<"$line")
+  echo "$line, relay CPU $(( (after - before) * 1000000 / $(getconf CLK_TCK) / (n > 0 ? n : 1) )) us/connection"
+}
+for round in $(seq "$ROUNDS"); do
+  row $C $C_PID "round $round, C epoll relay"
+  row $WARN $WARN_PID "round $round, tcpmuxd proxy, log at warn"
+  row $INFO $INFO_PID "round $round, tcpmuxd proxy, log at info"
+done
