@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Memory per idle client, four kinds: connections that never send a name
+# Memory per idle client, five kinds: connections that never send a name
 # (un-negotiated), echo sessions that named `echo`, got `+` and then send
-# nothing (established), and on a listener with `detect = true` clients that
+# nothing (established), the same inside TLS on a `tls` listener (a full
+# TLS 1.3 handshake each), and on a listener with `detect = true` clients that
 # sent 3,000 bytes of a 16 KB ClientHello or 1,000 bytes of an HTTP head and
 # stall. For each, a fresh tcpmuxd's RSS at rest, with N clients held, and
 # after they have left. BEFORE=<older tcpmuxd binary> adds the same rows for
@@ -15,6 +16,9 @@ cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
 ulimit -n "$(ulimit -Hn)"  # as high as allowed; each side needs N descriptors
 printf 'listen = ["127.0.0.1:%s"]\nnegotiation_timeout = "60s"\nmax_connections = %s\n' "$PORT" $((N + 100)) > "$WORK/t.toml"
 printf 'listen = [{ address = "127.0.0.1:%s", detect = true }]\nnegotiation_timeout = "60s"\nmax_connections = %s\n' "$PORT" $((N + 100)) > "$WORK/detect.toml"
+localhost_cert
+printf 'listen = [{ address = "127.0.0.1:%s", tls = { cert = "%s", key = "%s" } }]\nnegotiation_timeout = "60s"\nmax_connections = %s\n' \
+  "$PORT" "$WORK/cert.pem" "$WORK/key.pem" $((N + 100)) > "$WORK/tls.toml"
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 measure() { # measure LABEL BINARY CONFIG [tcpmux-bench idle ARGS...]
   local label=$1 binary=$2 config=$3; shift 3
@@ -45,5 +49,6 @@ row() { # row LABEL CONFIG [ARGS...]: this tree's daemon, then BEFORE's
 }
 row "un-negotiated" t
 row "established echo" t --service echo
+row "established echo over TLS" tls --service echo --tls-ca "$WORK/ca.pem"
 row "detecting, 3,000 B of a ClientHello" detect --partial client-hello
 row "detecting, 1,000 B of an HTTP head" detect --partial http-head

@@ -158,6 +158,10 @@ pub enum Command {
         /// Seconds to hold them open.
         #[arg(long, default_value_t = 5.0)]
         hold: f64,
+        /// Over TLS (a `tls` listener whose certificate for `localhost`
+        /// chains to this PEM CA): a full handshake, then --service inside.
+        #[arg(long, requires = "service")]
+        tls_ca: Option<std::path::PathBuf>,
     },
     /// Short connections from many source addresses (127.1.0.0 up), one after
     /// another: what a per-address rate limiter sees of many clients.

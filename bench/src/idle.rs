@@ -80,14 +80,14 @@ fn opening_start(partial: Partial) -> Vec<u8> {
 }
 
 /// Sends `name` and reads the status line, which must be `+`.
-fn negotiate(stream: &TcpStream, name: &str) -> Result<(), String> {
-    (&*stream)
+pub(crate) fn negotiate(mut stream: impl Read + Write, name: &str) -> Result<(), String> {
+    stream
         .write_all(format!("{name}\r\n").as_bytes())
         .map_err(|e| e.to_string())?;
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     while !line.ends_with(b"\n") {
-        match (&*stream).read(&mut byte) {
+        match stream.read(&mut byte) {
             Ok(0) => return Err("closed before the status line".into()),
             Ok(_) => line.push(byte[0]),
             Err(e) => return Err(e.to_string()),

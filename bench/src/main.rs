@@ -80,8 +80,17 @@ fn run(command: Command) -> Result<(), String> {
             connect,
             connections,
             service,
+            partial: _,
+            hold,
+            tls_ca: Some(ca),
+        } => tls::idle(connect, &ca, connections, hold, service.as_deref()),
+        Command::Idle {
+            connect,
+            connections,
+            service,
             partial,
             hold,
+            tls_ca: None,
         } => idle::idle(connect, connections, hold, service.as_deref(), partial),
         Command::Sources {
             connect,

@@ -79,6 +79,46 @@ fn read_to_end(stream: &mut impl Read, mut each: impl FnMut(&[u8])) -> io::Resul
     }
 }
 
+/// `idle --tls-ca`: `connections` TLS clients, each through a full handshake
+/// and `service` negotiated inside, held for `hold` seconds (an `echo`
+/// session then checked to still answer); bench/idle.sh reads the daemon's
+/// memory meanwhile.
+pub fn idle(
+    target: SocketAddr,
+    ca: &Path,
+    connections: usize,
+    hold: f64,
+    service: Option<&str>,
+) -> Result<(), String> {
+    let config = config(ca)?;
+    let name = service.ok_or("--tls-ca needs --service")?;
+    let mut held = Vec::with_capacity(connections);
+    for i in 0..connections {
+        let mut stream =
+            open(target, &config).map_err(|e| format!("connection {i}: {e} (raise ulimit -n?)"))?;
+        crate::idle::negotiate(&mut stream, name).map_err(|e| format!("connection {i}: {e}"))?;
+        held.push(stream);
+    }
+    println!(
+        "holding {} established {name} TLS sessions for {hold} s",
+        held.len()
+    );
+    let _ = io::stdout().flush();
+    std::thread::sleep(Duration::from_secs_f64(hold.max(0.0)));
+    if name == "echo" {
+        let mut answered = 0;
+        for stream in &mut held {
+            let mut byte = [0u8; 1];
+            let ok = stream.write_all(b"x").is_ok()
+                && stream.read_exact(&mut byte).is_ok()
+                && byte == *b"x";
+            answered += usize::from(ok);
+        }
+        println!("{answered} of {} echo sessions still answered", held.len());
+    }
+    Ok(())
+}
+
 /// Where a TLS client connects and how.
 pub struct Client<'a> {
     pub target: SocketAddr,

@@ -4,7 +4,12 @@
 //! thousand idle echo or relay sessions hold no buffer memory between them.
 
 use std::cell::RefCell;
+use std::io;
 use std::ops::{Deref, DerefMut};
+use std::pin::Pin;
+use std::task::Poll;
+
+use tokio::io::{AsyncRead, ReadBuf};
 
 /// Buffers kept for reuse per size and thread: enough for the sessions of one
 /// event loop that move bytes at the same moment, few enough to cost little.
@@ -64,6 +69,28 @@ impl Drop for Lent {
             }
         });
     }
+}
+
+/// Reads from any stream (a TLS session, a relay's half) into a buffer lent
+/// for one poll at a time: while the read has to wait, the buffer is back in
+/// the free list, so a waiting reader holds none. 0 bytes means EOF.
+pub async fn read_lent<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    len: usize,
+) -> io::Result<(Lent, usize)> {
+    std::future::poll_fn(|cx| {
+        let mut buf = lend(len);
+        let mut filled = ReadBuf::new(&mut buf);
+        match Pin::new(&mut *reader).poll_read(cx, &mut filled) {
+            Poll::Ready(Ok(())) => {
+                let n = filled.filled().len();
+                Poll::Ready(Ok((buf, n)))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
 }
 
 impl Deref for Lent {

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use rustix::net::{send, SendFlags};
 use rustix::pipe::{splice, SpliceFlags};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest};
 
+use super::buffers;
 use super::sendfile::zero_copy_unsupported;
 use super::stream::Stream;
 use crate::model::RelayMode;
@@ -134,9 +135,10 @@ async fn pump(
     activity: &Activity<'_>,
     moved: &AtomicU64,
 ) -> io::Result<()> {
-    let mut buf = vec![0u8; 16 * 1024];
     loop {
-        let n = from.read(&mut buf).await?;
+        // Lent only while bytes are in flight: an idle TLS relay holds no
+        // copy buffer (it held 16 KiB each way).
+        let (buf, n) = buffers::read_lent(&mut from, 16 * 1024).await?;
         if n == 0 {
             return to.shutdown().await;
         }

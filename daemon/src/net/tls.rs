@@ -214,21 +214,42 @@ mod tests {
         (Arc::new(server), Arc::new(client))
     }
 
-    /// A caller that peeks again without consuming waits for the next
-    /// record, then for the end: never the same bytes at once (a loop on
-    /// that would spin), whatever it did with them.
-    #[tokio::test]
-    async fn a_peek_without_consuming_waits_for_more_then_for_the_end() {
+    /// A TLS session between a client and [`accept`] over loopback: the
+    /// server's side and the client's, both past the handshake.
+    async fn established() -> (
+        TlsConn,
+        tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    ) {
         let (server, client) = configs();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let peer = tokio::spawn(async move {
+        let connect = async {
             let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
             let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
             let connector = tokio_rustls::TlsConnector::from(client);
-            let mut tls = connector.connect(name, tcp).await.expect("handshake");
+            connector.connect(name, tcp).await.expect("handshake")
+        };
+        let serve = async {
+            let (tcp, _) = listener.accept().await.expect("accept");
+            let configs = ServerConfigs::new((*server).clone());
+            accept(Stream::Tcp(tcp), configs, None)
+                .await
+                .expect("server handshake")
+                .0
+        };
+        let (client, server) = tokio::join!(connect, serve);
+        (server, client)
+    }
+
+    /// A caller that peeks again without consuming waits for the next
+    /// record, then for the end: never the same bytes at once (a loop on
+    /// that would spin), whatever it did with them.
+    #[tokio::test]
+    async fn a_peek_without_consuming_waits_for_more_then_for_the_end() {
+        let (mut conn, mut tls) = established().await;
+        let peer = tokio::spawn(async move {
             let mut go = [0u8; 1];
             for part in [&b"ab"[..], b"cd"] {
                 tls.write_all(part).await.expect("write");
@@ -237,14 +258,6 @@ mod tests {
             }
             tls.shutdown().await.expect("close_notify");
         });
-        let (tcp, _) = listener.accept().await.expect("accept");
-        let (mut conn, _) = accept(
-            Stream::Tcp(tcp),
-            ServerConfigs::new((*server).clone()),
-            None,
-        )
-        .await
-        .expect("server handshake");
         let mut buf = [0u8; 16];
         let first = conn.peek_beyond(&mut buf, 0).await.expect("peek");
         assert_eq!((first.len, first.ended), (2, false));
@@ -259,6 +272,33 @@ mod tests {
         conn.read_to_end(&mut read).await.expect("read");
         assert_eq!(read, b"abcd");
         peer.await.expect("peer");
+    }
+
+    /// An established TLS session waiting for input (an idle echo session)
+    /// holds no lent buffer; its bytes still come whole once they arrive.
+    #[tokio::test]
+    async fn a_tls_session_waits_for_input_holding_no_buffer() {
+        use std::future::Future;
+        use std::task::Poll;
+
+        use crate::net::buffers::lent_out;
+        use crate::net::conn::Conn;
+        use crate::net::stream::Metered;
+
+        let (conn, mut tls) = established().await;
+        let mut conn = Metered::new(Conn::Tls(Box::new(conn)));
+        let before = lent_out();
+        let read = conn.read_lent(16 * 1024);
+        tokio::pin!(read);
+        let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+        assert!(first.is_pending(), "nothing was sent yet");
+        assert_eq!(lent_out(), before, "a waiting read holds no buffer");
+        tls.write_all(b"hello").await.expect("write");
+        tls.flush().await.expect("flush");
+        let (buf, n) = read.await.expect("read");
+        assert_eq!(&buf[..n], b"hello");
+        drop(buf);
+        assert_eq!(lent_out(), before);
     }
 
     #[test]
