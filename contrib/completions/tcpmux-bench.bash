@@ -393,7 +393,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__idle)
-            opts="-h --connect --connections --service --partial --hold --help"
+            opts="-h --connect --connections --service --partial --hold --tls-ca --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -416,6 +416,10 @@ _tcpmux__bench() {
                     return 0
                     ;;
                 --hold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-ca)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

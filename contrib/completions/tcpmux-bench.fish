@@ -88,6 +88,7 @@ complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle" -l servi
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle" -l partial -d 'Send the start of an opening instead, then stall (for a listener with `detect = true`): what a stalled detecting client costs' -r -f -a "client-hello\t'The first 3,000 bytes of a 16 KB ClientHello'
 http-head\t'The first 1,000 bytes of an HTTP request head'"
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle" -l hold -d 'Seconds to hold them open' -r
+complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle" -l tls-ca -d 'Over TLS (a `tls` listener whose certificate for `localhost` chains to this PEM CA): a full handshake, then --service inside' -r -F
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand sources" -l connect -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand sources" -l service -r

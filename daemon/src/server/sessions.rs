@@ -73,15 +73,20 @@ pub(super) async fn accept_loop(
     loop {
         match listener.accept().await {
             Ok(accepted) => {
+                // The options in force now: a reload may have changed them.
+                let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
+                let session = session::handle(Arc::clone(&shared), accepted, options);
+                sessions.spawn(session);
+                // Only once the connection is its session's: this loop is
+                // aborted at an await when accepting stops (an upgrade's
+                // hand-over, shutdown), and a connection held here would be
+                // dropped with its request unread, which the kernel answers
+                // with RST.
                 batch += 1;
                 if batch == ACCEPT_BATCH {
                     batch = 0;
                     tokio::task::yield_now().await;
                 }
-                // The options in force now: a reload may have changed them.
-                let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
-                let session = session::handle(Arc::clone(&shared), accepted, options);
-                sessions.spawn(session);
             }
             Err(e) => errors.failed(&listener.local_addr(), &e).await,
         }
