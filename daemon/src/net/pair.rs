@@ -7,7 +7,9 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use super::buffers;
 
 use super::conn::Conn;
 use super::stream::Metered;
@@ -29,17 +31,36 @@ pub async fn relay(conn: &mut Metered<Conn>, ours: UnixStream) -> io::Result<()>
     let (mut from_program, mut to_program) = ours.into_split();
     let (mut from_client, mut to_client) = tokio::io::split(conn);
     let input = async {
-        let _ = tokio::io::copy(&mut from_client, &mut to_program).await;
+        let _ = copy(&mut from_client, &mut to_program).await;
         let _ = to_program.shutdown().await;
         // The session's end is the output's: nothing to do here but wait.
         std::future::pending::<()>().await
     };
     let output = async {
-        tokio::io::copy(&mut from_program, &mut to_client).await?;
+        copy(&mut from_program, &mut to_client).await?;
         to_client.shutdown().await
     };
     tokio::select! {
         result = output => result,
         () = input => Ok(()),
+    }
+}
+
+/// Copies to EOF through a buffer lent only while bytes are in flight, so a
+/// program or backend that waits costs no buffer (`tokio::io::copy` kept
+/// 8 KiB each way for the session's life).
+async fn copy(
+    from: &mut (impl AsyncRead + Unpin),
+    to: &mut (impl AsyncWrite + Unpin),
+) -> io::Result<()> {
+    loop {
+        let (buf, n) = buffers::read_lent(from, 16 * 1024).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        to.write_all(&buf[..n]).await?;
+        // A TLS session may hold records back when the socket is full; they
+        // must leave before this waits for more input.
+        to.flush().await?;
     }
 }

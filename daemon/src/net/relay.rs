@@ -143,6 +143,9 @@ async fn pump(
             return to.shutdown().await;
         }
         to.write_all(&buf[..n]).await?;
+        // A TLS session may hold records back when the socket is full; they
+        // must leave before this waits for more input.
+        to.flush().await?;
         moved.fetch_add(n as u64, Ordering::Relaxed);
         activity.touch();
     }
