@@ -7,11 +7,10 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-
-use super::buffers;
+use tokio::io::AsyncWriteExt;
 
 use super::conn::Conn;
+use super::relay::pass_on;
 use super::stream::Metered;
 
 /// A socketpair: the end to give away (blocking, as programs and backends
@@ -31,36 +30,19 @@ pub async fn relay(conn: &mut Metered<Conn>, ours: UnixStream) -> io::Result<()>
     let (mut from_program, mut to_program) = ours.into_split();
     let (mut from_client, mut to_client) = tokio::io::split(conn);
     let input = async {
-        let _ = copy(&mut from_client, &mut to_program).await;
-        let _ = to_program.shutdown().await;
+        // A client that fails ends the program's input all the same.
+        if pass_on(&mut from_client, &mut to_program, |_| {})
+            .await
+            .is_err()
+        {
+            let _ = to_program.shutdown().await;
+        }
         // The session's end is the output's: nothing to do here but wait.
         std::future::pending::<()>().await
     };
-    let output = async {
-        copy(&mut from_program, &mut to_client).await?;
-        to_client.shutdown().await
-    };
+    let output = pass_on(&mut from_program, &mut to_client, |_| {});
     tokio::select! {
         result = output => result,
         () = input => Ok(()),
-    }
-}
-
-/// Copies to EOF through a buffer lent only while bytes are in flight, so a
-/// program or backend that waits costs no buffer (`tokio::io::copy` kept
-/// 8 KiB each way for the session's life).
-async fn copy(
-    from: &mut (impl AsyncRead + Unpin),
-    to: &mut (impl AsyncWrite + Unpin),
-) -> io::Result<()> {
-    loop {
-        let (buf, n) = buffers::read_lent(from, 16 * 1024).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        to.write_all(&buf[..n]).await?;
-        // A TLS session may hold records back when the socket is full; they
-        // must leave before this waits for more input.
-        to.flush().await?;
     }
 }

@@ -114,12 +114,20 @@ where
     let both = async {
         tokio::try_join!(
             async {
-                let result = pump(a_read, b_write, &activity, activity.up).await;
+                let result = pass_on(a_read, b_write, |n| {
+                    activity.up.fetch_add(n as u64, Ordering::Relaxed);
+                    activity.touch();
+                })
+                .await;
                 activity.client_ended(&result);
                 result
             },
             async {
-                let result = pump(b_read, a_write, &activity, activity.down).await;
+                let result = pass_on(b_read, a_write, |n| {
+                    activity.down.fetch_add(n as u64, Ordering::Relaxed);
+                    activity.touch();
+                })
+                .await;
                 activity.backend_ended();
                 result
             }
@@ -129,15 +137,15 @@ where
     activity.finish(both, idle).await
 }
 
-async fn pump(
+/// Copies `from` to `to` until EOF, then ends `to`'s side (FIN, or
+/// close_notify over TLS); `moved` hears of each chunk passed on. The buffer
+/// is lent only while bytes are in flight, so a relay that waits holds none.
+pub(crate) async fn pass_on(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
-    activity: &Activity<'_>,
-    moved: &AtomicU64,
+    mut moved: impl FnMut(usize),
 ) -> io::Result<()> {
     loop {
-        // Lent only while bytes are in flight: an idle TLS relay holds no
-        // copy buffer (it held 16 KiB each way).
         let (buf, n) = buffers::read_lent(&mut from, 16 * 1024).await?;
         if n == 0 {
             return to.shutdown().await;
@@ -146,8 +154,7 @@ async fn pump(
         // A TLS session may hold records back when the socket is full; they
         // must leave before this waits for more input.
         to.flush().await?;
-        moved.fetch_add(n as u64, Ordering::Relaxed);
-        activity.touch();
+        moved(n);
     }
 }
 

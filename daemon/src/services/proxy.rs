@@ -53,8 +53,8 @@ pub async fn serve(
         (Some(local), Some(remote)) => Some(own.register(local, remote)),
         _ => None,
     };
-    // The header goes first; what the client pipelined is still in its socket and
-    // follows through the relay, in order.
+    // The header goes first; what the client pipelined follows, in order:
+    // what the negotiation read with the line, then the relay.
     if let Some(version) = proxy.send_proxy {
         let (source, destination) = (client.peer.tcp_addr(), client.local);
         let header = match &client.tls {
@@ -92,7 +92,7 @@ pub async fn serve(
     // client's socket is whole again for splice.
     let early = conn.get_mut().take_early();
     if !early.is_empty() {
-        leg.write_all(&early).await?;
+        leg.send(&early).await?;
         conn.bytes_in += early.len() as u64;
     }
     // splice needs two sockets; a TLS session's bytes (either side's) pass
@@ -129,10 +129,15 @@ impl Leg {
         }
     }
 
-    async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// Writes `bytes` and sees them leave (a TLS session may hold records
+    /// back until flushed).
+    async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         match self {
             Leg::Plain(stream) => stream.write_all(bytes).await,
-            Leg::Tls(session) => session.write_all(bytes).await,
+            Leg::Tls(session) => {
+                session.write_all(bytes).await?;
+                session.flush().await
+            }
         }
     }
 }
