@@ -99,24 +99,23 @@ fn through_tracing(line: &Fields<'_>) {
 
 /// The line as tracing's text formatter (with [`super::log_format::QuotedFields`])
 /// writes it.
-fn render(line: &mut Vec<u8>, mode: Mode, fields: &Fields<'_>) -> fmt::Result {
-    let mut out = Out(line);
+fn render(out: &mut Vec<u8>, mode: Mode, fields: &Fields<'_>) -> fmt::Result {
     match mode {
-        Mode::Journal => out.0.extend_from_slice(b"<6> INFO "),
+        Mode::Journal => out.extend_from_slice(b"<6> INFO "),
         _ => {
-            timestamp(&mut out)?;
-            out.0.extend_from_slice(b"  INFO ");
+            timestamp(out)?;
+            out.extend_from_slice(b"  INFO ");
         }
     }
-    out.0.extend_from_slice(b"tcpmuxd::connection: connection");
-    field(&mut out, "peer", fields.peer)?;
+    out.extend_from_slice(b"tcpmuxd::connection: connection");
+    field(out, "peer", fields.peer)?;
     if let Some(via) = fields.via {
-        text_field(out.0, "via", via);
+        text_field(out, "via", via);
     }
-    text_field(out.0, "service", fields.service);
-    text_field(out.0, "routed", fields.routed);
+    text_field(out, "service", fields.service);
+    text_field(out, "routed", fields.routed);
     if let Some(backend) = fields.backend {
-        field(&mut out, "backend", backend)?;
+        field(out, "backend", backend)?;
     }
     for (name, value) in [
         ("tls", fields.tls),
@@ -124,17 +123,17 @@ fn render(line: &mut Vec<u8>, mode: Mode, fields: &Fields<'_>) -> fmt::Result {
         ("cert", fields.cert),
     ] {
         if let Some(value) = value {
-            text_field(out.0, name, value);
+            text_field(out, name, value);
         }
     }
-    field(&mut out, "outcome", fields.outcome)?;
-    out.0.extend_from_slice(b" bytes_in=");
-    decimal(out.0, fields.bytes_in, 1);
-    out.0.extend_from_slice(b" bytes_out=");
-    decimal(out.0, fields.bytes_out, 1);
-    out.0.extend_from_slice(b" ms=");
-    millis(out.0, fields.elapsed);
-    out.0.push(b'\n');
+    field(out, "outcome", fields.outcome)?;
+    out.extend_from_slice(b" bytes_in=");
+    decimal(out, fields.bytes_in, 1);
+    out.extend_from_slice(b" bytes_out=");
+    decimal(out, fields.bytes_out, 1);
+    out.extend_from_slice(b" ms=");
+    millis(out, fields.elapsed);
+    out.push(b'\n');
     Ok(())
 }
 
@@ -143,26 +142,17 @@ fn text_field(out: &mut Vec<u8>, name: &str, value: &str) {
     out.push(b' ');
     out.extend_from_slice(name.as_bytes());
     out.push(b'=');
-    // The common case, checked byte by byte: ASCII that needs no quotes.
-    let plain = !value.is_empty()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'=');
-    if plain {
-        out.extend_from_slice(value.as_bytes());
-    } else {
-        out.extend_from_slice(quoted(value).as_bytes());
-    }
+    out.extend_from_slice(quoted(value).as_bytes());
 }
 
 /// ` name=value`, the value quoted when it would not read back as one.
-fn field(out: &mut Out<'_>, name: &str, value: &dyn Display) -> fmt::Result {
+fn field(out: &mut Vec<u8>, name: &str, value: &dyn Display) -> fmt::Result {
     thread_local!(static TEXT: RefCell<String> = const { RefCell::new(String::new()) });
     TEXT.with(|text| {
         let mut text = text.try_borrow_mut().map_err(|_| fmt::Error)?;
         text.clear();
         write!(text, "{value}")?;
-        text_field(out.0, name, &text);
+        text_field(out, name, &text);
         Ok(())
     })
 }
@@ -189,7 +179,7 @@ fn millis(out: &mut Vec<u8>, elapsed: Duration) {
 
 /// The time as tracing-subscriber's `SystemTime` writes it (RFC 3339, UTC,
 /// microseconds), the part to the second formatted once a second per thread.
-fn timestamp(out: &mut Out<'_>) -> fmt::Result {
+fn timestamp(out: &mut Vec<u8>) -> fmt::Result {
     thread_local!(static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) });
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -200,29 +190,17 @@ fn timestamp(out: &mut Out<'_>) -> fmt::Result {
         if second.0 != secs {
             let civil = Civil::from_unix(i64::try_from(secs).map_err(|_| fmt::Error)?);
             second.1.clear();
-            write!(
-                second.1,
-                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-                civil.year, civil.month, civil.day, civil.hour, civil.minute, civil.second
-            )?;
+            write!(second.1, "{}", civil.iso8601())?;
+            // The fraction goes before the zone: `…:SS.ffffffZ`.
+            second.1.pop();
             second.0 = secs;
         }
-        out.0.extend_from_slice(second.1.as_bytes());
-        out.0.push(b'.');
-        decimal(out.0, u64::from(micros), 6);
-        out.0.push(b'Z');
+        out.extend_from_slice(second.1.as_bytes());
+        out.push(b'.');
+        decimal(out, u64::from(micros), 6);
+        out.push(b'Z');
         Ok(())
     })
-}
-
-/// `fmt::Write` into the line's bytes.
-struct Out<'a>(&'a mut Vec<u8>);
-
-impl fmt::Write for Out<'_> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -138,10 +138,17 @@ pub fn clipped(value: &str) -> std::borrow::Cow<'_, str> {
 
 /// `value` as is, or in quotes when it would not read back as one value.
 pub fn quoted(value: &str) -> std::borrow::Cow<'_, str> {
+    // Byte by byte for ASCII, the common case (every connection's line).
     let plain = !value.is_empty()
-        && !value
-            .chars()
-            .any(|c| c.is_whitespace() || c == '"' || c == '=' || c.is_control());
+        && if value.is_ascii() {
+            value
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'=')
+        } else {
+            !value
+                .chars()
+                .any(|c| c.is_whitespace() || c == '"' || c == '=' || c.is_control())
+        };
     if plain {
         return value.into();
     }

@@ -11,8 +11,8 @@
 //! process to have one thread; lines logged before that wait in the buffer.
 
 use std::io::Write;
-use std::sync::{Condvar, Mutex, MutexGuard, Once, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Condvar, Mutex, MutexGuard, Once, OnceLock, PoisonError};
+use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -48,7 +48,7 @@ fn pending() -> MutexGuard<'static, Pending> {
     queue()
         .pending
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The `MakeWriter` for `tracing_subscriber::fmt().with_writer(...)`.
@@ -129,26 +129,23 @@ fn write_out() {
     let mut stderr = std::io::stderr();
     let mut batch = Vec::with_capacity(BATCH_BYTES);
     loop {
-        let mut pending = pending();
-        while pending.lines.is_empty()
-            && pending.dropped == 0
-            && pending.flushes_asked == pending.flushes_done
-        {
-            pending = queue
-                .wake_writer
-                .wait(pending)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
-        if pending.flushes_asked == pending.flushes_done {
+        let idle = |p: &mut Pending| {
+            p.lines.is_empty() && p.dropped == 0 && p.flushes_asked == p.flushes_done
+        };
+        let mut state = queue
+            .wake_writer
+            .wait_while(pending(), idle)
+            .unwrap_or_else(PoisonError::into_inner);
+        if state.flushes_asked == state.flushes_done {
             // Lets the next lines gather.
-            drop(pending);
+            drop(state);
             std::thread::sleep(GATHER);
-            pending = self::pending();
+            state = pending();
         }
-        std::mem::swap(&mut pending.lines, &mut batch);
-        let dropped = std::mem::take(&mut pending.dropped);
-        let flush = pending.flushes_asked;
-        drop(pending);
+        std::mem::swap(&mut state.lines, &mut batch);
+        let dropped = std::mem::take(&mut state.dropped);
+        let flush = state.flushes_asked;
+        drop(state);
         // The lines were dropped after those in the buffer: the count sits
         // where the gap is.
         if dropped > 0 {
@@ -160,10 +157,10 @@ fn write_out() {
         if batch.capacity() > BATCH_BYTES {
             batch = Vec::with_capacity(BATCH_BYTES);
         }
-        let mut pending = self::pending();
-        if pending.flushes_done != flush {
+        let mut state = pending();
+        if state.flushes_done != flush {
             let _ = stderr.flush();
-            pending.flushes_done = flush;
+            state.flushes_done = flush;
             queue.flushed.notify_all();
         }
     }
@@ -173,20 +170,13 @@ fn write_out() {
 /// the process exits, and before anything else writes to stderr directly.
 pub fn flush(limit: Duration) {
     start_writer();
-    let deadline = Instant::now() + limit;
     let queue = queue();
-    let mut pending = pending();
-    pending.flushes_asked += 1;
-    let asked = pending.flushes_asked;
+    let mut state = pending();
+    state.flushes_asked += 1;
+    let asked = state.flushes_asked;
     queue.wake_writer.notify_one();
-    while pending.flushes_done < asked {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        pending = match queue.flushed.wait_timeout(pending, left) {
-            Ok((pending, _)) => pending,
-            Err(poisoned) => poisoned.into_inner().0,
-        };
-    }
+    let waited = queue
+        .flushed
+        .wait_timeout_while(state, limit, |p| p.flushes_done < asked);
+    drop(waited);
 }
