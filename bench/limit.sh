@@ -40,16 +40,7 @@ if [ -n "${BEFORE:-}" ]; then
 fi
 for p in $C $INFO $WARN; do wait_port $p; done
 echo "# $(nproc) cores, $(uname -r), $SECS s x $CLIENTS clients per row"
-# One row: the client's line, then the server's CPU (user + system, all its
-# threads) per connection.
-short() { # PORT PID LABEL
-  local before after line n
-  before=$(cpu_ticks "$2")
-  line=$($BENCH short --connect "127.0.0.1:$1" --service daytime --connections "$CLIENTS" --duration "$SECS" --label "$3")
-  after=$(cpu_ticks "$2")
-  n=$(sed -E 's/.*\(([0-9]+) in .*/\1/' <<<"$line")
-  echo "$line, server CPU $(( (after - before) * 1000000 / $(getconf CLK_TCK) / (n > 0 ? n : 1) )) us/connection"
-}
+short() { short_with_cpu "$1" "$2" daytime "$3"; } # PORT PID LABEL
 for round in $(seq "$ROUNDS"); do
   short $C $C_PID "round $round, C epoll limit"
   if [ -n "$URING_PID" ]; then short $URING $URING_PID "round $round, C io_uring"; fi

@@ -34,14 +34,7 @@ target/release/tcpmuxd --config "$WORK/$INFO.toml" 2>/dev/null & PIDS+=($!); INF
 RUST_LOG=warn target/release/tcpmuxd --config "$WORK/$WARN.toml" 2>/dev/null & PIDS+=($!); WARN_PID=$!
 for p in $C $C_BULK $INFO $WARN; do wait_port $p; done
 echo "# $(nproc) cores, $(uname -r), $SECS s x $CLIENTS clients per row, 32 bytes from the backend per connection"
-row() { # PORT PID LABEL
-  local before after line n
-  before=$(cpu_ticks "$2")
-  line=$($BENCH short --connect "127.0.0.1:$1" --service short --connections "$CLIENTS" --duration "$SECS" --label "$3")
-  after=$(cpu_ticks "$2")
-  n=$(sed -E 's/.*\(([0-9]+) in .*/\1/' <<<"$line")
-  echo "$line, relay CPU $(( (after - before) * 1000000 / $(getconf CLK_TCK) / (n > 0 ? n : 1) )) us/connection"
-}
+row() { short_with_cpu "$1" "$2" short "$3"; } # PORT PID LABEL
 for round in $(seq "$ROUNDS"); do
   row $C $C_PID "round $round, C epoll relay"
   row $WARN $WARN_PID "round $round, tcpmuxd proxy, log at warn"

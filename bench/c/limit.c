@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "listen.h"
+
 enum { READING, DRAINING };
 
 struct conn {
@@ -29,15 +31,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: limit PORT\n");
         return 2;
     }
-    int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    int listener = listen_loopback(argv[1], SOCK_NONBLOCK);
     int one = 1;
-    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1]))};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(listener, (struct sockaddr *)&addr, sizeof addr) || listen(listener, 1024)) {
-        perror("listen");
-        return 1;
-    }
     int ep = epoll_create1(0);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
     epoll_ctl(ep, EPOLL_CTL_ADD, listener, &ev);

@@ -19,6 +19,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "listen.h"
+
 /* One direction: bytes read from `from` wait in `pipe` for `to`. */
 struct flow {
     int from, to;
@@ -129,18 +131,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: relay PORT BACKEND_PORT\n");
         return 2;
     }
-    int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    int listener = listen_loopback(argv[1], SOCK_NONBLOCK);
     int one = 1;
-    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* Accepted sockets inherit it: no setsockopt per connection. */
     setsockopt(listener, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1]))};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    backend_addr = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
-    backend_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(listener, (struct sockaddr *)&addr, sizeof addr) || listen(listener, 1024)) {
-        perror("listen");
-        return 1;
-    }
+    backend_addr = loopback(argv[2]);
     ep = epoll_create1(0);
     watch(EPOLL_CTL_ADD, listener, EPOLLIN, NULL);
     struct epoll_event events[256];

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "listen.h"
+
 enum op { ACCEPT, READ, WRITE, SHUT, DRAIN, CLOSE };
 
 struct conn {
@@ -124,15 +126,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: uring PORT\n");
         return 2;
     }
-    int listener = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1]))};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(listener, (struct sockaddr *)&addr, sizeof addr) || listen(listener, 1024)) {
-        perror("listen");
-        return 1;
-    }
+    int listener = listen_loopback(argv[1], 0);
     /* Completions are processed only when this thread asks (DEFER_TASKRUN):
      * without it, each completion interrupts the loop with task work, and the
      * prototype ran at 0.6x the epoll server; COOP_TASKRUN alone, 0.8x. */
