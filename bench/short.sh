@@ -4,7 +4,9 @@
 # - built in, no process per connection: tcpmuxd's daytime through TCPMUX,
 #   against xinetd's and openbsd-inetd's internal daytime on a port of its own;
 # - a program per connection: the same one-line script exec'd by tcpmuxd and by
-#   xinetd (both through TCPMUX), and by openbsd-inetd on a port of its own.
+#   xinetd (both through TCPMUX), and by openbsd-inetd on a port of its own,
+#   with the ceiling for that program here (exec-ceiling: spawn and reap, no
+#   network). EXEC=static runs bench/c/when.c, linked static, instead.
 # openbsd-inetd serves no TCPMUX at all (OpenBSD removed it from inetd; its
 # binary has no tcpmux code), so its rows are the dedicated-port setup a
 # sysadmin would use instead.
@@ -42,6 +44,12 @@ cat > "$WORK/when" <<'SH'
 exec /bin/date -u
 SH
 chmod +x "$WORK/when"
+# EXEC=static: bench/c/when.c instead, linked static: the superservers' own
+# cost with the shell's and the loader's taken out.
+if [ "${EXEC:-script}" = static ]; then cc -O2 -static -o "$WORK/when" bench/c/when.c; fi
+# The ceiling for any superserver running this program per connection:
+# spawning and reaping it, with no network and no server (bench/c/spawn.c).
+cc -O2 -o "$WORK/spawn" bench/c/spawn.c
 cat > "$WORK/tcpmuxd.toml" <<CFG
 listen = ["127.0.0.1:$MUX"]
 [service.when]
@@ -113,6 +121,7 @@ echo "# $(nproc) cores, $CLIENTS clients, $SECONDS_EACH s each"
 {
   measure tcpmuxd-builtin $MUX daytime
   measure tcpmuxd-exec $MUX when
+  "$WORK/spawn" "$WORK/when" "$SECONDS_EACH" "$CLIENTS" exec-ceiling
   probe=$(answers $XI when)
   if [[ $probe == +* ]]; then measure xinetd-exec $XI when; else echo "xinetd tcpmux: not measured; it answered: ${probe:-nothing}" >&2; fi
   probe=$(answers $XI_DAY)
@@ -128,7 +137,7 @@ python3 - "$WORK/short.json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rate = {r["label"]: r["per_second"] for r in rows}
-refs = [r for r in ("xinetd-exec", "openbsd-inetd-exec", "xinetd-internal", "openbsd-inetd-internal") if r in rate]
+refs = [r for r in ("exec-ceiling", "xinetd-exec", "openbsd-inetd-exec", "xinetd-internal", "openbsd-inetd-internal") if r in rate]
 print("| target | connections/s | p50 us | p99 us | p99.9 us | failed | " + " | ".join(f"vs {r}" for r in refs) + " |")
 print("|---|---:|---:|---:|---:|---:|" + "---:|" * len(refs))
 for r in rows:
