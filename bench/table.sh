@@ -11,7 +11,8 @@
 #  4. memory per idle session: bench/idle.sh;
 #  5. proxied short connections against a C epoll splice relay:
 #     bench/proxy_short.sh;
-#  6. exec'd services against xinetd: bench/short.sh (needs xinetd);
+#  6. exec'd services against xinetd and the machine's ceiling for spawning
+#     the same program: bench/short.sh (needs xinetd);
 #  7. TLS against nginx and HAProxy: bench/tls.sh (needs both; with
 #     TLS=0 left out, it takes some minutes).
 #   bench/table.sh [SECONDS] [ROUNDS]
