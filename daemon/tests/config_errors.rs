@@ -1,5 +1,6 @@
 //! What `tcpmuxd --check-config` says about a file, as a sysadmin reads it:
-//! misspelt keys, wrong types, where in which file, and what is valid but odd.
+//! misspelt keys, wrong types, where in which file, and what is valid but odd;
+//! a TLS listener's bad certificates, keys and combinations.
 
 mod common;
 
@@ -172,4 +173,109 @@ fn the_documented_and_the_shipped_configurations_pass() {
     let (code, stdout, stderr) = check(&shipped, &[("conf.d/README", "x")]);
     assert_eq!(code, Some(0), "contrib/tcpmuxd.toml: {stderr}");
     assert!(stdout.contains("listening on 0.0.0.0:1"), "{stdout}");
+}
+
+#[test]
+fn tls_configuration_errors_are_clear() {
+    let setup = common::pki::TlsSetup::new();
+    let table = setup.tls_table("");
+    let listen = |tls: &str| format!("listen = [{{ address = \"127.0.0.1:0\", {tls} }}]\n");
+    common::assert_config_rejected(
+        &format!(
+            "{}handoff_socket = \"/tmp/x.sock\"\n[service.h]\nhandoff = {{ uid = [0] }}\n",
+            listen(&table)
+        ),
+        "needs kernel TLS",
+    );
+    let acme = |keys: &str| format!("tls = {{ acme = {{ {keys} }} }}");
+    for (tls, words) in [
+        (
+            acme("directory = \"http://ca.test/dir\", names = [\"a.test\"]"),
+            "must be an https:// URL",
+        ),
+        (
+            acme("directory = \"https://ca.test/dir\", names = [\"*.a.test\"]"),
+            "a wildcard name needs the DNS-01 challenge",
+        ),
+        (
+            acme("directory = \"https://ca.test/dir\", names = []"),
+            "names needs at least one DNS name",
+        ),
+        (
+            acme("directory = \"https://ca.test/dir\", names = [\"a.test\"], email = \"nobody\""),
+            "is not an e-mail address",
+        ),
+        (
+            acme("directory = \"https://ca.test/dir\", names = [\"a.test\"], renew_before = \"3w\""),
+            "invalid duration unit",
+        ),
+        (
+            format!(
+                "tls = {{ cert = \"{}\", key = \"{}\", acme = {{ directory = \"https://ca.test/dir\", names = [\"a.test\"] }} }}",
+                setup.server.cert.display(),
+                setup.server.key.display()
+            ),
+            "acme takes the place of cert and key",
+        ),
+        ("tls = { client_auth = \"optional\" }".into(), "give cert and key, or acme"),
+        (
+            format!("tls = {{ cert = \"{}\" }}", setup.server.cert.display()),
+            "cert and key go together",
+        ),
+    ] {
+        common::assert_config_rejected(&listen(&tls), words);
+    }
+    common::assert_config_rejected(
+        &listen(&format!("detect = true, sni_default = \"echo\", {table}")),
+        "`sni_default` and `tls` do not mix",
+    );
+    common::assert_config_rejected(
+        "[service.a]\nproxy = \"127.0.0.1:9\"\nsni_terminate = [\"*.example.com\"]\n\
+         [service.b]\nproxy = \"127.0.0.1:9\"\nsni = [\"*.example.com\"]\n",
+        "is passed through by one of services",
+    );
+    common::assert_config_rejected(
+        "[service.a]\nproxy = \"127.0.0.1:9\"\nsni_terminate = [\"app.example.com\"]\n\
+         [service.b]\nproxy = \"127.0.0.1:9\"\nsni_terminate = [\"APP.example.com\"]\n",
+        "sni_terminate app.example.com is already claimed by service a",
+    );
+    common::assert_config_rejected(
+        "[service.a]\nproxy = \"127.0.0.1:9\"\nsni = [\"x.test\"]\nsni_terminate = [\"x.test\"]\n",
+        "x.test is in both sni (passed through) and sni_terminate",
+    );
+    common::assert_config_rejected(
+        &listen("tls = { cert = \"/nonexistent.pem\", key = \"/nonexistent.key\" }"),
+        "tls cert /nonexistent.pem: No such file",
+    );
+    common::assert_config_rejected(
+        &listen(&setup.tls_table(", client_auth = \"required\"")),
+        "client_auth needs client_ca",
+    );
+    let key_as_cert = format!(
+        "tls = {{ cert = \"{}\", key = \"{}\" }}",
+        setup.server.key.display(),
+        setup.server.key.display()
+    );
+    common::assert_config_rejected(&listen(&key_as_cert), "no PEM certificate in it");
+    common::assert_config_rejected(
+        &listen(&format!(
+            "tls = {{ cert = \"{}\", key = \"{}\", typo = 1 }}",
+            setup.server.cert.display(),
+            setup.server.key.display()
+        )),
+        "unknown key `typo`",
+    );
+    // An extra certificate with another's key, or a key left out.
+    let other = setup.ca.server("other", 2);
+    let mismatched = format!(
+        ", certs = [{{ cert = \"{}\", key = \"{}\" }}]",
+        other.cert.display(),
+        setup.server.key.display()
+    );
+    common::assert_config_rejected(
+        &listen(&setup.tls_table(&mismatched)),
+        &format!("tls cert {}", other.cert.display()),
+    );
+    let keyless = format!(", certs = [{{ cert = \"{}\" }}]", other.cert.display());
+    common::assert_config_rejected(&listen(&setup.tls_table(&keyless)), "missing field `key`");
 }

@@ -7,59 +7,13 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::pki::{Ca, Leaf};
+use common::pki::{Ca, Leaf, TlsSetup as Setup};
 use common::{read_all, Daemon, PATIENCE};
 use tcpmux::tls::{TlsOptions, TlsStream};
 use tcpmux::Options;
-
-/// A CA, a server certificate for localhost and a daemon serving it.
-struct Setup {
-    dir: PathBuf,
-    ca: Ca,
-    server: Leaf,
-}
-
-impl Setup {
-    fn new() -> Setup {
-        let dir = common::scratch_dir();
-        let ca = Ca::new(&dir, "ca");
-        let server = ca.server("server", 1);
-        Setup { dir, ca, server }
-    }
-
-    /// `tls = { … }` for this setup's server certificate, plus `extra` keys.
-    fn tls_table(&self, extra: &str) -> String {
-        format!(
-            "tls = {{ cert = \"{}\", key = \"{}\"{extra} }}",
-            self.server.cert.display(),
-            self.server.key.display()
-        )
-    }
-
-    fn daemon(&self, extra_tls: &str, rest: &str) -> Daemon {
-        Daemon::with_config(&format!(
-            "listen = [{{ address = \"127.0.0.1:0\", {} }}]\n{rest}",
-            self.tls_table(extra_tls)
-        ))
-    }
-
-    fn trust(&self) -> TlsOptions {
-        TlsOptions {
-            ca: Some(self.ca.pem.clone()),
-            client_cert: None,
-        }
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn options() -> Options {
     Options {
@@ -347,111 +301,6 @@ fn plaintext_and_garbage_on_a_tls_listener_are_refused_quickly() {
         .expect("one log line with the reason");
     // Other clients were served meanwhile.
     assert!(connect(&daemon, "daytime", &setup.trust()).is_ok());
-}
-
-#[test]
-fn tls_configuration_errors_are_clear() {
-    let setup = Setup::new();
-    let table = setup.tls_table("");
-    let listen = |tls: &str| format!("listen = [{{ address = \"127.0.0.1:0\", {tls} }}]\n");
-    common::assert_config_rejected(
-        &format!(
-            "{}handoff_socket = \"/tmp/x.sock\"\n[service.h]\nhandoff = {{ uid = [0] }}\n",
-            listen(&table)
-        ),
-        "needs kernel TLS",
-    );
-    let acme = |keys: &str| format!("tls = {{ acme = {{ {keys} }} }}");
-    for (tls, words) in [
-        (
-            acme("directory = \"http://ca.test/dir\", names = [\"a.test\"]"),
-            "must be an https:// URL",
-        ),
-        (
-            acme("directory = \"https://ca.test/dir\", names = [\"*.a.test\"]"),
-            "a wildcard name needs the DNS-01 challenge",
-        ),
-        (
-            acme("directory = \"https://ca.test/dir\", names = []"),
-            "names needs at least one DNS name",
-        ),
-        (
-            acme("directory = \"https://ca.test/dir\", names = [\"a.test\"], email = \"nobody\""),
-            "is not an e-mail address",
-        ),
-        (
-            acme("directory = \"https://ca.test/dir\", names = [\"a.test\"], renew_before = \"3w\""),
-            "invalid duration unit",
-        ),
-        (
-            format!(
-                "tls = {{ cert = \"{}\", key = \"{}\", acme = {{ directory = \"https://ca.test/dir\", names = [\"a.test\"] }} }}",
-                setup.server.cert.display(),
-                setup.server.key.display()
-            ),
-            "acme takes the place of cert and key",
-        ),
-        ("tls = { client_auth = \"optional\" }".into(), "give cert and key, or acme"),
-        (
-            format!("tls = {{ cert = \"{}\" }}", setup.server.cert.display()),
-            "cert and key go together",
-        ),
-    ] {
-        common::assert_config_rejected(&listen(&tls), words);
-    }
-    common::assert_config_rejected(
-        &listen(&format!("detect = true, sni_default = \"echo\", {table}")),
-        "`sni_default` and `tls` do not mix",
-    );
-    common::assert_config_rejected(
-        "[service.a]\nproxy = \"127.0.0.1:9\"\nsni_terminate = [\"*.example.com\"]\n\
-         [service.b]\nproxy = \"127.0.0.1:9\"\nsni = [\"*.example.com\"]\n",
-        "is passed through by one of services",
-    );
-    common::assert_config_rejected(
-        "[service.a]\nproxy = \"127.0.0.1:9\"\nsni_terminate = [\"app.example.com\"]\n\
-         [service.b]\nproxy = \"127.0.0.1:9\"\nsni_terminate = [\"APP.example.com\"]\n",
-        "sni_terminate app.example.com is already claimed by service a",
-    );
-    common::assert_config_rejected(
-        "[service.a]\nproxy = \"127.0.0.1:9\"\nsni = [\"x.test\"]\nsni_terminate = [\"x.test\"]\n",
-        "x.test is in both sni (passed through) and sni_terminate",
-    );
-    common::assert_config_rejected(
-        &listen("tls = { cert = \"/nonexistent.pem\", key = \"/nonexistent.key\" }"),
-        "tls cert /nonexistent.pem: No such file",
-    );
-    common::assert_config_rejected(
-        &listen(&setup.tls_table(", client_auth = \"required\"")),
-        "client_auth needs client_ca",
-    );
-    let key_as_cert = format!(
-        "tls = {{ cert = \"{}\", key = \"{}\" }}",
-        setup.server.key.display(),
-        setup.server.key.display()
-    );
-    common::assert_config_rejected(&listen(&key_as_cert), "no PEM certificate in it");
-    common::assert_config_rejected(
-        &listen(&format!(
-            "tls = {{ cert = \"{}\", key = \"{}\", typo = 1 }}",
-            setup.server.cert.display(),
-            setup.server.key.display()
-        )),
-        "unknown key `typo`",
-    );
-    // An extra certificate with another's key, or a key left out.
-    let other = setup.ca.server("other", 2);
-    let mismatched = format!(
-        ", certs = [{{ cert = \"{}\", key = \"{}\" }}]",
-        other.cert.display(),
-        setup.server.key.display()
-    );
-    common::assert_config_rejected(
-        &listen(&setup.tls_table(&mismatched)),
-        &format!("tls cert {}", other.cert.display()),
-    );
-    let keyless = format!(", certs = [{{ cert = \"{}\" }}]", other.cert.display());
-    common::assert_config_rejected(&listen(&setup.tls_table(&keyless)), "missing field `key`");
 }
 
 /// `tcpmux --tls`, the command a user runs: exit 3 and one line for a refused

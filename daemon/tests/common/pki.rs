@@ -140,3 +140,48 @@ impl Ca {
         })
     }
 }
+
+/// A CA, a server certificate for localhost and a daemon serving it.
+pub struct TlsSetup {
+    pub dir: PathBuf,
+    pub ca: Ca,
+    pub server: Leaf,
+}
+
+impl TlsSetup {
+    pub fn new() -> TlsSetup {
+        let dir = super::scratch_dir();
+        let ca = Ca::new(&dir, "ca");
+        let server = ca.server("server", 1);
+        TlsSetup { dir, ca, server }
+    }
+
+    /// `tls = { … }` for this setup's server certificate, plus `extra` keys.
+    pub fn tls_table(&self, extra: &str) -> String {
+        format!(
+            "tls = {{ cert = \"{}\", key = \"{}\"{extra} }}",
+            self.server.cert.display(),
+            self.server.key.display()
+        )
+    }
+
+    pub fn daemon(&self, extra_tls: &str, rest: &str) -> super::Daemon {
+        super::Daemon::with_config(&format!(
+            "listen = [{{ address = \"127.0.0.1:0\", {} }}]\n{rest}",
+            self.tls_table(extra_tls)
+        ))
+    }
+
+    pub fn trust(&self) -> tcpmux::tls::TlsOptions {
+        tcpmux::tls::TlsOptions {
+            ca: Some(self.ca.pem.clone()),
+            client_cert: None,
+        }
+    }
+}
+
+impl Drop for TlsSetup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
