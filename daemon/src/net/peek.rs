@@ -46,23 +46,32 @@ pub async fn peek_parsed<T, E>(
 
 /// Waits until more than the `buf.len()` bytes already seen have arrived (up
 /// to `cap`), and leaves every byte waiting in `buf`; `false` when the client
-/// ended its side and nothing new came. While it waits, `buf` holds one byte
-/// more than was seen (a full peek says more came); then it takes what the
-/// kernel says is queued. A client that sends part of an opening and stalls
-/// costs what it sent, not `cap`.
+/// ended its side and nothing new came. Bytes already queued are sized by the
+/// kernel's count and taken in one peek (usual: clients send their opening
+/// at once). Otherwise, while it waits, `buf` holds one byte more than was
+/// seen (a full peek says more came); then it takes what the kernel says is
+/// queued. A client that sends part of an opening and stalls costs what it
+/// sent, not `cap`.
 pub async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
     let seen = buf.len();
-    let mut room = (seen + 1).min(cap);
+    let queued = |room: usize| {
+        let queued = rustix::io::ioctl_fionread(stream).map_or(cap, |q| q as usize);
+        queued.clamp(room, cap)
+    };
+    // Sized by the count: a full peek then means only that more came since.
+    let now = if seen < cap { queued(seen) } else { seen };
+    let mut sized = now > seen;
+    let mut room = if sized { now } else { (seen + 1).min(cap) };
     loop {
         resize_exact(buf, room);
         let peeked = stream.peek_beyond(buf, seen).await;
         let len = peeked.as_ref().map_or(seen, |p| p.len);
         buf.truncate(len);
         peeked?;
-        if len == room && room < cap {
+        if len == room && room < cap && !sized {
             // Full: more is queued. One more peek takes it all.
-            let queued = rustix::io::ioctl_fionread(stream).map_or(cap, |q| q as usize);
-            room = queued.clamp(room + 1, cap);
+            room = queued(room + 1);
+            sized = true;
             continue;
         }
         return Ok(len > seen);
