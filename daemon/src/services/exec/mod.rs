@@ -69,12 +69,12 @@ pub async fn serve(
         }
     };
     let spawned = match command(exec, name, socket.as_fd(), client) {
-        Ok(command) => spawn_off_loop(command).await,
+        Ok(command) => spawn_off_loop(command, exec.on_shutdown).await,
         Err(e) => Err(e),
     };
     drop(socket);
-    let mut child = match spawned {
-        Ok(child) => child,
+    let (mut child, group) = match spawned {
+        Ok(spawned) => spawned,
         // The program would have sent the status line: nothing was sent yet.
         Err(e) if exec.reply == ExecReply::Program => {
             refuse(conn, UNAVAILABLE).await;
@@ -83,7 +83,6 @@ pub async fn serve(
         Err(e) => return Err(e),
     };
     let pid = child.id().unwrap_or_default();
-    let group = Group::new(pid, exec.on_shutdown);
     let status = match relay_end {
         None => run_to_exit(&mut child, name, pid).await,
         Some(ours) => {
@@ -170,9 +169,20 @@ fn runnable(exec: &Exec) -> io::Result<()> {
 /// Starts the program on a thread of the runtime's blocking pool. Spawning is
 /// vfork and exec: the calling thread stands still until the child has
 /// exec'd (0.1-0.6 ms here), and on the event loop every other client would
-/// stand still with it, and every spawn would wait for the one before.
-async fn spawn_off_loop(mut command: tokio::process::Command) -> io::Result<Child> {
-    match tokio::task::spawn_blocking(move || command.spawn()).await {
+/// stand still with it, and every spawn would wait for the one before. The
+/// group guard is made on that thread, so a session dropped while it spawns
+/// (the daemon stopping) still has the program killed when the unclaimed
+/// result is dropped.
+async fn spawn_off_loop(
+    mut command: tokio::process::Command,
+    on_shutdown: OnShutdown,
+) -> io::Result<(Child, Group)> {
+    let spawn = move || {
+        let child = command.spawn()?;
+        let group = Group::new(child.id().unwrap_or_default(), on_shutdown);
+        Ok((child, group))
+    };
+    match tokio::task::spawn_blocking(spawn).await {
         Ok(spawned) => spawned,
         Err(e) => Err(io::Error::other(format!("the spawning thread failed: {e}"))),
     }
