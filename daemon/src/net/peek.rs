@@ -54,12 +54,10 @@ pub async fn peek_parsed<T, E>(
 /// sent, not `cap`.
 pub async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
     let seen = buf.len();
-    let queued = |room: usize| {
-        let queued = rustix::io::ioctl_fionread(stream).map_or(cap, |q| q as usize);
-        queued.clamp(room, cap)
-    };
+    let queued = || rustix::io::ioctl_fionread(stream).ok().map(|q| q as usize);
     // Sized by the count: a full peek then means only that more came since.
-    let now = if seen < cap { queued(seen) } else { seen };
+    // No count (it failed) is no sizing: the one-byte wait, never `cap`.
+    let now = queued().unwrap_or(0).min(cap);
     let mut sized = now > seen;
     let mut room = if sized { now } else { (seen + 1).min(cap) };
     loop {
@@ -70,7 +68,7 @@ pub async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) -> io::Re
         peeked?;
         if len == room && room < cap && !sized {
             // Full: more is queued. One more peek takes it all.
-            room = queued(room + 1);
+            room = queued().unwrap_or(cap).clamp(room + 1, cap);
             sized = true;
             continue;
         }
