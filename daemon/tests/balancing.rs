@@ -88,17 +88,10 @@ fn round_robin_splits_by_weight_and_least_connections_avoids_busy_backends() {
     // the daemon has ended its session with the backend, so each short one
     // waits for the other backend to be idle again: with both at one
     // connection the choice would be a tie.
-    let idle_line =
-        format!("tcpmuxd_backend_active_connections{{service=\"pool\",backend=\"{idle}\"}} 0\n");
+    let idle_series =
+        format!("tcpmuxd_backend_active_connections{{service=\"pool\",backend=\"{idle}\"}}");
     for _ in 0..20 {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !String::from_utf8(daemon.exchange(b"stats\r\n"))
-            .unwrap()
-            .contains(&idle_line)
-        {
-            assert!(std::time::Instant::now() < deadline, "{idle} never idle");
-            std::thread::yield_now();
-        }
+        daemon.wait_for_figure(&idle_series, |v| v == 0.0);
         assert_ne!(tag_of(&daemon), busy);
     }
     drop(held);

@@ -24,23 +24,7 @@ fn answer(stream: &mut TcpStream) -> String {
 
 /// The figure on a metrics line of `family` for `service`, once `ok` holds.
 fn wait_for_figure(daemon: &Daemon, family: &str, service: &str, ok: impl Fn(f64) -> bool) -> f64 {
-    let prefix = format!("{family}{{service=\"{service}\"}} ");
-    let deadline = std::time::Instant::now() + PATIENCE;
-    loop {
-        let stats = String::from_utf8(daemon.exchange(b"stats\r\n")).unwrap();
-        let figure = stats
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|v| v.parse::<f64>().ok());
-        if let Some(value) = figure.filter(|v| ok(*v)) {
-            return value;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{prefix} never right in {stats}"
-        );
-        std::thread::yield_now();
-    }
+    daemon.wait_for_figure(&format!("{family}{{service=\"{service}\"}}"), ok)
 }
 
 fn queue_length(daemon: &Daemon, service: &str, wanted: f64) {

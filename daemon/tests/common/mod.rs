@@ -218,6 +218,28 @@ impl Daemon {
     }
 
     /// Waits (up to PATIENCE) until `n` log lines match `pred`; how many did.
+    /// The figure on the `stats` line for `series` (a metric's name and its
+    /// labels, as printed), once `ok` holds; fails after [`PATIENCE`].
+    pub fn wait_for_figure(&self, series: &str, ok: impl Fn(f64) -> bool) -> f64 {
+        let prefix = format!("{series} ");
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let stats = String::from_utf8(self.exchange(b"stats\r\n")).unwrap();
+            let figure = stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .and_then(|v| v.parse::<f64>().ok());
+            if let Some(value) = figure.filter(|v| ok(*v)) {
+                return value;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{series} never right in {stats}"
+            );
+            std::thread::yield_now();
+        }
+    }
+
     pub fn wait_for_lines(&self, n: usize, pred: impl Fn(&str) -> bool) -> usize {
         let count = || self.logs.lock().unwrap().iter().filter(|l| pred(l)).count();
         let deadline = Instant::now() + PATIENCE;
