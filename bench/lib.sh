@@ -9,17 +9,24 @@ trap cleanup EXIT
 # (getconf CLK_TCK per second): cpu_ticks PID
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-# One `tcpmux-bench short` row against a server, with the server's CPU (user
-# + system, all its threads) per connection appended:
-#   short_with_cpu PORT PID SERVICE LABEL
-# Uses $BENCH, $CLIENTS and $SECS from the calling script.
-short_with_cpu() {
-  local before after line n
-  before=$(cpu_ticks "$2")
-  line=$($BENCH short --connect "127.0.0.1:$1" --service "$3" --connections "$CLIENTS" --duration "$SECS" --label "$4")
-  after=$(cpu_ticks "$2")
+# Runs a bench command that prints one row ("... (N in S s ..."), and
+# appends the CPU (user + system, all threads) that process PID used per
+# connection meanwhile:   with_cpu PID COMMAND [ARGS...]
+with_cpu() {
+  local pid=$1 before after line n
+  shift
+  before=$(cpu_ticks "$pid")
+  line=$("$@")
+  after=$(cpu_ticks "$pid")
   n=$(sed -E 's/.*\(([0-9]+) in .*/\1/' <<<"$line")
   echo "$line, server CPU $(( (after - before) * 1000000 / $(getconf CLK_TCK) / (n > 0 ? n : 1) )) us/connection"
+}
+
+# One `tcpmux-bench short` row against a server, with the server's CPU per
+# connection appended:   short_with_cpu PORT PID SERVICE LABEL
+# Uses $BENCH, $CLIENTS and $SECS from the calling script.
+short_with_cpu() {
+  with_cpu "$2" $BENCH short --connect "127.0.0.1:$1" --service "$3" --connections "$CLIENTS" --duration "$SECS" --label "$4"
 }
 
 # TCP Fast Open on both sides for this run (net.ipv4.tcp_fastopen = 3, root

@@ -20,6 +20,10 @@
 #     ssl server), HAProxy (req.ssl_sni in front of an abns@ ssl frontend).
 # tcpmuxd (tls listener, proxy service), nginx (stream, listen ... ssl,
 # worker_processes 1) and HAProxy (bind ... ssl crt, nbthread 1).
+# Every connection row ends with the server's CPU per connection (user +
+# system, all its threads; nginx's worker): the client's handshakes share
+# the machine's cores, so rates understate the servers' differences, and the
+# CPU a server spends per connection is its own cost.
 #   bench/tls.sh [SECONDS] [CLIENTS] [SIZE] [REPEAT]
 # Loopback only; every process it starts is stopped by PID on exit.
 set -euo pipefail
@@ -58,7 +62,7 @@ proxy = "127.0.0.1:$BULK_BACKEND"
 proxy = "127.0.0.1:$TLS_BACKEND"
 backend_tls = { ca = "$WORK/ca.pem", server_name = "localhost" }
 CFG
-RUST_LOG=warn target/release/tcpmuxd --config "$WORK/tcpmuxd.toml" & PIDS+=($!)
+RUST_LOG=warn target/release/tcpmuxd --config "$WORK/tcpmuxd.toml" & PIDS+=($!) MUXD=$!
 # The one-port listener in a daemon of its own, so that rows 1-3 measure a
 # daemon with nothing but its TLS listener's services.
 cat > "$WORK/one-port.toml" <<CFG
@@ -70,7 +74,7 @@ sni_terminate = ["app.bench.test"]
 proxy = "127.0.0.1:$TLS_BACKEND"
 sni = ["pass.bench.test"]
 CFG
-RUST_LOG=warn target/release/tcpmuxd --config "$WORK/one-port.toml" & PIDS+=($!)
+RUST_LOG=warn target/release/tcpmuxd --config "$WORK/one-port.toml" & PIDS+=($!) ONED=$!
 
 cat > "$WORK/nginx.conf" <<CFG
 load_module /usr/lib/nginx/modules/ngx_stream_module.so;
@@ -95,7 +99,7 @@ stream {
   server { listen 127.0.0.1:$NGINX_INNER ssl; proxy_pass 127.0.0.1:$SHORT_BACKEND; }
 }
 CFG
-nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!)
+nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!) NGINXD=$!
 
 # The TLS backend of rows 4 and 5, a process of its own.
 mkdir -p "$WORK/backend"
@@ -160,16 +164,19 @@ frontend one_tls
   bind abns@one_tls accept-proxy ssl crt $WORK/haproxy.pem no-tls-tickets
   default_backend short
 CFG
-haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
+haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!) HAPD=$!
 for port in $MUX $NGINX $HAP $SHORT_BACKEND $BULK_BACKEND $NGINX_BULK $HAP_BULK $NGINX_RES $HAP_RES \
   $TLS_BACKEND $MUX_PLAIN $HAP_RELAY $MUX_ONE $NGINX_ONE $HAP_ONE; do wait_port "$port"; done
 
+# nginx's one worker does the work (worker_processes 1), not its master.
+NGINXW=$(pgrep -P "$NGINXD" | head -1)
+
 echo "## 1. new TLS connections: handshake + 32-byte answer from a plain backend"
 short() { $BENCH tls-short --connect "127.0.0.1:$1" --ca "$WORK/ca.pem" --connections "$CLIENTS" --duration "$SECS" --label "$2" ${3:+--service $3} "${@:4}"; }
-short $MUX "tcpmuxd (proxy)" short
-short $NGINX "nginx stream"
-short $HAP "haproxy"
-short $MUX "tcpmuxd (built-in daytime, no backend)" daytime
+with_cpu $MUXD short $MUX "tcpmuxd (proxy)" short
+with_cpu $NGINXW short $NGINX "nginx stream"
+with_cpu $HAPD short $HAP "haproxy"
+with_cpu $MUXD short $MUX "tcpmuxd (built-in daytime, no backend)" daytime
 
 echo "## 2. one connection, $SIZE bytes through TLS termination"
 # The bulk service is on the same tcpmuxd listener.
@@ -178,19 +185,19 @@ $BENCH tls-bulk --connect "127.0.0.1:$NGINX_BULK" --ca "$WORK/ca.pem" --expect "
 $BENCH tls-bulk --connect "127.0.0.1:$HAP_BULK" --ca "$WORK/ca.pem" --expect "$SIZE" --repeat "$REPEAT" --label "haproxy"
 
 echo "## 3. returning clients: sessions resumed from TLS 1.3 tickets, + 32-byte answer"
-short $MUX "tcpmuxd (proxy)" short --resume
-short $NGINX_RES "nginx stream" "" --resume
-short $HAP_RES "haproxy" "" --resume
+with_cpu $MUXD short $MUX "tcpmuxd (proxy)" short --resume
+with_cpu $NGINXW short $NGINX_RES "nginx stream" "" --resume
+with_cpu $HAPD short $HAP_RES "haproxy" "" --resume
 
 echo "## 4. plain clients relayed over verified TLS to a TLS backend (32-byte answer)"
 relay() { $BENCH short --connect "127.0.0.1:$1" --connections "$CLIENTS" --duration "$SECS" --label "$2" ${3:+--service $3}; }
-relay $MUX_PLAIN "tcpmuxd (backend_tls)" tlsback
-relay $HAP_RELAY "haproxy (ssl verify required)"
+with_cpu $MUXD relay $MUX_PLAIN "tcpmuxd (backend_tls)" tlsback
+with_cpu $HAPD relay $HAP_RELAY "haproxy (ssl verify required)"
 
 echo "## 5. one port: a terminated name, then a passed-through name (32-byte answers)"
-short $MUX_ONE "tcpmuxd (terminated: sni_terminate)" "" --server-name app.bench.test
-short $NGINX_ONE "nginx (terminated: ssl_preread + inner ssl server)" "" --server-name app.bench.test
-short $HAP_ONE "haproxy (terminated: req.ssl_sni + abns ssl frontend)" "" --server-name app.bench.test
-short $MUX_ONE "tcpmuxd (passed through: sni)" "" --server-name pass.bench.test
-short $NGINX_ONE "nginx (passed through: ssl_preread)" "" --server-name pass.bench.test
-short $HAP_ONE "haproxy (passed through: req.ssl_sni)" "" --server-name pass.bench.test
+with_cpu $ONED short $MUX_ONE "tcpmuxd (terminated: sni_terminate)" "" --server-name app.bench.test
+with_cpu $NGINXW short $NGINX_ONE "nginx (terminated: ssl_preread + inner ssl server)" "" --server-name app.bench.test
+with_cpu $HAPD short $HAP_ONE "haproxy (terminated: req.ssl_sni + abns ssl frontend)" "" --server-name app.bench.test
+with_cpu $ONED short $MUX_ONE "tcpmuxd (passed through: sni)" "" --server-name pass.bench.test
+with_cpu $NGINXW short $NGINX_ONE "nginx (passed through: ssl_preread)" "" --server-name pass.bench.test
+with_cpu $HAPD short $HAP_ONE "haproxy (passed through: req.ssl_sni)" "" --server-name pass.bench.test

@@ -105,16 +105,31 @@ impl Stream {
                 Stream::Unix(s) => s.readable().await?,
             }
             let mut buf = buffers::lend(len);
-            // A readiness that turns out stale clears here (WouldBlock), and the
-            // buffer goes back before the next wait.
-            let read = match self {
-                Stream::Tcp(s) => s.try_read(&mut buf),
-                Stream::Unix(s) => s.try_read(&mut buf),
+            let full = buf.len();
+            let mut got = None;
+            // A read shorter than the buffer emptied the socket (epoll is
+            // edge-triggered, and tokio reasons the same in its own
+            // `poll_read`): reporting it as WouldBlock makes `try_io` clear
+            // the readiness, so the next call waits for new input instead of
+            // spending a read on EAGAIN. A readiness that turns out stale
+            // clears the same way, and the buffer goes back before the wait.
+            let mut read = || {
+                let n = rustix::io::read(self, &mut *buf).map_err(io::Error::from)?;
+                if n == 0 || n == full {
+                    return Ok(n);
+                }
+                got = Some(n);
+                Err(io::ErrorKind::WouldBlock.into())
             };
-            match read {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-                Ok(n) => return Ok((buf, n)),
+            let read = match self {
+                Stream::Tcp(s) => s.try_io(tokio::io::Interest::READABLE, &mut read),
+                Stream::Unix(s) => s.try_io(tokio::io::Interest::READABLE, &mut read),
+            };
+            match (read, got) {
+                (_, Some(n)) => return Ok((buf, n)),
+                (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                (Err(e), None) => return Err(e),
+                (Ok(n), None) => return Ok((buf, n)),
             }
         }
     }
@@ -240,6 +255,10 @@ pub struct Metered<S> {
     inner: S,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Both directions have already ended (the client's EOF read, ours
+    /// sent, as a relay that ran to its end leaves them): a graceful close
+    /// has nothing left to send or drain.
+    pub finished: bool,
 }
 
 impl<S> Metered<S> {
@@ -248,6 +267,7 @@ impl<S> Metered<S> {
             inner,
             bytes_in: 0,
             bytes_out: 0,
+            finished: false,
         }
     }
 
@@ -294,5 +314,50 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// A short read clears the socket's readiness (no read is spent on
+    /// EAGAIN); what arrives later must still wake the next read, and the
+    /// end after it must still be seen.
+    #[tokio::test]
+    async fn reads_after_a_short_read_wait_for_new_input_and_see_the_end() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let mut peer = TcpStream::connect(addr).await.expect("connect");
+        let (ours, _) = listener.accept().await.expect("accept");
+        let ours = Stream::Tcp(ours);
+        let within = |f| tokio::time::timeout(Duration::from_secs(10), f);
+        for chunk in [&b"a"[..], b"bc", b"def"] {
+            peer.write_all(chunk).await.expect("write");
+            let (buf, n) = within(ours.read_lent(64)).await.expect("woken").expect("read");
+            assert_eq!(&buf[..n], chunk);
+        }
+        peer.shutdown().await.expect("FIN");
+        let (_, n) = within(ours.read_lent(64)).await.expect("woken").expect("read");
+        assert_eq!(n, 0, "EOF after short reads");
+    }
+
+    /// A read that fills the buffer leaves the readiness set: the rest is
+    /// read without a new event.
+    #[tokio::test]
+    async fn a_full_read_leaves_the_rest_for_the_next() {
+        let (ours, mut peer) = UnixStream::pair().expect("socketpair");
+        let ours = Stream::Unix(ours);
+        peer.write_all(b"0123456789").await.expect("write");
+        drop(peer);
+        let (buf, n) = ours.read_lent(4).await.expect("read");
+        assert_eq!(&buf[..n], b"0123");
+        let (buf, n) = ours.read_lent(64).await.expect("read");
+        assert_eq!(&buf[..n], b"456789");
+        assert_eq!(ours.read_lent(64).await.expect("read").1, 0);
     }
 }

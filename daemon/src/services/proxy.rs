@@ -49,7 +49,13 @@ pub async fn serve(
     let traffic = &live.traffic;
     // Known as ours before a byte reaches the backend, so that if the backend
     // is this daemon, the session there sees where its request came from.
-    let _own = match (backend.local_addr(), backend.peer_addr()) {
+    // The address connected to is the peer's (one system call fewer), unless
+    // it was a wildcard the kernel made concrete.
+    let remote = match &used {
+        Endpoint::Tcp(addr) if !addr.ip().is_unspecified() => Some(*addr),
+        _ => backend.peer_addr(),
+    };
+    let _own = match (backend.local_addr(), remote) {
         (Some(local), Some(remote)) => Some(own.register(local, remote)),
         _ => None,
     };
@@ -107,6 +113,7 @@ pub async fn serve(
     };
     conn.bytes_in += relayed.client_to_backend;
     conn.bytes_out += relayed.backend_to_client;
+    conn.finished = result.is_ok();
     let failed = relayed.backend_failed(result.is_err(), || leg.socket().has_ended());
     pool.relayed(service, &used, &relayed, failed);
     result.map(|()| Outcome::Served {

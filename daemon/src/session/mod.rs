@@ -132,7 +132,8 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
     };
     // A handed-off socket belongs to its backend now: closing our descriptor is
     // all we may do, and dropping `conn` does that.
-    if !matches!(answer.outcome, Outcome::HandedOff { relayed: false }) {
+    // After a relay that ran to its end the close is done already.
+    if !matches!(answer.outcome, Outcome::HandedOff { relayed: false }) && !conn.finished {
         close_gracefully(&mut conn, settings.close_drain_timeout).await;
     }
     report(&shared, &client, &via, &answer, &conn, started);
