@@ -39,6 +39,13 @@ fn builtins_over_tls_end_with_close_notify() {
     let setup = Setup::new();
     let mut daemon = setup.daemon("", "");
     let mut daytime = connect(&daemon, "daytime", &setup.trust()).unwrap();
+    // A client that offers the post-quantum hybrid (as browsers do) gets it;
+    // the openssl peers (tls_peers.rs) show classical-only clients still work.
+    let group = daytime
+        .conn
+        .negotiated_key_exchange_group()
+        .map(|g| g.name());
+    assert_eq!(group, Some(rustls::NamedGroup::X25519MLKEM768));
     let text = String::from_utf8(read_to_end(&mut daytime).unwrap()).unwrap();
     assert!(text.ends_with("\r\n") && text.len() > 10, "{text:?}");
     // The log names the version as OpenSSL does and the suite by its IANA name.

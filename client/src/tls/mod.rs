@@ -49,7 +49,7 @@ pub struct TlsOptions {
 impl TlsOptions {
     /// The rustls configuration these options describe.
     pub fn config(&self) -> Result<Arc<ClientConfig>, Error> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut roots = RootCertStore::empty();
         match &self.ca {
             Some(ca) => {

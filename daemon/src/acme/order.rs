@@ -144,7 +144,7 @@ fn challenge_certificate(name: &str, digest: &[u8]) -> Result<CertifiedKey, Acme
     let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
     // Not CertifiedKey::from_der: its check that key and certificate match
     // parses the certificate, and webpki refuses the critical acmeIdentifier.
-    let signing = rustls::crypto::ring::default_provider()
+    let signing = rustls::crypto::aws_lc_rs::default_provider()
         .key_provider
         .load_private_key(der)
         .map_err(|e| AcmeError::Order(format!("challenge key: {e}")))?;

@@ -91,7 +91,7 @@ fn settings(base: &Path, raw: &RawAcme) -> Result<AcmeSettings, TlsError> {
 /// and carries every name; else why not (the keeper then orders one).
 pub fn stored(settings: &AcmeSettings) -> Result<(CertifiedKey, i64), TlsError> {
     let (cert, key) = (settings.cert_path(), settings.key_path());
-    let provider = rustls::crypto::ring::default_provider();
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
     let certified = certified(&cert, &key, &provider)?;
     let leaf = certified
         .cert
@@ -118,7 +118,7 @@ pub fn stored(settings: &AcmeSettings) -> Result<(CertifiedKey, i64), TlsError> 
 /// the listener itself: ALPN `acme-tls/1` only, the challenge certificate
 /// for the name being validated, nothing else.
 pub(crate) fn challenge_config(slot: &Arc<AcmeCert>) -> Result<Arc<ServerConfig>, TlsError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(TlsError::Rustls)?

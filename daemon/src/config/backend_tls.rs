@@ -48,7 +48,7 @@ pub(crate) fn backend_tls(
             "server_name {server_name:?} is not a host name or IP address"
         ))
     })?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| fault(e.to_string()))?;

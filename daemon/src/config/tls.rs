@@ -104,7 +104,7 @@ fn server_config(
     (client_ca, client_auth, client_crl): (Option<&Path>, ClientAuth, &[PathBuf]),
     tickets: bool,
 ) -> Result<(ServerConfig, Vec<(String, i64)>), TlsError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let default = match default {
         DefaultCert::Files { cert, key } => {
             Served::Fixed(Arc::new(certified(cert, key, &provider)?))
@@ -201,7 +201,7 @@ fn ticketer() -> Result<Arc<dyn rustls::server::ProducesTickets>, TlsError> {
     if let Some(made) = TICKETER.get() {
         return Ok(Arc::clone(made));
     }
-    let made = rustls::crypto::ring::Ticketer::new().map_err(TlsError::Rustls)?;
+    let made = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(TlsError::Rustls)?;
     Ok(Arc::clone(TICKETER.get_or_init(|| made)))
 }
 

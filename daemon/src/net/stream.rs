@@ -330,7 +330,9 @@ mod tests {
     /// end after it must still be seen.
     #[tokio::test]
     async fn reads_after_a_short_read_wait_for_new_input_and_see_the_end() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("address");
         let mut peer = TcpStream::connect(addr).await.expect("connect");
         let (ours, _) = listener.accept().await.expect("accept");
@@ -338,11 +340,17 @@ mod tests {
         let within = |f| tokio::time::timeout(Duration::from_secs(10), f);
         for chunk in [&b"a"[..], b"bc", b"def"] {
             peer.write_all(chunk).await.expect("write");
-            let (buf, n) = within(ours.read_lent(64)).await.expect("woken").expect("read");
+            let (buf, n) = within(ours.read_lent(64))
+                .await
+                .expect("woken")
+                .expect("read");
             assert_eq!(&buf[..n], chunk);
         }
         peer.shutdown().await.expect("FIN");
-        let (_, n) = within(ours.read_lent(64)).await.expect("woken").expect("read");
+        let (_, n) = within(ours.read_lent(64))
+            .await
+            .expect("woken")
+            .expect("read");
         assert_eq!(n, 0, "EOF after short reads");
     }
 

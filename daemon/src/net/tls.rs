@@ -197,7 +197,7 @@ mod tests {
         let made = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
         let der = made.cert.der().clone();
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .expect("versions")
