@@ -10,7 +10,7 @@ use clap::Parser;
 use tcpmuxd::cli::Args;
 use tcpmuxd::net::listener::{prebind, Prebound};
 use tcpmuxd::ops::log_format::{self, LogFormat, Prioritized, QuotedFields};
-use tcpmuxd::ops::{access_log, logging, privileges, systemd};
+use tcpmuxd::ops::{access_log, descriptors, logging, privileges, systemd};
 use tcpmuxd::server::Counters;
 use tcpmuxd::{Config, Server};
 use tokio::signal::unix::{signal, SignalKind};
@@ -81,6 +81,13 @@ fn daemon_main() -> ExitCode {
     // SAFETY: no other thread exists yet, and nothing else in the process has
     // claimed the descriptors systemd passed.
     let inherited = unsafe { systemd::take_listen_fds() };
+    // Before any client: growing the table under a burst stalls a loop.
+    match descriptors::reserve(&config.limits) {
+        Ok(slots) => tracing::debug!(slots, "descriptor table grown ahead"),
+        Err(e) => {
+            tracing::debug!(error = %e, "descriptor table not grown ahead; it grows on demand")
+        }
+    }
     if args.upgrade {
         if args.workers > 1 {
             return fail("--upgrade takes over one event loop: run with --workers 1");

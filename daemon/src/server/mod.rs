@@ -403,6 +403,8 @@ async fn reload_config(
         if worker != 0 {
             config.leave_daemon_sockets();
         }
+        // Here, off the loop: a raised max_connections grows the table now.
+        let _ = crate::ops::descriptors::reserve(&config.limits);
         Ok(config)
     })
     .await;
