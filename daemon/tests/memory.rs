@@ -1,5 +1,6 @@
 //! Memory against the real daemon: what a wave of clients took is given back
-//! once most of the wave has left (glibc alone would keep it for reuse).
+//! once most of the wave has left (glibc alone would keep it for reuse), and
+//! the descriptor table is grown before a wave comes.
 
 mod common;
 
@@ -63,5 +64,50 @@ fn memory_a_wave_of_clients_took_is_given_back_after_it_leaves() {
     assert!(
         after <= rest + (held - rest) / 4,
         "at rest {rest} KiB, with {CLIENTS} clients {held} KiB, after they left {after} KiB"
+    );
+}
+
+/// A `/proc/PID/status` figure (FDSize: the descriptor table's slots).
+fn status_figure(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {status}"))
+}
+
+/// The soft descriptor limit a process runs under.
+fn soft_nofile(pid: u32) -> u64 {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("/proc limits");
+    limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// Growing the table under a burst would make accept4 wait for an RCU grace
+/// period on the event loop: it is grown at start to two descriptors per
+/// allowed connection plus 1,024, and again at a reload that raises the
+/// limit (within the soft limit either way).
+#[test]
+fn the_descriptor_table_is_grown_at_start_and_at_a_reload_that_raises_the_limit() {
+    let mut daemon = Daemon::binary("max_connections = 1000\n");
+    let pid = daemon.pid();
+    let soft = soft_nofile(pid);
+    let table = status_figure(pid, "FDSize:");
+    assert!(table >= soft.min(3024), "FDSize {table}, soft limit {soft}");
+
+    std::fs::write(daemon.config_path(), "max_connections = 8000\n").unwrap();
+    daemon.signal("HUP");
+    daemon
+        .wait_for_log(|l| l.contains("configuration reloaded"))
+        .expect("the reload's line");
+    let table = status_figure(pid, "FDSize:");
+    assert!(
+        table >= soft.min(17_024),
+        "FDSize {table} after the reload, soft limit {soft}"
     );
 }
