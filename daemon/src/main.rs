@@ -82,12 +82,7 @@ fn daemon_main() -> ExitCode {
     // claimed the descriptors systemd passed.
     let inherited = unsafe { systemd::take_listen_fds() };
     // Before any client: growing the table under a burst stalls a loop.
-    match descriptors::reserve(&config.limits) {
-        Ok(slots) => tracing::debug!(slots, "descriptor table grown ahead"),
-        Err(e) => {
-            tracing::debug!(error = %e, "descriptor table not grown ahead; it grows on demand")
-        }
-    }
+    descriptors::grow_ahead(&config.limits);
     if args.upgrade {
         if args.workers > 1 {
             return fail("--upgrade takes over one event loop: run with --workers 1");

@@ -9,14 +9,20 @@ use std::time::{Duration, Instant};
 
 use common::{read_line, Daemon};
 
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
+/// A `/proc/PID/status` figure: VmRSS (resident memory, KiB), FDSize (the
+/// descriptor table's slots).
+fn status_figure(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("a VmRSS line")
+        .unwrap_or_else(|| panic!("no {key} in {status}"))
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    status_figure(pid, "VmRSS:")
 }
 
 /// This test process holds one descriptor per client: ask for enough.
@@ -65,16 +71,6 @@ fn memory_a_wave_of_clients_took_is_given_back_after_it_leaves() {
         after <= rest + (held - rest) / 4,
         "at rest {rest} KiB, with {CLIENTS} clients {held} KiB, after they left {after} KiB"
     );
-}
-
-/// A `/proc/PID/status` figure (FDSize: the descriptor table's slots).
-fn status_figure(pid: u32, key: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {status}"))
 }
 
 /// The soft descriptor limit a process runs under.

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use super::buffers::{self, Lent};
@@ -86,7 +86,7 @@ impl Stream {
     /// wait really waits); returns its first other result. tokio's `async_io`.
     pub async fn async_io<R>(
         &self,
-        interest: tokio::io::Interest,
+        interest: Interest,
         op: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
         match self {
@@ -95,15 +95,30 @@ impl Stream {
         }
     }
 
+    /// Waits until the socket is ready for `interest` (tokio's `ready`).
+    async fn ready(&self, interest: Interest) -> io::Result<tokio::io::Ready> {
+        match self {
+            Stream::Tcp(s) => s.ready(interest).await,
+            Stream::Unix(s) => s.ready(interest).await,
+        }
+    }
+
+    /// Runs a raw non-blocking operation once, now; a `WouldBlock` from it
+    /// clears tokio's readiness, so the next wait really waits (tokio's
+    /// `try_io`).
+    fn try_io<R>(&self, interest: Interest, op: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+        match self {
+            Stream::Tcp(s) => s.try_io(interest, op),
+            Stream::Unix(s) => s.try_io(interest, op),
+        }
+    }
+
     /// Waits for input holding no buffer, then reads it into a buffer of `len`
     /// bytes lent for the moment (`buffers`); 0 bytes means EOF. Idle
     /// sessions that read this way hold no buffer memory.
     pub async fn read_lent(&self, len: usize) -> io::Result<(Lent, usize)> {
         loop {
-            match self {
-                Stream::Tcp(s) => s.readable().await?,
-                Stream::Unix(s) => s.readable().await?,
-            }
+            self.ready(Interest::READABLE).await?;
             let mut buf = buffers::lend(len);
             let full = buf.len();
             let mut got = None;
@@ -113,23 +128,19 @@ impl Stream {
             // the readiness, so the next call waits for new input instead of
             // spending a read on EAGAIN. A readiness that turns out stale
             // clears the same way, and the buffer goes back before the wait.
-            let mut read = || {
-                let n = rustix::io::read(self, &mut *buf).map_err(io::Error::from)?;
-                if n == 0 || n == full {
-                    return Ok(n);
-                }
+            let read = self.try_io(Interest::READABLE, || {
+                let n = rustix::io::read(self, &mut *buf)?;
                 got = Some(n);
-                Err(io::ErrorKind::WouldBlock.into())
-            };
-            let read = match self {
-                Stream::Tcp(s) => s.try_io(tokio::io::Interest::READABLE, &mut read),
-                Stream::Unix(s) => s.try_io(tokio::io::Interest::READABLE, &mut read),
-            };
-            match (read, got) {
-                (_, Some(n)) => return Ok((buf, n)),
-                (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                (Err(e), None) => return Err(e),
-                (Ok(n), None) => return Ok((buf, n)),
+                if n == 0 || n == full {
+                    Ok(())
+                } else {
+                    Err(io::ErrorKind::WouldBlock.into())
+                }
+            });
+            match (got, read) {
+                (Some(n), _) => return Ok((buf, n)),
+                (None, Err(e)) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+                (None, _) => continue,
             }
         }
     }
@@ -142,15 +153,10 @@ impl Stream {
     /// loop that took an unchanged count for "would block" after FIN would
     /// find the socket readable again at once, for ever.
     pub async fn peek_beyond(&self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
-        use tokio::io::Interest;
         loop {
-            let ready = match self {
-                Stream::Tcp(s) => s.ready(Interest::READABLE).await?,
-                Stream::Unix(s) => s.ready(Interest::READABLE).await?,
-            };
-            let mut peek = || {
-                let (n, _) = rustix::net::recv(self, &mut *buf, rustix::net::RecvFlags::PEEK)
-                    .map_err(io::Error::from)?;
+            let ready = self.ready(Interest::READABLE).await?;
+            let peeked = self.try_io(Interest::READABLE, || {
+                let (n, _) = rustix::net::recv(self, &mut *buf, rustix::net::RecvFlags::PEEK)?;
                 let ended = n == 0 || ready.is_read_closed();
                 if n > seen || n == buf.len() || ended {
                     Ok(Peeked { len: n, ended })
@@ -158,11 +164,7 @@ impl Stream {
                     // Clears this readiness: the next wait is for new bytes.
                     Err(io::ErrorKind::WouldBlock.into())
                 }
-            };
-            let peeked = match self {
-                Stream::Tcp(s) => s.try_io(Interest::READABLE, &mut peek),
-                Stream::Unix(s) => s.try_io(Interest::READABLE, &mut peek),
-            };
+            });
             match peeked {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 other => return other,

@@ -29,10 +29,22 @@ fn wanted(limits: &Limits, soft: Option<u64>) -> usize {
     for_connections.min(MOST).min(soft)
 }
 
+/// Grows the table for `limits` (at start, and on a blocking thread at a
+/// reload), saying what it did in a debug line: a failure only leaves the
+/// table to grow on demand, as without this.
+pub fn grow_ahead(limits: &Limits) {
+    match reserve(limits) {
+        Ok(slots) => tracing::debug!(slots, "descriptor table grown ahead"),
+        Err(e) => {
+            tracing::debug!(error = %e, "descriptor table not grown ahead; it grows on demand");
+        }
+    }
+}
+
 /// Grows the table to hold [`wanted`] descriptors, by placing a copy of a
 /// descriptor at the highest of them and closing it; returns that count.
-/// Nothing to do (a table already that large) costs two system calls.
-pub fn reserve(limits: &Limits) -> io::Result<usize> {
+/// Nothing to do (a table already that large) costs three system calls.
+fn reserve(limits: &Limits) -> io::Result<usize> {
     let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
     let slots = wanted(limits, soft);
     let Some(highest) = slots.checked_sub(1) else {

@@ -404,7 +404,7 @@ async fn reload_config(
             config.leave_daemon_sockets();
         }
         // Here, off the loop: a raised max_connections grows the table now.
-        let _ = crate::ops::descriptors::reserve(&config.limits);
+        crate::ops::descriptors::grow_ahead(&config.limits);
         Ok(config)
     })
     .await;
