@@ -1,9 +1,10 @@
-//! The TLS handshake pool: a handshake's computation (the key exchange and
-//! the certificate's signature, about 0.4 ms each) runs on a few threads of
-//! its own instead of the event loops, so a flood of handshakes delays no
-//! other client. The sockets stay registered with their event loop, which
-//! does the waiting: the pool gets a handshake once its ClientHello is
-//! whole, answers it in one poll, and hands it back.
+//! The TLS handshake pool: a handshake, from the ClientHello to the client's
+//! Finished, runs on a few threads of its own instead of the event loops, so
+//! neither its computation (the key exchange and the certificate's signature,
+//! about 0.2 ms) nor its churn (2,000 half-done handshakes that the clients
+//! reset at once) delays any other client. The sockets stay registered with
+//! their event loop, whose reactor wakes the pool's tasks; only established
+//! sessions come back to the loop.
 //!
 //! The pool's threads are few (all cores but one); handshakes waiting for one
 //! wait in its queue, never on an event loop. Their number is bounded by the
@@ -15,11 +16,8 @@
 //! started on the first handshake (after the privilege drop, which needs a
 //! single-threaded process).
 
-use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::OnceLock;
-use std::task::Poll;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::runtime::Runtime;
@@ -28,10 +26,14 @@ use tokio_rustls::Accept;
 
 static POOL: OnceLock<Option<Runtime>> = OnceLock::new();
 
+/// The cores this process may run on (its affinity mask, its cgroup quota).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Threads for handshakes: all cores but one, which the event loop keeps.
 fn threads() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cores.saturating_sub(1).clamp(1, 8)
+    cores().saturating_sub(1).clamp(1, 8)
 }
 
 fn pool() -> Option<&'static Runtime> {
@@ -39,7 +41,7 @@ fn pool() -> Option<&'static Runtime> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads())
             .thread_name("tcpmuxd-tls")
-            .on_thread_start(yield_to_event_loops)
+            .on_thread_start(share_the_loops_core)
             .build();
         match runtime {
             Ok(runtime) => Some(runtime),
@@ -52,12 +54,19 @@ fn pool() -> Option<&'static Runtime> {
     .as_ref()
 }
 
-/// A lower priority (nice 10) for a handshake thread: when it and an event
-/// loop both want a core, the loop, whose clients wait on it, goes first. A
-/// failure (a kernel that refuses) leaves it at the loop's priority.
-fn yield_to_event_loops() {
-    let me = rustix::thread::gettid();
-    let _ = rustix::process::setpriority_process(Some(me), 10);
+/// On a single core the pool's thread and the event loop share it: the
+/// thread takes a lower priority (nice 10) so that the loop, whose clients
+/// wait on it, goes first (an echo's p99 during a burst of handshakes: 1-3 ms
+/// at nice 10, 4-5 ms at the loop's priority). With more cores the pool has
+/// cores of its own and keeps the daemon's priority: at nice 10 any other
+/// busy process on the machine would take the handshakes' CPU (17 % fewer
+/// handshakes per second beside a load generator). A kernel that refuses
+/// leaves it at the loop's priority.
+fn share_the_loops_core() {
+    if cores() == 1 {
+        let me = rustix::thread::gettid();
+        let _ = rustix::process::setpriority_process(Some(me), 10);
+    }
 }
 
 /// Aborts the handshake when its session gives up on it (the negotiation
@@ -70,27 +79,21 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Runs a server handshake whose ClientHello has arrived whole: its first
-/// step (reading the ClientHello, the key exchange and the signature, the
-/// server's flight written) on the pool, in one poll that does not wait for
-/// the client; the rest (the client's Finished, cheap to check) here, on the
-/// event loop that owns the socket. One trip to the pool and back per
-/// handshake, and the pool's threads never wait on a client.
-pub async fn answer_hello<IO>(mut accept: Accept<IO>) -> io::Result<TlsStream<IO>>
+/// Runs a server handshake whose ClientHello has arrived whole, to its end,
+/// on the pool: the waiting for the client's Finished included, and a
+/// failure's cleanup (the reset read, the session's buffers freed, the socket
+/// closed), which done on the loop cost it 13 µs per client, 25 ms in one
+/// stretch when a burst's clients all gave up at once.
+pub async fn answer_hello<IO>(accept: Accept<IO>) -> io::Result<TlsStream<IO>>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let Some(pool) = pool() else {
         return accept.await;
     };
-    let first = async move {
-        let step = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut accept).poll(cx))).await;
-        (accept, step)
-    };
-    let mut task = AbortOnDrop(pool.spawn(first));
+    let mut task = AbortOnDrop(pool.spawn(accept));
     match (&mut task.0).await {
-        Ok((_, Poll::Ready(done))) => done,
-        Ok((rest, Poll::Pending)) => rest.await,
+        Ok(done) => done,
         Err(e) => Err(io::Error::other(format!(
             "the TLS handshake task failed: {e}"
         ))),

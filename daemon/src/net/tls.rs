@@ -58,9 +58,8 @@ fn cipher_name(suite: rustls::CipherSuite) -> String {
 /// Runs the server handshake on `stream`, whose ClientHello has arrived
 /// whole ([`wait_for_hello`], or detection's peek) and is `hello` as parsed:
 /// the configuration for the name it asks for and whether it offers ACME's
-/// protocol, the computation on the handshake pool (`handshakes.rs`), the
-/// waiting for the client's last flight on the event loop. The error says
-/// why it failed.
+/// protocol, the handshake itself on the handshake pool (`handshakes.rs`),
+/// which hands back an established session. The error says why it failed.
 pub async fn accept(
     stream: Stream,
     configs: ServerConfigs,
@@ -102,10 +101,9 @@ pub async fn accept(
     ))
 }
 
-/// Waits, peeking, until the client's whole ClientHello has arrived, so
-/// that the pool answers it in one go instead of waiting for the client;
-/// `None` when the client ended or sent something else first (the handshake
-/// will say what).
+/// Waits, peeking, until the client's whole ClientHello has arrived, for
+/// the name and protocols that choose the configuration; `None` when the
+/// client ended or sent something else first (the handshake will say what).
 pub(super) async fn wait_for_hello(stream: &Stream) -> io::Result<Option<ClientHello>> {
     let mut buf = Vec::new();
     let parse = |bytes: &[u8]| client_hello::parse(bytes, MAX_HELLO);
