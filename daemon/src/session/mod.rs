@@ -114,8 +114,11 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
                 refuse(&mut conn, reason).await;
                 Answer::new(Outcome::Refused(reason.into()))
             }
+            // Boxed: a service's state is allocated when it starts, not
+            // sized into every session still negotiating.
             Ok(Ok(negotiated)) => {
-                respond(negotiated, &mut conn, &client, (&shared, &settings), &live).await
+                let serving = respond(negotiated, &mut conn, &client, (&shared, &settings), &live);
+                Box::pin(serving).await
             }
         }
     };

@@ -62,7 +62,9 @@ pub(super) async fn negotiate(
     // After the PROXY header (an upstream sends it in clear) and admission (a
     // refused address costs no handshake); under the same timeout.
     if let Some(config) = tls {
-        let established = match conn.get_mut().start_tls(config, hello).await {
+        // Boxed: the handshake's state would otherwise be sized into every
+        // session's negotiation, TLS or not, for as long as it waits.
+        let established = match Box::pin(conn.get_mut().start_tls(config, hello)).await {
             Ok(established) => client.tls.insert(established),
             Err(e) => return Ok(Negotiated::TlsFailed(e)),
         };
