@@ -84,7 +84,7 @@ impl<T> Drop for AbortOnDrop<T> {
 /// failure's cleanup (the reset read, the session's buffers freed, the socket
 /// closed), which done on the loop cost it 13 µs per client, 25 ms in one
 /// stretch when a burst's clients all gave up at once.
-pub async fn answer_hello<IO>(accept: Accept<IO>) -> io::Result<TlsStream<IO>>
+pub async fn run<IO>(accept: Accept<IO>) -> io::Result<TlsStream<IO>>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

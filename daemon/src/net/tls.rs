@@ -69,7 +69,7 @@ pub async fn accept(
     let acme = hello.is_some_and(|h| h.alpn.iter().any(|p| p.as_bytes() == ACME_TLS_ALPN));
     let config = Arc::clone(configs.for_hello(name, acme));
     let accept = tokio_rustls::TlsAcceptor::from(config).accept(stream);
-    let stream = super::handshakes::answer_hello(accept).await?;
+    let stream = super::handshakes::run(accept).await?;
     let session = stream.get_ref().1;
     let mut client = TlsClient {
         version: session
