@@ -16,3 +16,15 @@ pub(crate) mod relay;
 pub(crate) mod sendfile;
 pub(crate) mod stream;
 pub(crate) mod tls;
+
+/// A connected TCP pair for unit tests: our end as the daemon sees it, and
+/// the peer's end.
+#[cfg(test)]
+pub(crate) async fn test_pair() -> (stream::Stream, tokio::net::TcpStream) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let peer = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (ours, _) = listener.accept().await.unwrap();
+    (stream::Stream::Tcp(ours), peer)
+}

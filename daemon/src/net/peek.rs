@@ -46,38 +46,116 @@ pub async fn peek_parsed<T, E>(
 
 /// Waits until more than the `buf.len()` bytes already seen have arrived (up
 /// to `cap`), and leaves every byte waiting in `buf`; `false` when the client
-/// ended its side and nothing new came. Bytes already queued are sized by the
-/// kernel's count and taken in one peek (usual: clients send their opening
-/// at once). Otherwise, while it waits, `buf` holds one byte more than was
-/// seen (a full peek says more came); then it takes what the kernel says is
-/// queued. A client that sends part of an opening and stalls costs what it
-/// sent, not `cap`.
+/// ended its side and nothing new came (or `cap` bytes are seen already).
+/// Nothing is held while it waits: the bytes seen stay queued in the kernel,
+/// which keeps them anyway, and are peeked again, with what came, once the
+/// kernel's count says more came. A client that sends part of an opening and
+/// stalls costs no buffer here at all.
 pub async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
     let seen = buf.len();
-    let queued = || rustix::io::ioctl_fionread(stream).ok().map(|q| q as usize);
-    // Sized by the count: a full peek then means only that more came since.
-    // No count (it failed) is no sizing: the one-byte wait, never `cap`.
-    let now = queued().unwrap_or(0).min(cap);
-    let mut sized = now > seen;
-    let mut room = if sized { now } else { (seen + 1).min(cap) };
-    loop {
-        resize_exact(buf, room);
-        let peeked = stream.peek_beyond(buf, seen).await;
-        let len = peeked.as_ref().map_or(seen, |p| p.len);
-        buf.truncate(len);
-        peeked?;
-        if len == room && room < cap && !sized {
-            // Full: more is queued. One more peek takes it all.
-            room = queued().unwrap_or(cap).clamp(room + 1, cap);
-            sized = true;
-            continue;
-        }
-        return Ok(len > seen);
+    if seen >= cap {
+        return Ok(false);
     }
+    *buf = Vec::new();
+    let queued = stream.queued_beyond(seen).await?;
+    resize_exact(buf, queued.len.min(cap));
+    let len = stream.peek_now(buf).inspect_err(|_| buf.clear())?;
+    buf.truncate(len);
+    Ok(len > seen)
 }
 
 /// Sets `buf`'s length to `len`, growing its capacity to exactly that.
 fn resize_exact(buf: &mut Vec<u8>, len: usize) {
     buf.reserve_exact(len.saturating_sub(buf.len()));
     buf.resize(len, 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{poll_fn, Future};
+    use std::pin::pin;
+    use std::task::Poll;
+
+    use tcpmux_proto::sniff::http;
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+    use crate::heap;
+    use crate::net::test_pair;
+
+    /// Peeks until `want` bytes are seen.
+    async fn seen(stream: &Stream, buf: &mut Vec<u8>, want: usize) {
+        while buf.len() < want {
+            assert!(peek_more(stream, buf, 64 * 1024).await.unwrap());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stalled_partial_opening_holds_no_buffer_while_it_waits() {
+        let (stream, mut client) = test_pair().await;
+        let head = b"GET / HTTP/1.1\r\nHost: example.com\r\nX: ".to_vec();
+        let mut partial = head.clone();
+        partial.resize(1000, b'a');
+        let before = heap::live();
+        client.write_all(&partial).await.unwrap();
+        let mut buf = Vec::new();
+        seen(&stream, &mut buf, 1000).await;
+        let parse = |bytes: &[u8]| http::parse(bytes, 8192);
+        let parsed = {
+            let mut waiting = pin!(peek_parsed(&stream, &mut buf, 8192, parse));
+            let first = poll_fn(|cx| Poll::Ready(waiting.as_mut().poll(cx).is_pending())).await;
+            assert!(first, "1,000 bytes of a head decided nothing");
+            // The 1,000 bytes are the kernel's now; ours is the future, on the stack.
+            let held = heap::live() - before;
+            assert!(held < 64, "a stalled 1,000-byte head holds {held} bytes");
+            client.write_all(b"\r\n\r\n").await.unwrap();
+            waiting.await.unwrap()
+        };
+        match parsed {
+            Parsed::Done(head) => assert_eq!(head.host.as_deref(), Some("example.com")),
+            _ => panic!("the completed head was not parsed"),
+        }
+        assert_eq!(buf.len(), 1004, "every byte is still there, unconsumed");
+    }
+
+    #[tokio::test]
+    async fn a_half_close_ends_the_wait_with_the_bytes_seen() {
+        let (stream, mut client) = test_pair().await;
+        client.write_all(b"G").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut buf = Vec::new();
+        seen(&stream, &mut buf, 1).await;
+        // Half-closed: no more will come, and the wait says so at once.
+        assert!(!peek_more(&stream, &mut buf, 1024).await.unwrap());
+        assert_eq!(buf, b"G");
+        assert!(!peek_more(&stream, &mut buf, 1024).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_reset_ends_the_wait() {
+        let (stream, client) = test_pair().await;
+        let client = client.into_std().unwrap();
+        std::io::Write::write_all(&mut &client, b"GET /").unwrap();
+        let mut buf = Vec::new();
+        seen(&stream, &mut buf, 5).await;
+        socket2::SockRef::from(&client)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .unwrap();
+        drop(client);
+        // RST: an error or the end, never a wait for bytes that cannot come.
+        let more = peek_more(&stream, &mut buf, 1024).await;
+        assert!(!matches!(more, Ok(true)), "{more:?} after a reset");
+    }
+
+    #[tokio::test]
+    async fn a_full_buffer_waits_for_nothing() {
+        let (stream, mut client) = test_pair().await;
+        client.write_all(b"abcdef").await.unwrap();
+        let mut buf = Vec::new();
+        while buf.len() < 4 {
+            peek_more(&stream, &mut buf, 4).await.unwrap();
+        }
+        assert_eq!(buf, b"abcd");
+        assert!(!peek_more(&stream, &mut buf, 4).await.unwrap());
+    }
 }

@@ -402,21 +402,12 @@ impl<'a> Activity<'a> {
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
+    use tokio::net::TcpStream;
 
     use super::*;
     use crate::heap;
     use crate::net::buffers::{kept_buffers, lent_out};
-
-    /// A connected pair: our end as the relay sees it, and the peer's end.
-    async fn pair() -> (Stream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let peer = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (ours, _) = listener.accept().await.unwrap();
-        (Stream::Tcp(ours), peer)
-    }
+    use crate::net::test_pair;
 
     async fn bounce(from: &mut TcpStream, to: &mut TcpStream, bytes: &[u8]) {
         from.write_all(bytes).await.unwrap();
@@ -429,8 +420,8 @@ mod tests {
     async fn an_idle_relay_holds_no_buffer_in_either_mode() {
         let big = vec![5u8; 300_000];
         for mode in [RelayMode::Copy, RelayMode::Splice] {
-            let (client_side, mut client) = pair().await;
-            let (backend_side, mut backend) = pair().await;
+            let (client_side, mut client) = test_pair().await;
+            let (backend_side, mut backend) = test_pair().await;
             let before = heap::live() - kept_buffers();
             let traffic = std::sync::Arc::new(Traffic::default());
             let counted = std::sync::Arc::clone(&traffic);

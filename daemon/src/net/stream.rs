@@ -172,6 +172,43 @@ impl Stream {
         }
     }
 
+    /// Waits, holding no buffer, until more than `seen` bytes are queued or
+    /// the client has ended its side (FIN or RST: then `ended`, with the
+    /// count still queued, perhaps just `seen`). The count is the kernel's
+    /// (FIONREAD), so a client that stalls mid-opening costs only the
+    /// kernel's copy of what it sent. As in [`Stream::peek_beyond`], the end
+    /// is told by the read-closed readiness, never by an unchanged count.
+    pub async fn queued_beyond(&self, seen: usize) -> io::Result<Peeked> {
+        loop {
+            let ready = self.ready(Interest::READABLE).await?;
+            let queued = self.try_io(Interest::READABLE, || {
+                let len = rustix::io::ioctl_fionread(self)? as usize;
+                let ended = ready.is_read_closed();
+                if len > seen || ended {
+                    Ok(Peeked { len, ended })
+                } else {
+                    // Clears this readiness: the next wait is for new bytes.
+                    Err(io::ErrorKind::WouldBlock.into())
+                }
+            });
+            match queued {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Peeks what is queued into `buf` now, without waiting: the bytes
+    /// peeked (0 if none are queued).
+    pub fn peek_now(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+        match rustix::net::recv(self, buf, flags) {
+            Ok((n, _)) => Ok(n),
+            Err(rustix::io::Errno::AGAIN) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Whether the peer has closed or reset the connection, by a peek that
     /// does not wait (bytes waiting, or nothing yet, mean it has not).
     pub fn has_ended(&self) -> bool {

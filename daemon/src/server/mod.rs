@@ -11,6 +11,8 @@ mod error;
 mod listeners;
 mod sessions;
 mod single;
+#[cfg(test)]
+mod tests;
 pub mod upgrade;
 
 use std::future::Future;
