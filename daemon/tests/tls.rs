@@ -411,31 +411,57 @@ fn thread_cpu(pid: u32) -> Vec<(String, u64)> {
     threads
 }
 
-#[test]
-fn handshakes_are_computed_off_the_event_loop() {
-    let setup = Setup::new();
-    let daemon = Daemon::binary(&format!(
-        "listen = [{{ address = \"127.0.0.1:0\", {} }}]\n",
-        setup.tls_table("")
-    ));
-    for _ in 0..300 {
-        let mut daytime = connect(&daemon, "daytime", &setup.trust()).unwrap();
-        read_to_end(&mut daytime).unwrap();
-    }
-    // The event loop is the main thread, named after the binary; the
-    // handshakes' key exchanges and signatures ran on the pool's threads.
-    // The loop does the rest (each session's I/O, the client's Finished,
-    // the tickets, the daytime answer), a share of the same order; on the
-    // loop, the pool's part would be next to nothing.
-    let threads = thread_cpu(daemon.pid());
-    let cpu = |named: &dyn Fn(&str) -> bool| -> u64 {
+/// CPU ticks of the TLS threads and of the event loop (the main thread, named
+/// after the binary) while `clients` TLS clients each get `daytime`.
+fn cpu_for_clients(daemon: &Daemon, setup: &Setup, clients: usize) -> (u64, u64) {
+    let daytime = || {
+        let mut stream = connect(daemon, "daytime", &setup.trust()).unwrap();
+        read_to_end(&mut stream).unwrap();
+    };
+    // The TLS threads start with the first TLS listener or handshake.
+    daytime();
+    let cpu = |threads: &[(String, u64)], named: &dyn Fn(&str) -> bool| -> u64 {
         let matching = threads.iter().filter(|(name, _)| named(name));
         matching.map(|(_, ticks)| ticks).sum()
     };
-    let pool = cpu(&|name| name.starts_with("tcpmuxd-tls"));
-    let event_loop = cpu(&|name| name == "tcpmuxd");
+    let tls_threads = |t: &[(String, u64)]| cpu(t, &|name| name.starts_with("tcpmuxd-tls"));
+    let event_loop = |t: &[(String, u64)]| cpu(t, &|name| name == "tcpmuxd");
+    let before = thread_cpu(daemon.pid());
+    for _ in 0..clients {
+        daytime();
+    }
+    let after = thread_cpu(daemon.pid());
+    (
+        tls_threads(&after) - tls_threads(&before),
+        event_loop(&after) - event_loop(&before),
+    )
+}
+
+#[test]
+fn handshakes_are_computed_off_the_event_loop() {
+    let setup = Setup::new();
+    // A `tls` listener's sessions run whole on the TLS threads: accept,
+    // handshake, answer. The event loop has next to nothing to do.
+    let tls = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", {} }}]\n",
+        setup.tls_table("")
+    ));
+    let (threads, event_loop) = cpu_for_clients(&tls, &setup, 400);
     assert!(
-        pool * 2 > event_loop,
-        "pool {pool} ticks, event loop {event_loop}: {threads:?}"
+        threads >= 4 && event_loop * 4 < threads,
+        "tls listener: TLS threads {threads} ticks, event loop {event_loop}"
+    );
+    // A detecting listener's sessions stay on the loop, which sends each
+    // handshake to the TLS threads (key exchange, signature, the client's
+    // Finished) and does the rest: a share of the same order; with the
+    // handshakes on the loop, the threads' part would be nothing.
+    let one_port = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", detect = true, {} }}]\n",
+        setup.tls_table("")
+    ));
+    let (threads, event_loop) = cpu_for_clients(&one_port, &setup, 400);
+    assert!(
+        threads >= 2 && threads * 2 > event_loop,
+        "detect + tls: TLS threads {threads} ticks, event loop {event_loop}"
     );
 }

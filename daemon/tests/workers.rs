@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use common::pki::TlsSetup;
 use common::{Daemon, PATIENCE};
 
 /// `stats` until `pred` holds for it (bounded by PATIENCE).
@@ -23,13 +24,24 @@ fn stats_until(daemon: &Daemon, pred: impl Fn(&str) -> bool) -> String {
 
 #[test]
 fn every_event_loop_reports_its_lag() {
-    let daemon = Daemon::start_with(None, &["--workers", "2"]);
-    let series = |w: usize| format!("tcpmuxd_event_loop_lag_seconds_count{{worker=\"{w}\"}} ");
+    // A `tls` listener's sessions run on the TLS threads: they report as
+    // one more loop, once for the daemon.
+    let setup = TlsSetup::new();
+    let config = format!(
+        "listen = [\"127.0.0.1:0\", {{ address = \"127.0.0.1:0\", {} }}]\n",
+        setup.tls_table("")
+    );
+    let daemon = Daemon::start_with(Some(&config), &["--workers", "2"]);
+    let series = |w: &str| format!("tcpmuxd_event_loop_lag_seconds_count{{worker=\"{w}\"}} ");
     let stats = stats_until(&daemon, |s| {
-        s.contains(&series(0)) && s.contains(&series(1))
+        ["0", "1", "tls"].iter().all(|w| s.contains(&series(w)))
     });
-    for worker in [0, 1] {
-        assert!(stats.contains(&series(worker)), "worker {worker}:\n{stats}");
+    for worker in ["0", "1", "tls"] {
+        assert_eq!(
+            stats.matches(&series(worker)).count(),
+            1,
+            "worker {worker}:\n{stats}"
+        );
         let bucket =
             format!("tcpmuxd_event_loop_lag_seconds_bucket{{worker=\"{worker}\",le=\"+Inf\"}} ");
         assert!(stats.contains(&bucket), "worker {worker}:\n{stats}");

@@ -1,20 +1,23 @@
-//! The TLS handshake pool: a handshake, from the ClientHello to the client's
-//! Finished, runs on a few threads of its own instead of the event loops, so
-//! neither its computation (the key exchange and the certificate's signature,
-//! about 0.2 ms) nor its churn (2,000 half-done handshakes that the clients
-//! reset at once) delays any other client. The sockets stay registered with
-//! their event loop, whose reactor wakes the pool's tasks; only established
-//! sessions come back to the loop.
+//! The TLS threads: a runtime of its own, where a `tls` listener's sessions
+//! run whole (accept, handshake, service) and where every other server
+//! handshake (a detecting listener's) is sent to run, from the ClientHello to
+//! the client's Finished. Neither a handshake's computation (the key exchange
+//! and the certificate's signature, about 0.1 ms) nor its churn (2,000
+//! half-done handshakes that the clients reset at once) then delays a client
+//! of an event loop. A `tls` listener's handshakes cross no thread (a fifth
+//! of their CPU went to the crossings when the loop accepted them); a sent
+//! handshake's socket stays registered with its event loop, whose reactor
+//! wakes the task, and only established sessions go back to the loop.
 //!
-//! The pool's threads are few (all cores but one); handshakes waiting for one
-//! wait in its queue, never on an event loop. Their number is bounded by the
-//! daemon's connection limits, not here: a handshake waiting for its client
-//! holds no thread, so a bound on handshakes in flight would only let slow
-//! clients lock the fast ones out.
+//! The threads are few (all cores but one); work waiting for one waits in
+//! its queue, never on an event loop. Handshakes are bounded by the
+//! daemon's connection limits, not here: one waiting for its client holds
+//! no thread, so a bound on handshakes in flight would only let slow clients
+//! lock the fast ones out.
 //!
-//! One pool per process, shared by every worker: that is why it is a global,
-//! started on the first handshake (after the privilege drop, which needs a
-//! single-threaded process).
+//! One runtime per process, shared by every worker: that is why it is a
+//! global, started on the first TLS listener or handshake (after the
+//! privilege drop, which needs a single-threaded process).
 
 use std::io;
 use std::sync::OnceLock;
@@ -25,6 +28,11 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::Accept;
 
 static POOL: OnceLock<Option<Runtime>> = OnceLock::new();
+
+thread_local! {
+    /// Whether this thread is one of the TLS threads.
+    static ON_TLS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// The cores this process may run on (its affinity mask, its cgroup quota).
 fn cores() -> usize {
@@ -41,12 +49,16 @@ fn pool() -> Option<&'static Runtime> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads())
             .thread_name("tcpmuxd-tls")
-            .on_thread_start(share_the_loops_core)
+            .enable_all()
+            .on_thread_start(|| {
+                ON_TLS_THREAD.set(true);
+                share_the_loops_core();
+            })
             .build();
         match runtime {
             Ok(runtime) => Some(runtime),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot start the TLS handshake threads; handshakes run on the event loop");
+                tracing::warn!(error = %e, "cannot start the TLS threads; TLS sessions and handshakes run on the event loop");
                 None
             }
         }
@@ -54,7 +66,13 @@ fn pool() -> Option<&'static Runtime> {
     .as_ref()
 }
 
-/// On a single core the pool's thread and the event loop share it: the
+/// The runtime a `tls` listener's accept loop and sessions run on (`None`:
+/// the TLS threads could not start; then the event loop's).
+pub fn tls_runtime() -> Option<tokio::runtime::Handle> {
+    pool().map(|runtime| runtime.handle().clone())
+}
+
+/// On a single core the TLS thread and the event loop share it: the
 /// thread takes a lower priority (nice 10) so that the loop, whose clients
 /// wait on it, goes first (an echo's p99 during a burst of handshakes: 1-3 ms
 /// at nice 10, 4-5 ms at the loop's priority). With more cores the pool has
@@ -80,7 +98,7 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Runs a server handshake whose ClientHello has arrived whole, to its end,
-/// on the pool: the waiting for the client's Finished included, and a
+/// on the TLS threads (in place when called there): the waiting for the client's Finished included, and a
 /// failure's cleanup (the reset read, the session's buffers freed, the socket
 /// closed), which done on the loop cost it 13 µs per client, 25 ms in one
 /// stretch when a burst's clients all gave up at once.
@@ -88,7 +106,7 @@ pub async fn run<IO>(accept: Accept<IO>) -> io::Result<TlsStream<IO>>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Some(pool) = pool() else {
+    let Some(pool) = pool().filter(|_| !ON_TLS_THREAD.get()) else {
         return accept.await;
     };
     let mut task = AbortOnDrop(pool.spawn(accept));

@@ -95,6 +95,23 @@ impl Listener {
         })
     }
 
+    /// Registers the socket with the current runtime's reactor instead of the
+    /// one it was bound in, for an accept loop that runs on another runtime.
+    pub fn move_to_current_runtime(&mut self) -> io::Result<()> {
+        use std::os::fd::AsFd;
+        match self {
+            Listener::Tcp(acceptor) => {
+                let fd = acceptor.listener.as_fd().try_clone_to_owned()?;
+                acceptor.listener = TcpListener::from_std(std::net::TcpListener::from(fd))?;
+            }
+            Listener::Unix { listener, .. } => {
+                let fd = listener.as_fd().try_clone_to_owned()?;
+                *listener = UnixListener::from_std(std::os::unix::net::UnixListener::from(fd))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The address actually bound (the real port when 0 was asked for).
     pub fn local_addr(&self) -> ListenAddr {
         match self {

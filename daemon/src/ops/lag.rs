@@ -1,4 +1,5 @@
-//! Event-loop lag: how late a periodic timer fires on each worker's loop, as
+//! Event-loop lag: how late a periodic timer fires on each worker's loop (and
+//! on the TLS threads, where `tls` listeners' sessions run), as
 //! the `tcpmuxd_event_loop_lag_seconds` histogram and one rate-limited warning
 //! when a loop falls more than 100 ms behind. A task that runs without
 //! yielding stalls every client of its loop; this is where an operator sees it
@@ -39,14 +40,41 @@ impl Histogram {
     }
 }
 
-/// Every worker's histogram, by worker index.
+/// Which loop: a worker's event loop, by index, or the TLS threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Loop {
+    Worker(usize),
+    Tls,
+}
+
+impl std::fmt::Display for Loop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loop::Worker(index) => write!(f, "{index}"),
+            Loop::Tls => f.write_str("tls"),
+        }
+    }
+}
+
+/// Every loop's histogram: the workers' by index, then the TLS threads'.
 #[derive(Debug, Default)]
 pub struct Lag {
-    workers: Mutex<BTreeMap<usize, Histogram>>,
+    workers: Mutex<BTreeMap<Loop, Histogram>>,
+    /// Whether a watch runs on the TLS threads (one per daemon, whichever
+    /// worker's listener started it).
+    tls_watched: std::sync::atomic::AtomicBool,
 }
 
 impl Lag {
-    pub fn record(&self, worker: usize, lag: Duration) {
+    /// `true` once: for the first caller, which is to start the TLS
+    /// threads' watch.
+    pub fn first_to_watch_tls(&self) -> bool {
+        !self
+            .tls_watched
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    pub fn record(&self, worker: Loop, lag: Duration) {
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         workers.entry(worker).or_default().record(lag.as_secs_f64());
     }
@@ -79,7 +107,8 @@ impl Lag {
 /// One loop's lateness in brief, for the dashboard.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct LoopLag {
-    pub worker: usize,
+    /// The worker's index, or `tls`.
+    pub worker: String,
     pub samples: u64,
     pub mean_ms: f64,
     /// The histogram bucket the 99th percentile falls in, by its upper
@@ -102,7 +131,7 @@ impl Lag {
                     seen >= wanted
                 });
                 LoopLag {
-                    worker,
+                    worker: worker.to_string(),
                     samples,
                     mean_ms: if samples == 0 {
                         0.0
@@ -118,7 +147,7 @@ impl Lag {
 
 /// Sets a timer every [`PERIOD`] on the calling loop for ever and records how
 /// late each fires; spawn it on the loop it is to watch.
-pub async fn watch(lag_of_loops: Arc<Lag>, worker: usize) {
+pub async fn watch(lag_of_loops: Arc<Lag>, worker: Loop) {
     let mut warned: Option<Instant> = None;
     loop {
         let due = Instant::now() + PERIOD;
@@ -128,7 +157,7 @@ pub async fn watch(lag_of_loops: Arc<Lag>, worker: usize) {
         if lag > WARN_OVER && !warned.is_some_and(|at| at.elapsed() < WARN_EVERY) {
             warned = Some(Instant::now());
             tracing::warn!(
-                worker,
+                %worker,
                 lag_ms = lag.as_millis() as u64,
                 "event loop fell behind: something ran this long without yielding, and every client of this loop waited"
             );
@@ -159,9 +188,11 @@ mod tests {
         runtime.block_on(async {
             let samples = || {
                 let workers = histogram.workers.lock().unwrap();
-                workers.get(&3).map_or(0, |h| h.counts.iter().sum::<u64>())
+                workers
+                    .get(&Loop::Worker(3))
+                    .map_or(0, |h| h.counts.iter().sum::<u64>())
             };
-            let watcher = tokio::spawn(watch(Arc::clone(&histogram), 3));
+            let watcher = tokio::spawn(watch(Arc::clone(&histogram), Loop::Worker(3)));
             // Once a first tick is recorded the next timer is set: then hold
             // the loop for 400 ms, and wait for the late tick (bounded).
             for _ in 0..1000 {
@@ -214,7 +245,7 @@ mod tests {
     fn buckets_are_cumulative() {
         let lag = Lag::default();
         for ms in [0, 2, 2, 30, 2_000, 60_000] {
-            lag.record(0, Duration::from_millis(ms));
+            lag.record(Loop::Worker(0), Duration::from_millis(ms));
         }
         let mut text = String::new();
         lag.render(&mut text);

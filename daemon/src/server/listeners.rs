@@ -13,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
+use tracing::instrument::WithSubscriber;
 
 use super::bind::{bind_unix_socket, set_mode, UnixSocket};
 use super::sessions::{accept_loop, Sessions, SharedOptions};
@@ -21,8 +22,9 @@ use super::upgrade::encoded;
 use crate::config::Config;
 use crate::hub::Adopted;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
+use crate::net::handshakes;
 use crate::net::listener::{BindError, Listener};
-use crate::ops::metrics_endpoint;
+use crate::ops::{lag, metrics_endpoint};
 use crate::state::Shared;
 use tcpmux_proto::upgrade::Frame;
 
@@ -117,15 +119,38 @@ impl Live {
             "listening"
         );
         apply_accept_options(&listener.local_addr(), listener.as_fd(), &options, shared);
+        // A `tls` listener's sessions run whole on the TLS threads' runtime,
+        // so that a handshake crosses no thread; a detecting listener's stay
+        // here, since most of its clients may be plain.
+        let runtime = (options.tls.is_some() && options.detect.is_none())
+            .then(handshakes::tls_runtime)
+            .flatten();
         let options: SharedOptions = Arc::new(RwLock::new(Arc::new(options)));
         let fd = listener.as_fd().try_clone_to_owned().ok();
         let bound = listener.local_addr();
-        let task = self.accepting.spawn(accept_loop(
+        let moved = runtime.is_some();
+        let accepting = accept_loop(
             listener,
             Arc::clone(&options),
             Arc::clone(shared),
             sessions.clone(),
-        ));
+            moved,
+        );
+        if let Some(runtime) = runtime.as_ref() {
+            let lag = &shared.metrics.lag;
+            if lag.first_to_watch_tls() {
+                let watch = lag::watch(Arc::clone(lag), lag::Loop::Tls);
+                self.accepting
+                    .spawn_on(watch.with_current_subscriber(), runtime);
+            }
+        }
+        let task = match runtime {
+            // With this thread's log: a server in process logs to its own.
+            Some(runtime) => self
+                .accepting
+                .spawn_on(accepting.with_current_subscriber(), &runtime),
+            None => self.accepting.spawn(accepting),
+        };
         self.tcpmux.push(Tcpmux {
             configured,
             options,

@@ -320,7 +320,7 @@ fn chores(shared: &Arc<Shared>, worker: usize) -> JoinSet<()> {
     let mut chores = JoinSet::new();
     chores.spawn(crate::ops::lag::watch(
         Arc::clone(&shared.metrics.lag),
-        worker,
+        crate::ops::lag::Loop::Worker(worker),
     ));
     let counted = Arc::clone(shared);
     chores.spawn(crate::ops::trim::after_waves(move || {

@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::instrument::WithSubscriber;
 
 use crate::model::ListenOptions;
 use crate::net::accept_errors::AcceptErrors;
@@ -62,12 +63,22 @@ impl Sessions {
 /// in front of every client already served.
 const ACCEPT_BATCH: u32 = 16;
 
+/// Accepts clients and starts a session for each, on the runtime this runs
+/// on. `moved`: the listener was bound on another runtime, whose reactor
+/// would otherwise wake this one for every batch of clients; it is
+/// registered with this runtime's first (and, failing that, served as it is).
 pub(super) async fn accept_loop(
-    listener: Listener,
+    mut listener: Listener,
     options: SharedOptions,
     shared: Arc<Shared>,
     sessions: Sessions,
+    moved: bool,
 ) {
+    if moved {
+        if let Err(e) = listener.move_to_current_runtime() {
+            tracing::warn!(address = %listener.local_addr(), error = %e, "cannot register the listener with the TLS threads' runtime; served as it is");
+        }
+    }
     let mut errors = AcceptErrors::new("clients");
     let mut batch = 0u32;
     loop {
@@ -76,7 +87,11 @@ pub(super) async fn accept_loop(
                 // The options in force now: a reload may have changed them.
                 let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
                 let session = session::handle(Arc::clone(&shared), accepted, options);
-                sessions.spawn(session);
+                match moved {
+                    // The log this loop was given goes on to its sessions.
+                    true => sessions.spawn(session.with_current_subscriber()),
+                    false => sessions.spawn(session),
+                }
                 // Only once the connection is its session's: this loop is
                 // aborted at an await when accepting stops (an upgrade's
                 // hand-over, shutdown), and a connection held here would be
