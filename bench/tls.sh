@@ -8,7 +8,9 @@
 #  2. one connection's bulk throughput through TLS termination to a plain
 #     backend (SIZE bytes, median of REPEAT);
 #  3. returning clients: as 1, each session resumed from a TLS 1.3 ticket
-#     (tickets on in all three servers);
+#     (tickets on in all three servers; off in every other row's listeners,
+#     tcpmuxd's too, as a server that sends tickets costs the client their
+#     records);
 #  4. TLS to the backend: plain clients, relayed over TLS (certificate
 #     verified) to a TLS backend that answers 32 bytes (nginx `return`,
 #     tickets on, so both relays may resume): tcpmuxd's backend_tls against
@@ -25,6 +27,7 @@
 # the machine's cores, so rates understate the servers' differences, and the
 # CPU a server spends per connection is its own cost.
 #   bench/tls.sh [SECONDS] [CLIENTS] [SIZE] [REPEAT]
+#   ROWS="1 3" bench/tls.sh ...    # some rows only; ROUNDS=3 repeats them
 # Loopback only; every process it starts is stopped by PID on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +35,9 @@ SECS=${1:-5}
 CLIENTS=${2:-8}
 SIZE=${3:-1000000000}
 REPEAT=${4:-3}
+ROWS=${ROWS:-1 2 3 4 5}
+ROUNDS=${ROUNDS:-1}
+want() { case " $ROWS " in *" $1 "*) return 0;; *) return 1;; esac; }
 BASE=${BASE_PORT:-27800}
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
 . bench/lib.sh
@@ -41,6 +47,7 @@ MUX_BULK=$((BASE + 5)) NGINX_BULK=$((BASE + 6)) HAP_BULK=$((BASE + 7))
 NGINX_RES=$((BASE + 8)) HAP_RES=$((BASE + 9)) TLS_BACKEND=$((BASE + 10))
 MUX_PLAIN=$((BASE + 11)) HAP_RELAY=$((BASE + 12))
 MUX_ONE=$((BASE + 13)) NGINX_ONE=$((BASE + 14)) NGINX_INNER=$((BASE + 15)) HAP_ONE=$((BASE + 16))
+MUX_RES=$((BASE + 17))
 echo "# $(nproc) cores, $(uname -r); $(haproxy -v | head -1); $(nginx -v 2>&1)"
 
 # One CA, one server certificate for localhost.
@@ -51,9 +58,12 @@ $BENCH source --listen "127.0.0.1:$SHORT_BACKEND" --bytes 32 --tasks > /dev/null
 $BENCH source --listen "127.0.0.1:$BULK_BACKEND" --bytes "$SIZE" > /dev/null & PIDS+=($!)
 
 ANSWER=0123456789abcdef0123456789abcde
-TLS="tls = { cert = \"$WORK/cert.pem\", key = \"$WORK/key.pem\" }"
+# Tickets off where the peers have them off (rows 1, 2 and 5a): a server
+# that sends tickets also costs the client their records.
+TLS="tls = { cert = \"$WORK/cert.pem\", key = \"$WORK/key.pem\", tickets = false }"
+TLS_RES="tls = { cert = \"$WORK/cert.pem\", key = \"$WORK/key.pem\" }"
 cat > "$WORK/tcpmuxd.toml" <<CFG
-listen = [{ address = "127.0.0.1:$MUX", $TLS }, "127.0.0.1:$MUX_PLAIN"]
+listen = [{ address = "127.0.0.1:$MUX", $TLS }, "127.0.0.1:$MUX_PLAIN", { address = "127.0.0.1:$MUX_RES", $TLS_RES }]
 [service.short]
 proxy = "127.0.0.1:$SHORT_BACKEND"
 [service.bulk]
@@ -166,38 +176,51 @@ frontend one_tls
 CFG
 haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!) HAPD=$!
 for port in $MUX $NGINX $HAP $SHORT_BACKEND $BULK_BACKEND $NGINX_BULK $HAP_BULK $NGINX_RES $HAP_RES \
-  $TLS_BACKEND $MUX_PLAIN $HAP_RELAY $MUX_ONE $NGINX_ONE $HAP_ONE; do wait_port "$port"; done
+  $TLS_BACKEND $MUX_PLAIN $HAP_RELAY $MUX_ONE $NGINX_ONE $HAP_ONE $MUX_RES; do wait_port "$port"; done
 
 # nginx's one worker does the work (worker_processes 1), not its master.
 NGINXW=$(pgrep -P "$NGINXD" | head -1)
 
-echo "## 1. new TLS connections: handshake + 32-byte answer from a plain backend"
 short() { $BENCH tls-short --connect "127.0.0.1:$1" --ca "$WORK/ca.pem" --connections "$CLIENTS" --duration "$SECS" --label "$2" ${3:+--service $3} "${@:4}"; }
-with_cpu $MUXD short $MUX "tcpmuxd (proxy)" short
-with_cpu $NGINXW short $NGINX "nginx stream"
-with_cpu $HAPD short $HAP "haproxy"
-with_cpu $MUXD short $MUX "tcpmuxd (built-in daytime, no backend)" daytime
-
-echo "## 2. one connection, $SIZE bytes through TLS termination"
-# The bulk service is on the same tcpmuxd listener.
-$BENCH tls-bulk --connect "127.0.0.1:$MUX" --ca "$WORK/ca.pem" --service bulk --expect "$SIZE" --repeat "$REPEAT" --label "tcpmuxd"
-$BENCH tls-bulk --connect "127.0.0.1:$NGINX_BULK" --ca "$WORK/ca.pem" --expect "$SIZE" --repeat "$REPEAT" --label "nginx stream"
-$BENCH tls-bulk --connect "127.0.0.1:$HAP_BULK" --ca "$WORK/ca.pem" --expect "$SIZE" --repeat "$REPEAT" --label "haproxy"
-
-echo "## 3. returning clients: sessions resumed from TLS 1.3 tickets, + 32-byte answer"
-with_cpu $MUXD short $MUX "tcpmuxd (proxy)" short --resume
-with_cpu $NGINXW short $NGINX_RES "nginx stream" "" --resume
-with_cpu $HAPD short $HAP_RES "haproxy" "" --resume
-
-echo "## 4. plain clients relayed over verified TLS to a TLS backend (32-byte answer)"
 relay() { $BENCH short --connect "127.0.0.1:$1" --connections "$CLIENTS" --duration "$SECS" --label "$2" ${3:+--service $3}; }
-with_cpu $MUXD relay $MUX_PLAIN "tcpmuxd (backend_tls)" tlsback
-with_cpu $HAPD relay $HAP_RELAY "haproxy (ssl verify required)"
+for round in $(seq "$ROUNDS"); do
+[ "$ROUNDS" = 1 ] || echo "# round $round"
+if want 1; then
+  echo "## 1. new TLS connections: handshake + 32-byte answer from a plain backend"
+  with_cpu $MUXD short $MUX "tcpmuxd (proxy)" short
+  with_cpu $NGINXW short $NGINX "nginx stream"
+  with_cpu $HAPD short $HAP "haproxy"
+  with_cpu $MUXD short $MUX "tcpmuxd (built-in daytime, no backend)" daytime
+fi
 
-echo "## 5. one port: a terminated name, then a passed-through name (32-byte answers)"
-with_cpu $ONED short $MUX_ONE "tcpmuxd (terminated: sni_terminate)" "" --server-name app.bench.test
-with_cpu $NGINXW short $NGINX_ONE "nginx (terminated: ssl_preread + inner ssl server)" "" --server-name app.bench.test
-with_cpu $HAPD short $HAP_ONE "haproxy (terminated: req.ssl_sni + abns ssl frontend)" "" --server-name app.bench.test
-with_cpu $ONED short $MUX_ONE "tcpmuxd (passed through: sni)" "" --server-name pass.bench.test
-with_cpu $NGINXW short $NGINX_ONE "nginx (passed through: ssl_preread)" "" --server-name pass.bench.test
-with_cpu $HAPD short $HAP_ONE "haproxy (passed through: req.ssl_sni)" "" --server-name pass.bench.test
+# The bulk service is on the same tcpmuxd listener.
+if want 2; then
+  echo "## 2. one connection, $SIZE bytes through TLS termination"
+  $BENCH tls-bulk --connect "127.0.0.1:$MUX" --ca "$WORK/ca.pem" --service bulk --expect "$SIZE" --repeat "$REPEAT" --label "tcpmuxd"
+  $BENCH tls-bulk --connect "127.0.0.1:$NGINX_BULK" --ca "$WORK/ca.pem" --expect "$SIZE" --repeat "$REPEAT" --label "nginx stream"
+  $BENCH tls-bulk --connect "127.0.0.1:$HAP_BULK" --ca "$WORK/ca.pem" --expect "$SIZE" --repeat "$REPEAT" --label "haproxy"
+fi
+
+if want 3; then
+  echo "## 3. returning clients: sessions resumed from TLS 1.3 tickets, + 32-byte answer"
+  with_cpu $MUXD short $MUX_RES "tcpmuxd (proxy)" short --resume
+  with_cpu $NGINXW short $NGINX_RES "nginx stream" "" --resume
+  with_cpu $HAPD short $HAP_RES "haproxy" "" --resume
+fi
+
+if want 4; then
+  echo "## 4. plain clients relayed over verified TLS to a TLS backend (32-byte answer)"
+  with_cpu $MUXD relay $MUX_PLAIN "tcpmuxd (backend_tls)" tlsback
+  with_cpu $HAPD relay $HAP_RELAY "haproxy (ssl verify required)"
+fi
+
+if want 5; then
+  echo "## 5. one port: a terminated name, then a passed-through name (32-byte answers)"
+  with_cpu $ONED short $MUX_ONE "tcpmuxd (terminated: sni_terminate)" "" --server-name app.bench.test
+  with_cpu $NGINXW short $NGINX_ONE "nginx (terminated: ssl_preread + inner ssl server)" "" --server-name app.bench.test
+  with_cpu $HAPD short $HAP_ONE "haproxy (terminated: req.ssl_sni + abns ssl frontend)" "" --server-name app.bench.test
+  with_cpu $ONED short $MUX_ONE "tcpmuxd (passed through: sni)" "" --server-name pass.bench.test
+  with_cpu $NGINXW short $NGINX_ONE "nginx (passed through: ssl_preread)" "" --server-name pass.bench.test
+  with_cpu $HAPD short $HAP_ONE "haproxy (passed through: req.ssl_sni)" "" --server-name pass.bench.test
+fi
+done
