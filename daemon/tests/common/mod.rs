@@ -1,7 +1,9 @@
 //! Test harness: starts the daemon on an ephemeral loopback port, in-process (the
 //! library's `Server` on a thread of its own) or as the real `tcpmuxd` binary
 //! (for signals, the CLI, systemd and per-process checks), and collects its log;
-//! plus small helpers for talking to it over real sockets.
+//! plus small helpers for talking to it over real sockets. The in-process
+//! harness is `in_process.rs`, plain backends `backends.rs`, test PKI
+//! `pki.rs`, a DNS server `dns.rs`, real peers `peers.rs`.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -12,9 +14,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod backends;
 pub mod dns;
+mod in_process;
 pub mod peers;
 pub mod pki;
+
+#[allow(unused_imports)] // each test binary uses some
+pub use backends::{echo_backend, send_and_receive, tagged_echo};
 
 /// Upper bound on any single wait in a test, so a bug fails a test instead of
 /// hanging it. Not a performance assertion.
@@ -52,75 +59,6 @@ impl Daemon {
     /// The `tcpmuxd` binary with a config file holding `config`.
     pub fn binary(config: &str) -> Daemon {
         Daemon::start_with(Some(config), &[])
-    }
-
-    /// The library's server on a thread of its own, with its log captured, and
-    /// shutdown and reload triggered through channels instead of signals.
-    pub fn in_process(config: Option<&str>) -> Daemon {
-        use tcpmuxd::model::{ListenAddr, ListenSpec};
-        let dir = scratch_dir();
-        let path = dir.join("tcpmuxd.toml");
-        let mut loaded = match config {
-            Some(text) => {
-                std::fs::write(&path, text).expect("write config");
-                tcpmuxd::Config::load(&path).unwrap_or_else(|e| panic!("{e}"))
-            }
-            None => tcpmuxd::Config::default(),
-        };
-        let own_listen =
-            config.is_some_and(|c| c.lines().any(|l| l.trim_start().starts_with("listen")));
-        if !own_listen {
-            let any_port = ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0)));
-            loaded.override_listen(vec![ListenSpec::from(any_port)]);
-        }
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let sink = LogSink(Arc::clone(&logs));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (reload, reloads) = tokio::sync::mpsc::channel(1);
-        let (bound, addrs) = std::sync::mpsc::channel();
-        let config_path = config.map(|_| path);
-        let thread = std::thread::spawn(move || {
-            let subscriber = tracing_subscriber::fmt()
-                .with_writer(sink)
-                .with_ansi(false)
-                .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
-                .finish();
-            let _log = tracing::subscriber::set_default(subscriber);
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async move {
-                match tcpmuxd::Server::bind(loaded, Vec::new(), config_path) {
-                    Ok(server) => {
-                        let _ = bound.send(Ok(server.local_addrs()));
-                        server.run(async { drop(stopped.await) }, reloads).await;
-                    }
-                    Err(e) => drop(bound.send(Err(e.to_string()))),
-                }
-            });
-        });
-        let addrs = addrs
-            .recv_timeout(PATIENCE)
-            .expect("the server thread answers")
-            .unwrap_or_else(|e| panic!("the server did not start: {e}"));
-        let addr = addrs
-            .iter()
-            .find_map(|a| match a {
-                ListenAddr::Tcp(addr) => Some(*addr),
-                ListenAddr::Unix(_) => None,
-            })
-            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
-        Daemon {
-            process: Process::InProcess {
-                stop: Mutex::new(Some(stop)),
-                reload,
-                thread: Some(thread),
-            },
-            addr,
-            logs,
-            dir,
-        }
     }
 
     pub fn start_with(config: Option<&str>, extra_args: &[&str]) -> Daemon {
@@ -296,37 +234,6 @@ impl Drop for Daemon {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Collects the in-process daemon's log lines, one event at a time.
-#[derive(Clone)]
-struct LogSink(Arc<Mutex<Vec<String>>>);
-
-struct EventBuffer(Vec<u8>, Arc<Mutex<Vec<String>>>);
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogSink {
-    type Writer = EventBuffer;
-    fn make_writer(&'a self) -> EventBuffer {
-        EventBuffer(Vec::new(), Arc::clone(&self.0))
-    }
-}
-
-impl Write for EventBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Drop for EventBuffer {
-    fn drop(&mut self) {
-        let text = String::from_utf8_lossy(&self.0);
-        let mut lines = self.1.lock().unwrap();
-        lines.extend(text.lines().map(str::to_owned));
     }
 }
 
@@ -507,59 +414,4 @@ pub fn assert_config_rejected(config: &str, words: &str) {
         "{config:?} was accepted: {stderr}"
     );
     assert!(stderr.contains(words), "{config:?} gave {stderr}");
-}
-
-/// A plain TCP backend that echoes every connection until EOF, then closes.
-pub fn echo_backend() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind echo backend");
-    let addr = listener.local_addr().expect("backend address");
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            std::thread::spawn(move || {
-                let Ok(mut reader) = conn.try_clone() else {
-                    return;
-                };
-                let _ = std::io::copy(&mut reader, &mut conn);
-                let _ = conn.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    addr
-}
-
-/// Writes `data` on a helper thread, then half-closes, while this thread reads
-/// everything the server sends until it closes: what a relay test needs, since
-/// writing all first could fill both directions' buffers and deadlock.
-pub fn send_and_receive(stream: &mut TcpStream, data: Vec<u8>) -> Vec<u8> {
-    let mut writer = stream.try_clone().expect("clone stream");
-    let sender = std::thread::spawn(move || {
-        writer.write_all(&data).expect("send");
-        writer
-            .shutdown(std::net::Shutdown::Write)
-            .expect("half-close");
-    });
-    let received = read_all(stream);
-    sender.join().expect("sender thread");
-    received
-}
-
-/// A backend on `addr` that sends `tag`, then echoes until the client's EOF.
-pub fn tagged_echo(addr: SocketAddr, tag: &'static str) -> SocketAddr {
-    let listener = std::net::TcpListener::bind(addr).expect("bind backend");
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            std::thread::spawn(move || {
-                let _ = conn.write_all(tag.as_bytes());
-                let Ok(mut reader) = conn.try_clone() else {
-                    return;
-                };
-                let _ = std::io::copy(&mut reader, &mut conn);
-                let _ = conn.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    addr
 }
