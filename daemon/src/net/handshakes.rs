@@ -27,7 +27,7 @@ use tokio::runtime::Runtime;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::Accept;
 
-static POOL: OnceLock<Option<Runtime>> = OnceLock::new();
+static RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();
 
 thread_local! {
     /// Whether this thread is one of the TLS threads.
@@ -39,13 +39,13 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Threads for handshakes: all cores but one, which the event loop keeps.
+/// The TLS threads: all cores but one, which the event loop keeps.
 fn threads() -> usize {
     cores().saturating_sub(1).clamp(1, 8)
 }
 
-fn pool() -> Option<&'static Runtime> {
-    POOL.get_or_init(|| {
+fn runtime() -> Option<&'static Runtime> {
+    RUNTIME.get_or_init(|| {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads())
             .thread_name("tcpmuxd-tls")
@@ -69,14 +69,14 @@ fn pool() -> Option<&'static Runtime> {
 /// The runtime a `tls` listener's accept loop and sessions run on (`None`:
 /// the TLS threads could not start; then the event loop's).
 pub fn tls_runtime() -> Option<tokio::runtime::Handle> {
-    pool().map(|runtime| runtime.handle().clone())
+    runtime().map(|runtime| runtime.handle().clone())
 }
 
 /// On a single core the TLS thread and the event loop share it: the
 /// thread takes a lower priority (nice 10) so that the loop, whose clients
 /// wait on it, goes first (an echo's p99 during a burst of handshakes: 1-3 ms
-/// at nice 10, 4-5 ms at the loop's priority). With more cores the pool has
-/// cores of its own and keeps the daemon's priority: at nice 10 any other
+/// at nice 10, 4-5 ms at the loop's priority). With more cores the threads
+/// have cores of their own and keeps the daemon's priority: at nice 10 any other
 /// busy process on the machine would take the handshakes' CPU (17 % fewer
 /// handshakes per second beside a load generator). A kernel that refuses
 /// leaves it at the loop's priority.
@@ -88,7 +88,7 @@ fn share_the_loops_core() {
 }
 
 /// Aborts the handshake when its session gives up on it (the negotiation
-/// timeout, shutdown), so the pool never works for a client that is gone.
+/// timeout, shutdown), so the TLS threads never work for a client that is gone.
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
@@ -98,18 +98,18 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Runs a server handshake whose ClientHello has arrived whole, to its end,
-/// on the TLS threads (in place when called there): the waiting for the client's Finished included, and a
-/// failure's cleanup (the reset read, the session's buffers freed, the socket
+/// on the TLS threads (in place when called there): the waiting for the
+/// client's Finished included, and a failure's cleanup (the reset read, the session's buffers freed, the socket
 /// closed), which done on the loop cost it 13 µs per client, 25 ms in one
 /// stretch when a burst's clients all gave up at once.
 pub async fn run<IO>(accept: Accept<IO>) -> io::Result<TlsStream<IO>>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Some(pool) = pool().filter(|_| !ON_TLS_THREAD.get()) else {
+    let Some(threads) = runtime().filter(|_| !ON_TLS_THREAD.get()) else {
         return accept.await;
     };
-    let mut task = AbortOnDrop(pool.spawn(accept));
+    let mut task = AbortOnDrop(threads.spawn(accept));
     match (&mut task.0).await {
         Ok(done) => done,
         Err(e) => Err(io::Error::other(format!(

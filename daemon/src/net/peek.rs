@@ -58,16 +58,11 @@ pub async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) -> io::Re
     }
     *buf = Vec::new();
     let queued = stream.queued_beyond(seen).await?;
-    resize_exact(buf, queued.len.min(cap));
-    let len = stream.peek_now(buf).inspect_err(|_| buf.clear())?;
-    buf.truncate(len);
+    let mut peeked = vec![0u8; queued.len.min(cap)];
+    let len = stream.peek_now(&mut peeked)?;
+    peeked.truncate(len);
+    *buf = peeked;
     Ok(len > seen)
-}
-
-/// Sets `buf`'s length to `len`, growing its capacity to exactly that.
-fn resize_exact(buf: &mut Vec<u8>, len: usize) {
-    buf.reserve_exact(len.saturating_sub(buf.len()));
-    buf.resize(len, 0);
 }
 
 #[cfg(test)]

@@ -153,23 +153,16 @@ impl Stream {
     /// loop that took an unchanged count for "would block" after FIN would
     /// find the socket readable again at once, for ever.
     pub async fn peek_beyond(&self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
-        loop {
-            let ready = self.ready(Interest::READABLE).await?;
-            let peeked = self.try_io(Interest::READABLE, || {
-                let (n, _) = rustix::net::recv(self, &mut *buf, rustix::net::RecvFlags::PEEK)?;
-                let ended = n == 0 || ready.is_read_closed();
-                if n > seen || n == buf.len() || ended {
-                    Ok(Peeked { len: n, ended })
-                } else {
-                    // Clears this readiness: the next wait is for new bytes.
-                    Err(io::ErrorKind::WouldBlock.into())
-                }
-            });
-            match peeked {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                other => return other,
+        self.until_readable(|ready| {
+            let (n, _) = rustix::net::recv(self, &mut *buf, rustix::net::RecvFlags::PEEK)?;
+            let ended = n == 0 || ready.is_read_closed();
+            if n > seen || n == buf.len() || ended {
+                Ok(Peeked { len: n, ended })
+            } else {
+                Err(io::ErrorKind::WouldBlock.into())
             }
-        }
+        })
+        .await
     }
 
     /// Waits, holding no buffer, until more than `seen` bytes are queued or
@@ -179,34 +172,40 @@ impl Stream {
     /// kernel's copy of what it sent. As in [`Stream::peek_beyond`], the end
     /// is told by the read-closed readiness, never by an unchanged count.
     pub async fn queued_beyond(&self, seen: usize) -> io::Result<Peeked> {
+        self.until_readable(|ready| {
+            let len = rustix::io::ioctl_fionread(self)? as usize;
+            let ended = ready.is_read_closed();
+            if len > seen || ended {
+                Ok(Peeked { len, ended })
+            } else {
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+        })
+        .await
+    }
+
+    /// Runs `op` each time the socket turns readable, with the readiness
+    /// seen, until it returns other than `WouldBlock`; a `WouldBlock` clears
+    /// that readiness, so the next wait is for new bytes (or the end), never
+    /// a spin.
+    async fn until_readable<R>(
+        &self,
+        mut op: impl FnMut(tokio::io::Ready) -> io::Result<R>,
+    ) -> io::Result<R> {
         loop {
             let ready = self.ready(Interest::READABLE).await?;
-            let queued = self.try_io(Interest::READABLE, || {
-                let len = rustix::io::ioctl_fionread(self)? as usize;
-                let ended = ready.is_read_closed();
-                if len > seen || ended {
-                    Ok(Peeked { len, ended })
-                } else {
-                    // Clears this readiness: the next wait is for new bytes.
-                    Err(io::ErrorKind::WouldBlock.into())
-                }
-            });
-            match queued {
+            match self.try_io(Interest::READABLE, || op(ready)) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 other => return other,
             }
         }
     }
 
-    /// Peeks what is queued into `buf` now, without waiting: the bytes
-    /// peeked (0 if none are queued).
+    /// Peeks what is queued into `buf` now, without waiting (for a caller
+    /// that knows from the kernel's count that bytes are queued).
     pub fn peek_now(&self, buf: &mut [u8]) -> io::Result<usize> {
         let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
-        match rustix::net::recv(self, buf, flags) {
-            Ok((n, _)) => Ok(n),
-            Err(rustix::io::Errno::AGAIN) => Ok(0),
-            Err(e) => Err(e.into()),
-        }
+        Ok(rustix::net::recv(self, buf, flags)?.0)
     }
 
     /// Whether the peer has closed or reset the connection, by a peek that
@@ -369,13 +368,7 @@ mod tests {
     /// end after it must still be seen.
     #[tokio::test]
     async fn reads_after_a_short_read_wait_for_new_input_and_see_the_end() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let mut peer = TcpStream::connect(addr).await.expect("connect");
-        let (ours, _) = listener.accept().await.expect("accept");
-        let ours = Stream::Tcp(ours);
+        let (ours, mut peer) = crate::net::test_pair().await;
         let within = |f| tokio::time::timeout(Duration::from_secs(10), f);
         for chunk in [&b"a"[..], b"bc", b"def"] {
             peer.write_all(chunk).await.expect("write");

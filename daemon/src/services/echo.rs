@@ -24,21 +24,15 @@ pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
     use crate::heap;
     use crate::net::buffers::{kept_buffers, lent_out};
-    use crate::net::stream::Stream;
 
     #[tokio::test]
     async fn echoes_until_eof_holding_no_buffer_while_idle() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (server, _) = listener.accept().await.unwrap();
-        let mut conn = Metered::new(Conn::Plain(Stream::Tcp(server)));
+        let (server, mut client) = crate::net::test_pair().await;
+        let mut conn = Metered::new(Conn::Plain(server));
         let before = heap::live();
         let session = tokio::spawn(async move { serve(&mut conn).await.map(|()| conn.bytes_in) });
         for message in [&b"ping"[..], &[7u8; 40_000][..]] {
