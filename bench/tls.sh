@@ -25,7 +25,8 @@
 # Every connection row ends with the server's CPU per connection (user +
 # system, all its threads; nginx's worker): the client's handshakes share
 # the machine's cores, so rates understate the servers' differences, and the
-# CPU a server spends per connection is its own cost.
+# CPU a server spends per connection is its own cost. Row 2 ends with the
+# server's and the client's CPU per GB moved, for the same reason.
 #   bench/tls.sh [SECONDS] [CLIENTS] [SIZE] [REPEAT]
 #   ROWS="1 3" bench/tls.sh ...    # some rows only; ROUNDS=3 repeats them
 # Loopback only; every process it starts is stopped by PID on exit.
@@ -181,6 +182,20 @@ for port in $MUX $NGINX $HAP $SHORT_BACKEND $BULK_BACKEND $NGINX_BULK $HAP_BULK 
 # nginx's one worker does the work (worker_processes 1), not its master.
 NGINXW=$(pgrep -P "$NGINXD" | head -1)
 
+# Row 2's line with the CPU per GB moved of the server (PID) and of the
+# client, which decrypts every byte on the same cores.
+bulk_cpu() {
+  local pid=$1 before after out ticks
+  shift
+  before=$(cpu_ticks "$pid")
+  out=$( { /usr/bin/time -f 'client-cpu %U %S' "$@"; } 2>&1 )
+  after=$(cpu_ticks "$pid")
+  ticks=$(getconf CLK_TCK)
+  awk -v t="$ticks" -v s=$((after - before)) -v bytes=$((SIZE * REPEAT)) '
+    /^client-cpu/ { client = ($2 + $3) * 1000 / (bytes / 1e9); next }
+    { line = line $0 }
+    END { printf "%s, server CPU %.0f ms/GB, client CPU %.0f ms/GB\n", line, s * 1000 / t / (bytes / 1e9), client }' <<<"$out"
+}
 short() { $BENCH tls-short --connect "127.0.0.1:$1" --ca "$WORK/ca.pem" --connections "$CLIENTS" --duration "$SECS" --label "$2" ${3:+--service $3} "${@:4}"; }
 relay() { $BENCH short --connect "127.0.0.1:$1" --connections "$CLIENTS" --duration "$SECS" --label "$2" ${3:+--service $3}; }
 for round in $(seq "$ROUNDS"); do
@@ -196,9 +211,9 @@ fi
 # The bulk service is on the same tcpmuxd listener.
 if want 2; then
   echo "## 2. one connection, $SIZE bytes through TLS termination"
-  $BENCH tls-bulk --connect "127.0.0.1:$MUX" --ca "$WORK/ca.pem" --service bulk --expect "$SIZE" --repeat "$REPEAT" --label "tcpmuxd"
-  $BENCH tls-bulk --connect "127.0.0.1:$NGINX_BULK" --ca "$WORK/ca.pem" --expect "$SIZE" --repeat "$REPEAT" --label "nginx stream"
-  $BENCH tls-bulk --connect "127.0.0.1:$HAP_BULK" --ca "$WORK/ca.pem" --expect "$SIZE" --repeat "$REPEAT" --label "haproxy"
+  bulk_cpu $MUXD $BENCH tls-bulk --connect "127.0.0.1:$MUX" --ca "$WORK/ca.pem" --service bulk --expect "$SIZE" --repeat "$REPEAT" --label "tcpmuxd"
+  bulk_cpu $NGINXW $BENCH tls-bulk --connect "127.0.0.1:$NGINX_BULK" --ca "$WORK/ca.pem" --expect "$SIZE" --repeat "$REPEAT" --label "nginx stream"
+  bulk_cpu $HAPD $BENCH tls-bulk --connect "127.0.0.1:$HAP_BULK" --ca "$WORK/ca.pem" --expect "$SIZE" --repeat "$REPEAT" --label "haproxy"
 fi
 
 if want 3; then

@@ -6,6 +6,7 @@ use std::io;
 
 use tcpmux_proto::NameError;
 
+use crate::model::Endpoint;
 use crate::net::proxy_protocol::HeaderError;
 
 /// How a connection ended.
@@ -13,7 +14,7 @@ use crate::net::proxy_protocol::HeaderError;
 pub enum Outcome {
     /// The service ran; `backend` names the proxy backend that served it.
     Served {
-        backend: Option<String>,
+        backend: Option<Endpoint>,
     },
     /// The client went to a handoff backend: its socket itself (tcpmuxd
     /// must not touch it again), or, `relayed`, a socketpair's end because
@@ -43,7 +44,7 @@ pub enum Outcome {
     /// Ended from the admin socket (`kill session`, `shutdown sessions`);
     /// `backend` is the proxy member it was relayed to, if any.
     Killed {
-        backend: Option<String>,
+        backend: Option<Endpoint>,
     },
 }
 
@@ -81,9 +82,9 @@ impl Outcome {
     }
 
     /// The proxy backend that served the client, if any.
-    pub fn backend(&self) -> Option<&str> {
+    pub fn backend(&self) -> Option<&Endpoint> {
         match self {
-            Outcome::Served { backend } | Outcome::Killed { backend } => backend.as_deref(),
+            Outcome::Served { backend } | Outcome::Killed { backend } => backend.as_ref(),
             _ => None,
         }
     }

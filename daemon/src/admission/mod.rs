@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -83,11 +83,25 @@ impl UsageTable {
 /// the local end, its local address the remote end) is the daemon talking to
 /// itself (a proxy pointed back at its own port), which would
 /// otherwise turn one client into as many connections as it sends names.
-#[derive(Default)]
 pub struct OwnConnections {
     /// How many are registered: the common case, none, costs no lock.
     count: AtomicUsize,
     addresses: Mutex<HashSet<(SocketAddr, SocketAddr)>>,
+    /// The ports our TCPMUX listeners have listened on, one bit each: only a
+    /// connection to one of them can come back to us, so only those are
+    /// registered (a port no longer listened on is not forgotten, which only
+    /// costs a registration that was not needed).
+    ports: Box<[AtomicU64; 1024]>,
+}
+
+impl Default for OwnConnections {
+    fn default() -> Self {
+        OwnConnections {
+            count: AtomicUsize::new(0),
+            addresses: Mutex::default(),
+            ports: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
 }
 
 /// One registered outgoing connection; dropping it forgets it.
@@ -115,6 +129,19 @@ impl OwnConnections {
             set: self,
             key: (local, remote),
         }
+    }
+
+    /// Notes that a TCPMUX listener listens on `port`.
+    pub fn listening_on(&self, port: u16) {
+        let (word, bit) = (usize::from(port) / 64, port % 64);
+        self.ports[word].fetch_or(1 << bit, Ordering::Relaxed);
+    }
+
+    /// Whether a connection to `port` may reach one of our listeners, and so
+    /// must be registered before its first byte.
+    pub fn may_loop(&self, port: u16) -> bool {
+        let (word, bit) = (usize::from(port) / 64, port % 64);
+        self.ports[word].load(Ordering::Relaxed) & (1 << bit) != 0
     }
 
     /// Whether a client at `peer`, connected to our `local` address, is one of
@@ -391,5 +418,18 @@ mod tests {
         assert!(!own.contains(local, backend));
         drop(registered);
         assert!(!own.contains(local, daemon));
+    }
+
+    #[test]
+    fn only_our_listening_ports_may_loop() {
+        let own = OwnConnections::default();
+        assert!(!own.may_loop(41397));
+        for port in [0, 63, 64, 41397, u16::MAX] {
+            own.listening_on(port);
+            assert!(own.may_loop(port), "{port}");
+        }
+        for port in [1, 62, 65, 41396, 41398, u16::MAX - 1] {
+            assert!(!own.may_loop(port), "{port}");
+        }
     }
 }

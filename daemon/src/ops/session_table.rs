@@ -13,7 +13,7 @@ use serde::Serialize;
 use tcpmux_proto::ServiceName;
 use tokio::sync::Notify;
 
-use crate::model::{Peer, Routed};
+use crate::model::{Endpoint, Peer, Routed};
 use crate::net::relay::Traffic;
 
 /// Locks are per shard, so workers registering at once rarely meet.
@@ -56,7 +56,8 @@ pub struct Detail {
     pub client: Peer,
     pub service: Option<ServiceName>,
     pub routed: Routed,
-    pub backend: Option<String>,
+    /// Kept as an address: written out only when someone looks.
+    pub backend: Option<Endpoint>,
     pub tls: Option<String>,
     pub cert: Option<String>,
 }
@@ -151,7 +152,7 @@ impl SessionTable {
         for session in self.sessions() {
             let detail = session.detail();
             if detail.service.as_ref().map(ServiceName::as_str) == Some(service)
-                && detail.backend.as_deref() == Some(backend)
+                && detail.backend.is_some_and(|b| b.to_string() == backend)
             {
                 session.kill();
                 killed += 1;
@@ -209,7 +210,7 @@ impl LiveSession {
             started,
             bytes_in: self.traffic.up.load(Ordering::Relaxed),
             bytes_out: self.traffic.down.load(Ordering::Relaxed),
-            backend: detail.backend,
+            backend: detail.backend.map(|b| b.to_string()),
             tls: detail.tls,
             cert: detail.cert,
         }
@@ -243,7 +244,7 @@ mod tests {
         for (s, backend) in [(&a, "10.0.0.1:80"), (&b, "10.0.0.2:80")] {
             s.update(|d| {
                 d.service = ServiceName::parse("web").ok();
-                d.backend = Some(backend.into());
+                d.backend = Some(backend.parse().unwrap());
             });
         }
         assert_eq!(table.sessions().len(), 2);

@@ -119,6 +119,9 @@ impl Live {
             "listening"
         );
         apply_accept_options(&listener.local_addr(), listener.as_fd(), &options, shared);
+        if let ListenAddr::Tcp(addr) = listener.local_addr() {
+            shared.own.listening_on(addr.port());
+        }
         // A `tls` listener's sessions run whole on the TLS threads' runtime,
         // so that a handshake crosses no thread; a detecting listener's stay
         // here, since most of its clients may be plain.

@@ -45,20 +45,20 @@ pub async fn serve(
             )));
         }
     };
-    live.update(|d| d.backend = Some(used.to_string()));
+    live.update(|d| d.backend = Some(used.clone()));
     let traffic = &live.traffic;
     // Known as ours before a byte reaches the backend, so that if the backend
     // is this daemon, the session there sees where its request came from.
-    // The address connected to is the peer's (one system call fewer), unless
-    // it was a wildcard the kernel made concrete.
+    // Only a backend on one of our listening ports can be us; the others
+    // cost no lock and no getsockname. The address connected to is the
+    // peer's (one system call fewer), unless it was a wildcard the kernel
+    // made concrete.
     let remote = match &used {
+        Endpoint::Tcp(addr) if !own.may_loop(addr.port()) => None,
         Endpoint::Tcp(addr) if !addr.ip().is_unspecified() => Some(*addr),
         _ => backend.peer_addr(),
     };
-    let _own = match (backend.local_addr(), remote) {
-        (Some(local), Some(remote)) => Some(own.register(local, remote)),
-        _ => None,
-    };
+    let _own = remote.and_then(|remote| Some(own.register(backend.local_addr()?, remote)));
     // The header goes first; what the client pipelined follows, in order:
     // what the negotiation read with the line, then the relay.
     if let Some(version) = proxy.send_proxy {
@@ -117,7 +117,7 @@ pub async fn serve(
     let failed = relayed.backend_failed(result.is_err(), || leg.socket().has_ended());
     pool.relayed(service, &used, &relayed, failed);
     result.map(|()| Outcome::Served {
-        backend: Some(used.to_string()),
+        backend: Some(used),
     })
 }
 

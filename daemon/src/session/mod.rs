@@ -297,7 +297,7 @@ fn report(
         via: via.as_deref(),
         service: service_name,
         routed,
-        backend: backend.as_ref().map(|b| b as &dyn std::fmt::Display),
+        backend: backend.map(|b| b as &dyn std::fmt::Display),
         tls: tls.map(|t| t.version.as_str()),
         cipher: tls.map(|t| t.cipher.as_str()),
         cert: tls.and_then(|t| t.name()),
