@@ -300,16 +300,6 @@ fn shutdown_sessions_backend_ends_that_members_sessions_only() {
     assert_eq!(out.status.code(), Some(1));
 }
 
-/// A successor started with `--upgrade`, killed when dropped.
-struct Successor(std::process::Child);
-
-impl Drop for Successor {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn runtime_state_travels_with_a_binary_upgrade() {
     let a = tagged_echo(SocketAddr::from(([127, 0, 0, 1], 0)), "A");
@@ -331,15 +321,7 @@ fn runtime_state_travels_with_a_binary_upgrade() {
     let config = old.config_path();
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, format!("listen = [\"{}\"]\n{text}", old.addr)).unwrap();
-    let _successor = Successor(
-        Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
-            .arg("--config")
-            .arg(&config)
-            .arg("--upgrade")
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start the successor"),
-    );
+    let _successor = common::successor::Successor::start(&config);
     assert!(old.wait_exit().is_some_and(|s| s.success()));
     // The new daemon answers on the handed-over admin socket, with the state.
     let backends = admin_ok(&socket, "--json show backends web");

@@ -19,6 +19,7 @@ pub mod dns;
 mod in_process;
 pub mod peers;
 pub mod pki;
+pub mod successor;
 
 #[allow(unused_imports)] // each test binary uses some
 pub use backends::{echo_backend, send_and_receive, tagged_echo};
