@@ -188,7 +188,7 @@ bulk_cpu() {
   local pid=$1 before after out ticks
   shift
   before=$(cpu_ticks "$pid")
-  out=$( { /usr/bin/time -f 'client-cpu %U %S' "$@"; } 2>&1 )
+  out=$( { TIMEFORMAT='client-cpu %U %S'; time "$@"; } 2>&1 )
   after=$(cpu_ticks "$pid")
   ticks=$(getconf CLK_TCK)
   awk -v t="$ticks" -v s=$((after - before)) -v bytes=$((SIZE * REPEAT)) '
