@@ -219,6 +219,26 @@ impl Stream {
         }
     }
 
+    /// Sends the last bytes before our FIN (the caller shuts down the write
+    /// side next). Over TCP they are held back with MSG_MORE, so the FIN
+    /// rides in their segment: one packet, and one wake-up of the peer,
+    /// instead of two.
+    pub async fn send_before_fin(&self, mut bytes: &[u8]) -> io::Result<()> {
+        let flags = match self {
+            Stream::Tcp(_) => rustix::net::SendFlags::NOSIGNAL | rustix::net::SendFlags::MORE,
+            Stream::Unix(_) => rustix::net::SendFlags::NOSIGNAL,
+        };
+        while !bytes.is_empty() {
+            let n = self
+                .async_io(Interest::WRITABLE, || {
+                    rustix::net::send(self, bytes, flags).map_err(io::Error::from)
+                })
+                .await?;
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
     /// Sends FIN: the peer reads EOF, and may still send to us.
     pub fn shutdown_write(&self) -> io::Result<()> {
         socket2::SockRef::from(self).shutdown(std::net::Shutdown::Write)
@@ -399,5 +419,51 @@ mod tests {
         let (buf, n) = ours.read_lent(64).await.expect("read");
         assert_eq!(&buf[..n], b"456789");
         assert_eq!(ours.read_lent(64).await.expect("read").1, 0);
+    }
+
+    /// TCP segments the socket has received (TCP_INFO's tcpi_segs_in, at
+    /// byte 140 of the kernel's struct since Linux 4.2).
+    fn segments_in(socket: &impl std::os::fd::AsRawFd) -> u32 {
+        let mut info = [0u8; 256];
+        let mut len = info.len() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into `info`.
+        let rc = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        assert!(rc == 0 && len >= 144, "TCP_INFO: rc {rc}, {len} bytes");
+        u32::from_ne_bytes(info[140..144].try_into().expect("4 bytes"))
+    }
+
+    /// The last bytes and the FIN after them reach the peer as one segment;
+    /// sent the plain way, they take two (the control, which shows this
+    /// kernel counts them apart).
+    #[tokio::test]
+    async fn the_last_bytes_leave_with_the_fin_in_one_segment() {
+        for last in [false, true] {
+            let (ours, mut peer) = crate::net::test_pair().await;
+            let before = segments_in(&peer);
+            match last {
+                true => ours.send_before_fin(b"+answer\r\n").await.expect("send"),
+                false => {
+                    let sent =
+                        rustix::net::send(&ours, b"+answer\r\n", rustix::net::SendFlags::empty());
+                    assert_eq!(sent.expect("send"), 9);
+                }
+            }
+            ours.shutdown_write().expect("FIN");
+            let mut got = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut peer, &mut got)
+                .await
+                .expect("read to EOF");
+            assert_eq!(got, b"+answer\r\n");
+            let segments = segments_in(&peer) - before;
+            assert_eq!(segments, if last { 1 } else { 2 }, "last: {last}");
+        }
     }
 }

@@ -31,7 +31,7 @@ use crate::net::stream::Metered;
 use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
 
-pub use status::refuse;
+pub use status::{refuse, send_last};
 
 /// What a service may use of the daemon besides its connection: the handoff
 /// hub, the rendered counters (for `stats`), its own name's counts and the
@@ -78,7 +78,9 @@ pub async fn serve(
                 encode_reply(true, message, &mut reply);
             }
             let answered = one_shot_answer(*builtin, context, &mut reply);
-            if !reply.is_empty() {
+            if answered {
+                send_last(conn, &reply).await?;
+            } else if !reply.is_empty() {
                 conn.write_all(&reply).await?;
             }
             if !answered {

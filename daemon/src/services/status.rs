@@ -7,6 +7,9 @@ use std::io;
 use tcpmux_proto::encode_reply;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use crate::net::conn::Conn;
+use crate::net::stream::Metered;
+
 /// Sends the `+` line.
 pub async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::Result<()> {
     let mut line = Vec::new();
@@ -14,11 +17,24 @@ pub async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::R
     conn.write_all(&line).await
 }
 
-/// Sends a `-` line. A failure means the client is already gone; nothing to do.
-pub async fn refuse<S: AsyncWrite + Unpin>(conn: &mut S, reason: &str) {
+/// Sends a `-` line, the last thing the client gets. A failure means the
+/// client is already gone; nothing to do.
+pub async fn refuse(conn: &mut Metered<Conn>, reason: &str) {
     let mut line = Vec::new();
     encode_reply(false, reason, &mut line);
-    let _ = conn.write_all(&line).await;
+    let _ = send_last(conn, &line).await;
+}
+
+/// Sends `bytes`, the last before the session's graceful close, which
+/// follows at once: on a plain socket they leave with the FIN, in one
+/// segment (`Stream::send_before_fin`).
+pub async fn send_last(conn: &mut Metered<Conn>, bytes: &[u8]) -> io::Result<()> {
+    match conn.get_ref().socket() {
+        Some(socket) => socket.send_before_fin(bytes).await?,
+        None => return conn.write_all(bytes).await,
+    }
+    conn.bytes_out += bytes.len() as u64;
+    Ok(())
 }
 
 /// Errors that only mean "the client went away", the normal end of an endless

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tcpmux_proto::{Decision, ServiceName};
-use tokio::io::AsyncWriteExt;
 
 use self::negotiate::negotiate;
 use self::opening::{Negotiated, Reply};
@@ -24,7 +23,7 @@ use crate::net::stream::Metered;
 use crate::ops::access_log;
 use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
-use crate::services::{self, help, refuse};
+use crate::services::{self, help, refuse, send_last};
 use crate::state::{Settings, Shared};
 
 /// How a connection ended, and where it was going.
@@ -202,7 +201,7 @@ async fn respond(
         }
         Negotiated::Decided(Decision::Help) => {
             let text = help::answer(&settings.registry, &shared.hub);
-            let outcome = match conn.write_all(&text).await {
+            let outcome = match send_last(conn, &text).await {
                 Ok(()) => Outcome::Help,
                 Err(e) => Outcome::ServiceError(e),
             };
@@ -272,7 +271,7 @@ async fn refuse_unrouted(conn: &mut Metered<Conn>, reason: &str, reply: Reply) {
                 "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
             );
-            let _ = conn.write_all(response.as_bytes()).await;
+            let _ = send_last(conn, response.as_bytes()).await;
         }
     }
 }
