@@ -117,8 +117,17 @@ impl Stream {
     /// bytes lent for the moment (`buffers`); 0 bytes means EOF. Idle
     /// sessions that read this way hold no buffer memory.
     pub async fn read_lent(&self, len: usize) -> io::Result<(Lent, usize)> {
+        let (buf, n, _) = self.read_lent_to_fin(len).await?;
+        Ok((buf, n))
+    }
+
+    /// [`Stream::read_lent`], also saying whether the peer's FIN had already
+    /// arrived with these bytes (then every read after this one returns at
+    /// once, the last with the end): what a relay needs to send them on with
+    /// the FIN behind them (`send`'s `more`).
+    pub async fn read_lent_to_fin(&self, len: usize) -> io::Result<(Lent, usize, bool)> {
         loop {
-            self.ready(Interest::READABLE).await?;
+            let ready = self.ready(Interest::READABLE).await?;
             let mut buf = buffers::lend(len);
             let full = buf.len();
             let mut got = None;
@@ -138,7 +147,7 @@ impl Stream {
                 }
             });
             match (got, read) {
-                (Some(n), _) => return Ok((buf, n)),
+                (Some(n), _) => return Ok((buf, n, ready.is_read_closed())),
                 (None, Err(e)) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
                 (None, _) => continue,
             }
@@ -220,23 +229,28 @@ impl Stream {
     }
 
     /// Sends the last bytes before our FIN (the caller shuts down the write
-    /// side next). Over TCP they are held back with MSG_MORE, so the FIN
-    /// rides in their segment: one packet, and one wake-up of the peer,
-    /// instead of two.
+    /// side next, without waiting on anything else first). Over TCP they are
+    /// held back with MSG_MORE, so the FIN rides in their segment: one
+    /// packet, and one wake-up of the peer, instead of two.
     pub async fn send_before_fin(&self, mut bytes: &[u8]) -> io::Result<()> {
-        let flags = match self {
-            Stream::Tcp(_) => rustix::net::SendFlags::NOSIGNAL | rustix::net::SendFlags::MORE,
-            Stream::Unix(_) => rustix::net::SendFlags::NOSIGNAL,
-        };
         while !bytes.is_empty() {
-            let n = self
-                .async_io(Interest::WRITABLE, || {
-                    rustix::net::send(self, bytes, flags).map_err(io::Error::from)
-                })
-                .await?;
-            bytes = &bytes[n..];
+            bytes = &bytes[self.send(bytes, true).await?..];
         }
         Ok(())
+    }
+
+    /// Sends some of `bytes` once the socket can take them; how many.
+    /// `more`: the FIN (or more bytes) follows at once, so a partial segment
+    /// may wait for it (MSG_MORE; TCP only).
+    pub async fn send(&self, bytes: &[u8], more: bool) -> io::Result<usize> {
+        let mut flags = rustix::net::SendFlags::NOSIGNAL;
+        if more && matches!(self, Stream::Tcp(_)) {
+            flags |= rustix::net::SendFlags::MORE;
+        }
+        self.async_io(Interest::WRITABLE, || {
+            rustix::net::send(self, bytes, flags).map_err(io::Error::from)
+        })
+        .await
     }
 
     /// Sends FIN: the peer reads EOF, and may still send to us.
@@ -421,25 +435,6 @@ mod tests {
         assert_eq!(ours.read_lent(64).await.expect("read").1, 0);
     }
 
-    /// TCP segments the socket has received (TCP_INFO's tcpi_segs_in, at
-    /// byte 140 of the kernel's struct since Linux 4.2).
-    fn segments_in(socket: &impl std::os::fd::AsRawFd) -> u32 {
-        let mut info = [0u8; 256];
-        let mut len = info.len() as libc::socklen_t;
-        // SAFETY: the kernel writes at most `len` bytes into `info`.
-        let rc = unsafe {
-            libc::getsockopt(
-                socket.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                info.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        assert!(rc == 0 && len >= 144, "TCP_INFO: rc {rc}, {len} bytes");
-        u32::from_ne_bytes(info[140..144].try_into().expect("4 bytes"))
-    }
-
     /// The last bytes and the FIN after them reach the peer as one segment;
     /// sent the plain way, they take two (the control, which shows this
     /// kernel counts them apart).
@@ -447,7 +442,7 @@ mod tests {
     async fn the_last_bytes_leave_with_the_fin_in_one_segment() {
         for last in [false, true] {
             let (ours, mut peer) = crate::net::test_pair().await;
-            let before = segments_in(&peer);
+            let before = crate::net::segments_in(&peer);
             match last {
                 true => ours.send_before_fin(b"+answer\r\n").await.expect("send"),
                 false => {
@@ -462,7 +457,7 @@ mod tests {
                 .await
                 .expect("read to EOF");
             assert_eq!(got, b"+answer\r\n");
-            let segments = segments_in(&peer) - before;
+            let segments = crate::net::segments_in(&peer) - before;
             assert_eq!(segments, if last { 1 } else { 2 }, "last: {last}");
         }
     }
