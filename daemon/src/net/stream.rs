@@ -232,25 +232,45 @@ impl Stream {
     /// side next, without waiting on anything else first). Over TCP they are
     /// held back with MSG_MORE, so the FIN rides in their segment: one
     /// packet, and one wake-up of the peer, instead of two.
-    pub async fn send_before_fin(&self, mut bytes: &[u8]) -> io::Result<()> {
-        while !bytes.is_empty() {
-            bytes = &bytes[self.send(bytes, true).await?..];
-        }
-        Ok(())
+    pub async fn send_before_fin(&self, bytes: &[u8]) -> io::Result<()> {
+        let mut sent = 0;
+        // A poll function, not nested async fns: this future is part of
+        // every session's (a refusal may end any of them), so it stays a
+        // few words instead of tokio's readiness future and more.
+        std::future::poll_fn(|cx| {
+            while sent < bytes.len() {
+                sent += std::task::ready!(self.poll_send(cx, &bytes[sent..], true))?;
+            }
+            Poll::Ready(Ok(()))
+        })
+        .await
     }
 
     /// Sends some of `bytes` once the socket can take them; how many.
     /// `more`: the FIN (or more bytes) follows at once, so a partial segment
     /// may wait for it (MSG_MORE; TCP only).
     pub async fn send(&self, bytes: &[u8], more: bool) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_send(cx, bytes, more)).await
+    }
+
+    fn poll_send(&self, cx: &mut Context<'_>, bytes: &[u8], more: bool) -> Poll<io::Result<usize>> {
         let mut flags = rustix::net::SendFlags::NOSIGNAL;
         if more && matches!(self, Stream::Tcp(_)) {
             flags |= rustix::net::SendFlags::MORE;
         }
-        self.async_io(Interest::WRITABLE, || {
-            rustix::net::send(self, bytes, flags).map_err(io::Error::from)
-        })
-        .await
+        loop {
+            match self {
+                Stream::Tcp(s) => std::task::ready!(s.poll_write_ready(cx))?,
+                Stream::Unix(s) => std::task::ready!(s.poll_write_ready(cx))?,
+            }
+            // A WouldBlock clears the readiness: the next poll waits.
+            match self.try_io(Interest::WRITABLE, || {
+                rustix::net::send(self, bytes, flags).map_err(io::Error::from)
+            }) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                done => return Poll::Ready(done),
+            }
+        }
     }
 
     /// Sends FIN: the peer reads EOF, and may still send to us.

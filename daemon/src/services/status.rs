@@ -22,7 +22,9 @@ pub async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::R
 pub async fn refuse(conn: &mut Metered<Conn>, reason: &str) {
     let mut line = Vec::new();
     encode_reply(false, reason, &mut line);
-    let _ = send_last(conn, &line).await;
+    // Boxed: any session may end in a refusal, so this future is part of
+    // every session's, idle ones included; refusing is the rare path.
+    let _ = Box::pin(send_last(conn, &line)).await;
 }
 
 /// Sends `bytes`, the last before the session's graceful close, which
