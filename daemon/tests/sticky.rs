@@ -44,9 +44,13 @@ fn a_client_keeps_its_member_and_only_a_removed_members_clients_move() {
     let first: Vec<u8> = clients.iter().map(|c| reached_as(&daemon, c)).collect();
     let again: Vec<u8> = clients.iter().map(|c| reached_as(&daemon, c)).collect();
     assert_eq!(first, again, "a client changed members");
+    // Spread over all three. The members' ports differ in every run, and
+    // with them the hash: 60 clients give a member 20 give or take 3.7.
+    // 8..=32 failed about 1 run in 600 (once in CI, with 33); outside
+    // 4..=40, about 1 in 2,000,000.
     for tag in [b'A', b'B', b'C'] {
         let on = first.iter().filter(|&&t| t == tag).count();
-        assert!((8..=32).contains(&on), "{} of 60 on {}", on, tag as char);
+        assert!((4..=40).contains(&on), "{} of 60 on {}", on, tag as char);
     }
     // B out for maintenance: its clients move, no one else does.
     let out = Command::new(common::sibling_binary("tcpmux"))
