@@ -74,13 +74,7 @@ impl FixedBytes {
                     })
                     .await
                 }
-                None => {
-                    let bytes = &self.bytes[at..at + len];
-                    send_some(stream, || {
-                        rustix::net::send(stream, bytes, rustix::net::SendFlags::NOSIGNAL)
-                    })
-                    .await
-                }
+                None => stream.send(&self.bytes[at..at + len], false).await,
             };
             match result {
                 Ok(n) => {

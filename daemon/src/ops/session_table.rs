@@ -148,11 +148,15 @@ impl SessionTable {
 
     /// Ends every session of `service` relayed to `backend`; how many.
     pub fn kill_backend(&self, service: &str, backend: &str) -> usize {
+        // Not an address: no session was relayed to it.
+        let Ok(backend) = backend.parse::<Endpoint>() else {
+            return 0;
+        };
         let mut killed = 0;
         for session in self.sessions() {
             let detail = session.detail();
             if detail.service.as_ref().map(ServiceName::as_str) == Some(service)
-                && detail.backend.is_some_and(|b| b.to_string() == backend)
+                && detail.backend.as_ref() == Some(&backend)
             {
                 session.kill();
                 killed += 1;

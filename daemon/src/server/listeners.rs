@@ -110,16 +110,17 @@ impl Live {
         shared: &Arc<Shared>,
         sessions: &Sessions,
     ) {
+        let bound = listener.local_addr();
         tracing::info!(
-            address = %listener.local_addr(),
+            address = %bound,
             services = shared.settings().registry.len(),
             accept_proxy_from = ?options.accept_proxy_from.iter().map(ToString::to_string).collect::<Vec<_>>(),
             detect = options.detect.is_some(),
             tls = options.tls.is_some(),
             "listening"
         );
-        apply_accept_options(&listener.local_addr(), listener.as_fd(), &options, shared);
-        if let ListenAddr::Tcp(addr) = listener.local_addr() {
+        apply_accept_options(&bound, listener.as_fd(), &options, shared);
+        if let ListenAddr::Tcp(addr) = &bound {
             shared.own.listening_on(addr.port());
         }
         // A `tls` listener's sessions run whole on the TLS threads' runtime,
@@ -130,7 +131,6 @@ impl Live {
             .flatten();
         let options: SharedOptions = Arc::new(RwLock::new(Arc::new(options)));
         let fd = listener.as_fd().try_clone_to_owned().ok();
-        let bound = listener.local_addr();
         let moved = runtime.is_some();
         let accepting = accept_loop(
             listener,

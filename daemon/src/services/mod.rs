@@ -71,19 +71,18 @@ pub async fn serve(
     let status = tcpmux.then_some(service.message.as_str());
     match &service.kind {
         ServiceKind::Builtin(builtin) => {
-            // A one-shot answer goes out in the status line's write: one
-            // segment, and one wake-up of the client instead of two.
+            // A one-shot answer goes out in the status line's write, and
+            // with the FIN: one segment, one wake-up of the client.
             let mut reply = Vec::with_capacity(128);
             if let Some(message) = status {
                 encode_reply(true, message, &mut reply);
             }
-            let answered = one_shot_answer(*builtin, context, &mut reply);
-            if answered {
+            if one_shot_answer(*builtin, context, &mut reply) {
                 send_last(conn, &reply).await?;
-            } else if !reply.is_empty() {
-                conn.write_all(&reply).await?;
-            }
-            if !answered {
+            } else {
+                if !reply.is_empty() {
+                    conn.write_all(&reply).await?;
+                }
                 run_builtin(*builtin, conn).await?;
             }
             Ok(Outcome::Served { backend: None })
