@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Most bytes we read and throw away while waiting for the client's FIN; a client
 /// that keeps sending past this is not closing, and gets the RST it asked for.
-const DRAIN_LIMIT: usize = 256 * 1024;
+pub(crate) const DRAIN_LIMIT: usize = 256 * 1024;
 
 /// Flushes, shuts down the write side, then drains input until EOF, `DRAIN_LIMIT`
 /// bytes or `drain` elapsed, whichever comes first. Errors mean the client is gone,

@@ -225,6 +225,9 @@ impl AsyncRead for Conn {
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Conn::Early(early) => {
                 early.read_into(buf);
+                // At once, so that a socket shortcut sees the plain socket
+                // as soon as the last byte read ahead is read again.
+                this.settle();
                 Poll::Ready(Ok(()))
             }
             Conn::Gone => Poll::Ready(Ok(())),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::io::unix::AsyncFd;
+use tokio::net::UnixListener;
 
 use super::stream::Stream;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec, Peer};
@@ -76,9 +77,7 @@ impl Listener {
         ) {
             let listener = std::net::TcpListener::from(fd);
             listener.set_nonblocking(true)?;
-            return Ok(Listener::Tcp(TcpAcceptor::new(TcpListener::from_std(
-                listener,
-            )?)?));
+            return Ok(Listener::Tcp(TcpAcceptor::new(listener)?));
         }
         let listener = std::os::unix::net::UnixListener::from(fd);
         listener.set_nonblocking(true)?;
@@ -102,7 +101,7 @@ impl Listener {
         match self {
             Listener::Tcp(acceptor) => {
                 let fd = acceptor.listener.as_fd().try_clone_to_owned()?;
-                acceptor.listener = TcpListener::from_std(std::net::TcpListener::from(fd))?;
+                acceptor.listener = registered(std::net::TcpListener::from(fd))?;
             }
             Listener::Unix { listener, .. } => {
                 let fd = listener.as_fd().try_clone_to_owned()?;
@@ -115,7 +114,7 @@ impl Listener {
     /// The address actually bound (the real port when 0 was asked for).
     pub fn local_addr(&self) -> ListenAddr {
         match self {
-            Listener::Tcp(l) => match l.listener.local_addr() {
+            Listener::Tcp(l) => match l.listener.get_ref().local_addr() {
                 Ok(addr) => ListenAddr::Tcp(addr),
                 Err(_) => ListenAddr::Tcp(SocketAddr::from(([0, 0, 0, 0], 0))),
             },
@@ -127,7 +126,7 @@ impl Listener {
     /// `AcceptErrors` (net/accept_errors.rs), the one policy of every loop.
     pub async fn accept(&self) -> io::Result<Accepted> {
         match self {
-            Listener::Tcp(l) => l.accept().await,
+            Listener::Tcp(l) => l.accept().await?.register(),
             Listener::Unix {
                 listener, label, ..
             } => {
@@ -142,9 +141,54 @@ impl Listener {
                     stream: Stream::Unix(stream),
                     peer,
                     local: None,
+                    early: Vec::new(),
                 })
             }
         }
+    }
+
+    /// Accepts the next client; a TCP one comes not yet registered with the
+    /// reactor, for the accept loop to answer at once if it can.
+    pub async fn arrival(&self) -> io::Result<Arrival> {
+        match self {
+            Listener::Tcp(l) => l.accept().await.map(Arrival::Tcp),
+            Listener::Unix { .. } => self.accept().await.map(Arrival::Registered),
+        }
+    }
+}
+
+/// A client as the accept loop receives it.
+#[derive(Debug)]
+pub enum Arrival {
+    /// A TCP client's socket, in no reactor yet.
+    Tcp(Incoming),
+    Registered(Accepted),
+}
+
+/// A TCP client the kernel has accepted, not registered with the runtime's
+/// reactor: one the accept loop answers on the spot never is (no epoll_ctl
+/// to add it, none to remove it).
+#[derive(Debug)]
+pub struct Incoming {
+    pub socket: std::net::TcpStream,
+    pub peer: SocketAddr,
+    pub local: Option<SocketAddr>,
+}
+
+impl Incoming {
+    /// Registers the socket with the current runtime, for a session; `early`
+    /// are bytes already read from it.
+    pub fn into_session(self, early: Vec<u8>) -> io::Result<Accepted> {
+        Ok(Accepted {
+            stream: Stream::Tcp(tokio::net::TcpStream::from_std(self.socket)?),
+            peer: Peer::Tcp(self.peer),
+            local: self.local,
+            early,
+        })
+    }
+
+    fn register(self) -> io::Result<Accepted> {
+        self.into_session(Vec::new())
     }
 }
 
@@ -154,46 +198,70 @@ pub struct Accepted {
     pub stream: Stream,
     pub peer: Peer,
     pub local: Option<SocketAddr>,
+    /// Bytes already read from the socket, ahead of what is still in it.
+    pub early: Vec<u8>,
 }
 
 /// A listening TCP socket set up so that accepting costs no system call
 /// beyond accept4 itself.
 #[derive(Debug)]
 pub struct TcpAcceptor {
-    listener: TcpListener,
+    listener: AsyncFd<std::net::TcpListener>,
     /// The bound address, when it is one address: then it is every client's
     /// local address, and asking each socket (getsockname) would be wasted.
     fixed_local: Option<SocketAddr>,
 }
 
 impl TcpAcceptor {
-    fn new(listener: TcpListener) -> io::Result<TcpAcceptor> {
+    fn new(listener: std::net::TcpListener) -> io::Result<TcpAcceptor> {
         // Replies are written whole; without TCP_NODELAY, a reply written as two
         // segments (status line, then data) waits on the client's delayed ACK.
         // Linux copies it from the listening socket to every accepted one.
         socket2::SockRef::from(&listener).set_tcp_nodelay(true)?;
         let fixed_local = listener.local_addr()?;
         Ok(TcpAcceptor {
-            listener,
+            listener: registered(listener)?,
             fixed_local: (!fixed_local.ip().is_unspecified()).then_some(fixed_local),
         })
     }
 
-    async fn accept(&self) -> io::Result<Accepted> {
-        let (stream, peer) = self.listener.accept().await?;
+    /// accept4, as tokio's would, but without registering the socket.
+    async fn accept(&self) -> io::Result<Incoming> {
+        use rustix::net::SocketFlags;
+        let (socket, peer) = loop {
+            let mut ready = self.listener.readable().await?;
+            let flags = SocketFlags::NONBLOCK | SocketFlags::CLOEXEC;
+            let accepted =
+                ready.try_io(|l| rustix::net::acceptfrom_with(l, flags).map_err(io::Error::from));
+            if let Ok(accepted) = accepted {
+                break accepted?;
+            }
+        };
+        let socket = std::net::TcpStream::from(socket);
         if !cfg!(target_os = "linux") {
-            stream.set_nodelay(true)?;
+            socket.set_nodelay(true)?;
         }
+        let peer = match peer.map(SocketAddr::try_from) {
+            Some(Ok(peer)) => peer,
+            _ => socket.peer_addr()?,
+        };
         let local = match self.fixed_local {
             Some(addr) => Some(addr),
-            None => Some(stream.local_addr()?),
+            None => Some(socket.local_addr()?),
         };
-        Ok(Accepted {
-            stream: Stream::Tcp(stream),
-            peer: Peer::Tcp(peer),
+        Ok(Incoming {
+            socket,
+            peer,
             local,
         })
     }
+}
+
+/// A listening socket registered with the current runtime's reactor.
+fn registered(listener: std::net::TcpListener) -> io::Result<AsyncFd<std::net::TcpListener>> {
+    // SAFETY: the listener owns its descriptor for as long as the AsyncFd
+    // owns the listener, and always reports that same descriptor.
+    Ok(unsafe { AsyncFd::register(listener) }?)
 }
 
 /// Set once this process has handed its sockets to a successor: the Unix
@@ -293,8 +361,8 @@ pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>
     Ok(sets)
 }
 
-fn bind_tcp(addr: SocketAddr) -> io::Result<TcpListener> {
-    TcpListener::from_std(tcp_socket(addr, false)?.into())
+fn bind_tcp(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    Ok(tcp_socket(addr, false)?.into())
 }
 
 fn tcp_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {

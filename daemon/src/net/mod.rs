@@ -1,11 +1,13 @@
 //! Sockets: listening and accepting, the connected stream type, peeking at a
 //! client's opening, the client connection (plain or TLS), the PROXY protocol
 //! header, the zero-copy relay and sendfile, the socketpair for bytes that
-//! pass through the daemon, and the graceful close.
+//! pass through the daemon, and the graceful close (a session's own, or the
+//! accept loop's for the clients it answered itself).
 
 pub(crate) mod accept_errors;
 pub(crate) mod buffers;
 pub(crate) mod close;
+pub(crate) mod closer;
 pub(crate) mod conn;
 pub(crate) mod handshakes;
 pub mod listener;

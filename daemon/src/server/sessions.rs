@@ -3,16 +3,21 @@
 //! the grace period is over.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::instrument::WithSubscriber;
 
+use crate::admission::Admission;
 use crate::model::ListenOptions;
 use crate::net::accept_errors::AcceptErrors;
-use crate::net::listener::Listener;
-use crate::session;
+use crate::net::closer::Closer;
+use crate::net::listener::{Arrival, Listener};
+use crate::session::{self, AtAccept};
 use crate::state::Shared;
 
 /// A listener's options, which a reload may change for new connections: the
@@ -63,10 +68,12 @@ impl Sessions {
 /// in front of every client already served.
 const ACCEPT_BATCH: u32 = 16;
 
-/// Accepts clients and starts a session for each, on the runtime this runs
-/// on. `moved`: the listener was bound on another runtime, whose reactor
-/// would otherwise wake this one for every batch of clients; it is
-/// registered with this runtime's first (and, failing that, served as it is).
+/// Accepts clients and answers each at once if its answer is one line
+/// (`session::at_accept`), else starts a session for it, on the runtime this
+/// runs on; the clients it answered wait here for their FIN. `moved`: the
+/// listener was bound on another runtime, whose reactor would otherwise
+/// wake this one for every batch of clients; it is registered with this
+/// runtime's first (and, failing that, served as it is).
 pub(super) async fn accept_loop(
     mut listener: Listener,
     options: SharedOptions,
@@ -79,31 +86,95 @@ pub(super) async fn accept_loop(
             tracing::warn!(address = %listener.local_addr(), error = %e, "cannot register the listener with the TLS threads' runtime; served as it is");
         }
     }
+    let mut closer = match Closer::new() {
+        Ok(closer) => Some(closer),
+        Err(e) => {
+            tracing::warn!(address = %listener.local_addr(), error = %e, "cannot make the set of answered sockets; every client gets a session");
+            None
+        }
+    };
+    let drain = || shared.settings().close_drain_timeout;
+    let mut sweep = Box::pin(tokio::time::sleep(Closer::<()>::sweep_period(drain())));
     let mut errors = AcceptErrors::new("clients");
     let mut batch = 0u32;
     loop {
-        match listener.accept().await {
-            Ok(accepted) => {
+        let waiting = closer.as_ref().is_some_and(|c| !c.is_empty());
+        // Unbiased: neither a burst of clients nor of FINs holds the other up.
+        let arrival = tokio::select! {
+            () = std::future::poll_fn(|cx| ready(&closer, cx)), if waiting => {
+                closer.as_mut().map(Closer::drain_ready);
+                None
+            }
+            () = &mut sweep, if waiting => {
+                let (now, drain) = (Instant::now(), drain());
+                if let Some(closer) = closer.as_mut() {
+                    closer.sweep(now, drain);
+                }
+                sweep.as_mut().reset((now + Closer::<()>::sweep_period(drain)).into());
+                None
+            }
+            arrival = listener.arrival() => Some(arrival),
+        };
+        let session = match arrival {
+            None => None,
+            Some(Err(e)) => {
+                errors.failed(&listener.local_addr(), &e).await;
+                continue;
+            }
+            Some(Ok(arrival)) => {
                 // The options in force now: a reload may have changed them.
                 let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
-                let session = session::handle(Arc::clone(&shared), accepted, options);
-                match moved {
-                    // The log this loop was given goes on to its sessions.
-                    true => sessions.spawn(session.with_current_subscriber()),
-                    false => sessions.spawn(session),
-                }
-                // Only once the connection is its session's: this loop is
-                // aborted at an await when accepting stops (an upgrade's
-                // hand-over, shutdown), and a connection held here would be
-                // dropped with its request unread, which the kernel answers
-                // with RST.
-                batch += 1;
-                if batch == ACCEPT_BATCH {
-                    batch = 0;
-                    tokio::task::yield_now().await;
+                match start(arrival, &options, &shared, closer.as_mut()) {
+                    Ok(AtAccept::Answered) => None,
+                    Ok(AtAccept::Session(accepted)) => {
+                        Some(
+                            Box::pin(session::handle(Arc::clone(&shared), accepted, options))
+                                as Pin<Box<dyn Future<Output = ()> + Send>>,
+                        )
+                    }
+                    Ok(AtAccept::Unfinished(rest)) => Some(rest),
+                    Err(e) => {
+                        errors.failed(&listener.local_addr(), &e).await;
+                        continue;
+                    }
                 }
             }
-            Err(e) => errors.failed(&listener.local_addr(), &e).await,
+        };
+        if let Some(session) = session {
+            match moved {
+                // The log this loop was given goes on to its sessions.
+                true => sessions.spawn(session.with_current_subscriber()),
+                false => sessions.spawn(session),
+            }
         }
+        // Only once the connection is its session's or answered: this loop
+        // is aborted at an await when accepting stops (an upgrade's
+        // hand-over, shutdown), and a connection held here would be dropped
+        // with its request unread, which the kernel answers with RST.
+        batch += 1;
+        if batch == ACCEPT_BATCH {
+            batch = 0;
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+fn ready(closer: &Option<Closer<Option<Admission>>>, cx: &mut Context<'_>) -> Poll<()> {
+    closer.as_ref().map_or(Poll::Pending, |c| c.poll_ready(cx))
+}
+
+/// A new client answered now, or made a session.
+fn start(
+    arrival: Arrival,
+    options: &ListenOptions,
+    shared: &Arc<Shared>,
+    closer: Option<&mut Closer<Option<Admission>>>,
+) -> std::io::Result<AtAccept> {
+    match (arrival, closer) {
+        (Arrival::Tcp(incoming), Some(closer)) => {
+            session::answer_at_accept(shared, incoming, options, closer)
+        }
+        (Arrival::Tcp(incoming), None) => incoming.into_session(Vec::new()).map(AtAccept::Session),
+        (Arrival::Registered(accepted), _) => Ok(AtAccept::Session(accepted)),
     }
 }

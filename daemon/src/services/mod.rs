@@ -118,11 +118,25 @@ pub async fn serve(
 /// says whether it was one; the others stream (`run_builtin`).
 fn one_shot_answer(builtin: Builtin, context: &Context<'_>, out: &mut Vec<u8>) -> bool {
     match builtin {
+        Builtin::Stats => out.extend_from_slice((context.stats)().as_bytes()),
+        other => return small_answer(other, out),
+    }
+    true
+}
+
+/// Appends the answer of a built-in that sends one line and is done (the
+/// clocks), and says whether it was one: the answers the accept loop may
+/// give itself (`session::at_accept`), since a new socket takes them whole.
+pub fn small_answer(builtin: Builtin, out: &mut Vec<u8>) -> bool {
+    match builtin {
         Builtin::Daytime => daytime::answer(out),
         Builtin::Time => time::answer(out),
         Builtin::Isotime => isotime::answer(out),
-        Builtin::Stats => out.extend_from_slice((context.stats)().as_bytes()),
-        Builtin::Echo | Builtin::Discard | Builtin::Chargen | Builtin::Sometext => return false,
+        Builtin::Stats
+        | Builtin::Echo
+        | Builtin::Discard
+        | Builtin::Chargen
+        | Builtin::Sometext => return false,
     }
     true
 }

@@ -3,6 +3,8 @@
 //! bytes begin (`negotiate.rs`, `detect.rs`), the answer, the service, a graceful
 //! close, and the one log line that tells what happened.
 
+mod answer;
+mod at_accept;
 mod detect;
 mod negotiate;
 mod opening;
@@ -12,37 +14,20 @@ use std::time::Instant;
 
 use tcpmux_proto::{Decision, ServiceName};
 
+use self::answer::{busy_reason, is_own, may_serve, report, Answer, PROXY_LOOP};
+pub use self::at_accept::{answer_at_accept, AtAccept};
 use self::negotiate::negotiate;
 use self::opening::{Negotiated, Reply};
-use crate::admission::{Busy, OwnConnections, ServiceCounts, Slot};
-use crate::model::{ClientInfo, ListenOptions, Peer, Routed, Service};
+use crate::admission::{Busy, ServiceCounts, Slot};
+use crate::model::{ClientInfo, ListenOptions, Peer, Service};
 use crate::net::close::close_gracefully;
 use crate::net::conn::Conn;
 use crate::net::listener::Accepted;
 use crate::net::stream::Metered;
-use crate::ops::access_log;
 use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
 use crate::services::{self, help, refuse, send_last};
 use crate::state::{Settings, Shared};
-
-/// How a connection ended, and where it was going.
-struct Answer {
-    outcome: Outcome,
-    /// The service it asked for or was routed to, if any.
-    service: Option<ServiceName>,
-    routed: Routed,
-}
-
-impl Answer {
-    fn new(outcome: Outcome) -> Answer {
-        Answer {
-            outcome,
-            service: None,
-            routed: Routed::Tcpmux,
-        }
-    }
-}
 
 /// Serves one accepted connection to its end, then logs and counts it.
 pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenOptions>) {
@@ -54,6 +39,7 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
         stream,
         peer,
         local,
+        early,
     } = accepted;
     let mut client = ClientInfo {
         local,
@@ -63,6 +49,8 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
     };
     let via = client.peer.clone();
     let mut conn = Metered::new(Conn::Plain(stream));
+    // Read by the accept loop, which left the client to a session after all.
+    conn.get_mut().unread(&early);
     let live = shared.sessions.open(via.clone(), local);
 
     let expect_header = client
@@ -109,9 +97,8 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
             Ok(Ok(Negotiated::Decided(_) | Negotiated::Routed(..)))
                 if is_own(&shared.own, &via, local) =>
             {
-                let reason = "proxy loop: this connection comes from tcpmuxd's own proxy";
-                refuse(&mut conn, reason).await;
-                Answer::new(Outcome::Refused(reason.into()))
+                refuse(&mut conn, PROXY_LOOP).await;
+                Answer::new(Outcome::Refused(PROXY_LOOP.into()))
             }
             // Boxed: a service's state is allocated when it starts, not
             // sized into every session still negotiating.
@@ -138,7 +125,8 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
     if !matches!(answer.outcome, Outcome::HandedOff { relayed: false }) && !conn.finished {
         close_gracefully(&mut conn, settings.close_drain_timeout).await;
     }
-    report(&shared, &client, &via, &answer, &conn, started);
+    let bytes = (conn.bytes_in, conn.bytes_out);
+    report(&shared, &client, &via, &answer, bytes, started);
     drop(admission);
 }
 
@@ -155,16 +143,6 @@ async fn timed_out(
         refuse(conn, "negotiation timeout").await;
     }
     Answer::new(Outcome::NegotiationTimeout)
-}
-
-/// Whether the connection from `peer` to our `local` address is one of the
-/// daemon's own proxy connections come back (the socket's own addresses, not
-/// announced ones).
-fn is_own(own: &OwnConnections, peer: &Peer, local: Option<std::net::SocketAddr>) -> bool {
-    match (peer.tcp_addr(), local) {
-        (Some(peer), Some(local)) => own.contains(peer, local),
-        _ => false,
-    }
 }
 
 /// Answers what the negotiation produced.
@@ -276,50 +254,6 @@ async fn refuse_unrouted(conn: &mut Metered<Conn>, reason: &str, reply: Reply) {
     }
 }
 
-/// The connection's one log line and its metric.
-fn report(
-    shared: &Shared,
-    client: &ClientInfo,
-    via: &Peer,
-    answer: &Answer,
-    conn: &Metered<Conn>,
-    started: Instant,
-) {
-    let (outcome, routed) = (&answer.outcome, answer.routed.label());
-    let service_name = answer.service.as_ref().map_or("-", ServiceName::as_str);
-    // Fields that are None are left out of the line.
-    let via = (client.peer.tcp_addr() != via.tcp_addr()).then(|| via.to_string());
-    let backend = outcome.backend();
-    let tls = client.tls.as_ref();
-    let line = access_log::Fields {
-        peer: &client.peer,
-        via: via.as_deref(),
-        service: service_name,
-        routed,
-        backend: backend.map(|b| b as &dyn std::fmt::Display),
-        tls: tls.map(|t| t.version.as_str()),
-        cipher: tls.map(|t| t.cipher.as_str()),
-        cert: tls.and_then(|t| t.name()),
-        outcome,
-        bytes_in: conn.bytes_in,
-        bytes_out: conn.bytes_out,
-        elapsed: started.elapsed(),
-    };
-    access_log::write(&line);
-    if let Some(tls) = &client.tls {
-        shared.metrics.handshake(tls.resumed);
-    }
-    // Label by registered name only, so clients cannot grow the metric set.
-    let label = if outcome.unnamed() { "-" } else { service_name };
-    shared.metrics.record(
-        label,
-        outcome.category(),
-        routed,
-        conn.bytes_in,
-        conn.bytes_out,
-    );
-}
-
 /// Runs a service the client named (`tcpmux`: it reads status lines) or was
 /// routed to, once its access rules and connection cap allow. A routed client
 /// gets no status line, and a refusal closes its connection silently (the log
@@ -332,19 +266,12 @@ async fn serve_named(
     live: &LiveSession,
     tcpmux: bool,
 ) -> Outcome {
-    if !service.access.permits_client(client) {
-        if tcpmux {
-            refuse(conn, "access denied").await;
-        }
-        return Outcome::Refused("access denied".into());
-    }
     let counts = settings
         .usage
         .get(&service.name)
         .cloned()
         .unwrap_or_default();
-    if counts.disabled.load(std::sync::atomic::Ordering::Acquire) {
-        let reason = "service disabled";
+    if let Err(reason) = may_serve(service, client, &counts) {
         if tcpmux {
             refuse(conn, reason).await;
         }
@@ -410,9 +337,5 @@ async fn queued(
             }
         }
     };
-    busy.map_err(|busy| match busy {
-        Busy::Full => "service busy: too many connections, try again later",
-        Busy::QueueFull => "service busy: the queue is full, try again later",
-        Busy::TimedOut => "service busy: waited too long in the queue, try again later",
-    })
+    busy.map_err(busy_reason)
 }

@@ -1,0 +1,216 @@
+//! The accept loop's own answers. A TCPMUX client whose request line is in its
+//! socket when it is accepted, and whose answer is one line (a clock built-in,
+//! or a refusal), is answered by the loop on the spot: one read, one send
+//! with the FIN, and the loop's closer (net/closer.rs) waits for the client's
+//! FIN. No task, no timer and no reactor registration, which is most of what a
+//! session costs beyond the kernel's work. Every other client becomes a
+//! session, with what was read put back in front of its input.
+
+use std::future::Future;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustix::net::{RecvFlags, SendFlags};
+use tcpmux_proto::{encode_reply, Decision, Progress, RequestParser, ServiceName, MAX_NAME_LEN};
+
+use super::answer::{busy_reason, is_own, may_serve, report, Answer, PROXY_LOOP};
+use crate::admission::{Admission, Busy};
+use crate::model::{Builtin, ClientInfo, ListenOptions, Peer, Service, ServiceKind};
+use crate::net::close::close_gracefully;
+use crate::net::closer::Closer;
+use crate::net::listener::{Accepted, Incoming};
+use crate::net::stream::Stream;
+use crate::outcome::Outcome;
+use crate::services::small_answer;
+use crate::state::{Settings, Shared};
+
+/// What the accept loop does with a new client.
+pub enum AtAccept {
+    /// Answered; the closer has it.
+    Answered,
+    /// A session's to serve.
+    Session(Accepted),
+    /// Answered, but the socket did not take the whole answer at once (a
+    /// kernel short of memory): the rest is sent by this, as a session is.
+    Unfinished(Pin<Box<dyn Future<Output = ()> + Send>>),
+}
+
+/// Answers `incoming` now if its request is in and its answer is one line;
+/// else registers it for a session.
+pub fn answer_at_accept(
+    shared: &Arc<Shared>,
+    incoming: Incoming,
+    listen: &ListenOptions,
+    closer: &mut Closer<Option<Admission>>,
+) -> io::Result<AtAccept> {
+    let started = Instant::now();
+    // Detection, TLS and a PROXY header each have more to read first.
+    let plain = listen.detect.is_none() && listen.tls.is_none();
+    if !plain || listen.trusts_proxy(incoming.peer.ip()) {
+        return incoming.into_session(Vec::new()).map(AtAccept::Session);
+    }
+    let mut buf = [0u8; MAX_NAME_LEN + 2];
+    let read = match rustix::net::recv(&incoming.socket, &mut buf, RecvFlags::DONTWAIT) {
+        Ok((n, _)) if n > 0 => n,
+        // Nothing yet, or an end or an error, which the session reports.
+        _ => return incoming.into_session(Vec::new()).map(AtAccept::Session),
+    };
+    let name = match RequestParser::new().feed(&buf[..read]) {
+        Progress::Decided {
+            decision: Decision::Service(name),
+            ..
+        } => name,
+        _ => {
+            return incoming
+                .into_session(buf[..read].to_vec())
+                .map(AtAccept::Session)
+        }
+    };
+    let settings = shared.settings();
+    let service = match settings.registry.lookup(&name) {
+        None => None,
+        Some(service) => match one_line(service) {
+            Some(builtin) => Some((service, builtin)),
+            None => {
+                return incoming
+                    .into_session(buf[..read].to_vec())
+                    .map(AtAccept::Session)
+            }
+        },
+    };
+    let client = ClientInfo {
+        peer: Peer::Tcp(incoming.peer),
+        local: incoming.local,
+        tls: None,
+        sni: None,
+    };
+    let mut reply = Vec::with_capacity(128);
+    let (answer, admission) = decide(shared, &settings, &client, (name, service), &mut reply);
+    let socket = OwnedFd::from(incoming.socket);
+    let flags = SendFlags::NOSIGNAL | SendFlags::MORE | SendFlags::DONTWAIT;
+    let sent = match rustix::net::send(&socket, &reply, flags) {
+        Err(rustix::io::Errno::AGAIN) => Ok(0),
+        other => other,
+    };
+    let bytes = (read as u64, reply.len() as u64);
+    match sent {
+        Ok(all) if all == reply.len() => {
+            // Our FIN joins the answer held back by MSG_MORE.
+            let _ = rustix::net::shutdown(&socket, rustix::net::Shutdown::Write);
+            // `close_drain_timeout = 0`: closed at once, as a session is.
+            if !settings.close_drain_timeout.is_zero() {
+                closer.add(socket, admission, started);
+            }
+        }
+        Ok(part) => {
+            let rest = reply.split_off(part);
+            let drain = settings.close_drain_timeout;
+            let stream = tokio::net::TcpStream::from_std(socket.into())?;
+            let shared = Arc::clone(shared);
+            return Ok(AtAccept::Unfinished(Box::pin(async move {
+                let mut stream = Stream::Tcp(stream);
+                let answer = match stream.send_before_fin(&rest).await {
+                    Err(e) if matches!(answer.outcome, Outcome::Served { .. }) => {
+                        Answer::new(Outcome::ServiceError(e))
+                    }
+                    _ => answer,
+                };
+                close_gracefully(&mut stream, drain).await;
+                report(&shared, &client, &client.peer, &answer, bytes, started);
+                drop(admission);
+            })));
+        }
+        // The client is gone: a refusal's reason stays the outcome, as in
+        // a session, where a refusal's send may fail.
+        Err(e) => {
+            if matches!(answer.outcome, Outcome::Served { .. }) {
+                let answer = Answer::new(Outcome::ServiceError(e.into()));
+                report(shared, &client, &client.peer, &answer, bytes, started);
+                return Ok(AtAccept::Answered);
+            }
+        }
+    }
+    report(shared, &client, &client.peer, &answer, bytes, started);
+    Ok(AtAccept::Answered)
+}
+
+/// The built-in a service is, if its whole answer is one line.
+fn one_line(service: &Service) -> Option<Builtin> {
+    match &service.kind {
+        ServiceKind::Builtin(builtin) if service.queue.is_none() => {
+            small_answer(*builtin, &mut Vec::new()).then_some(*builtin)
+        }
+        _ => None,
+    }
+}
+
+/// The checks a session makes, in its order, and the reply they lead to,
+/// put in `reply`; with the connection's admission, if it was admitted.
+fn decide(
+    shared: &Arc<Shared>,
+    settings: &Settings,
+    client: &ClientInfo,
+    (name, service): (ServiceName, Option<(&Service, Builtin)>),
+    reply: &mut Vec<u8>,
+) -> (Answer, Option<Admission>) {
+    let mut refuse = |reason: &str, outcome: Outcome| {
+        encode_reply(false, reason, reply);
+        Answer::new(outcome)
+    };
+    let mut admission = match shared.gate.admit(&settings.limits) {
+        Ok(admission) => admission,
+        Err(refusal) => {
+            let reason = refusal.to_string();
+            return (refuse(&reason, Outcome::Refused(reason.clone())), None);
+        }
+    };
+    let admitted = admission.admit_address(&shared.gate, &client.peer, &settings.limits);
+    let refused = match admitted {
+        Err(refusal) => Some(refusal.to_string()),
+        Ok(()) if is_own(&shared.own, &client.peer, client.local) => Some(PROXY_LOOP.to_owned()),
+        Ok(()) => None,
+    };
+    if let Some(reason) = refused {
+        return (
+            refuse(&reason, Outcome::Refused(reason.clone())),
+            Some(admission),
+        );
+    }
+    let Some((service, builtin)) = service else {
+        let reason = format!("unknown service {name}; send HELP for the list");
+        let answer = refuse(&reason, Outcome::UnknownService);
+        return (named(answer, name), Some(admission));
+    };
+    let counts = settings
+        .usage
+        .get(&service.name)
+        .cloned()
+        .unwrap_or_default();
+    let slot = may_serve(service, client, &counts).and_then(|()| {
+        let cap = service.connection_cap();
+        counts
+            .connections
+            .acquire(cap)
+            .ok_or(busy_reason(Busy::Full))
+    });
+    let answer = match slot {
+        Err(reason) => refuse(reason, Outcome::Refused(reason.into())),
+        // The slot is held while the answer is made; sent, it is done.
+        Ok(_slot) => {
+            encode_reply(true, &service.message, reply);
+            small_answer(builtin, reply);
+            Answer::new(Outcome::Served { backend: None })
+        }
+    };
+    (named(answer, name), Some(admission))
+}
+
+fn named(answer: Answer, name: ServiceName) -> Answer {
+    Answer {
+        service: Some(name),
+        ..answer
+    }
+}
