@@ -18,9 +18,17 @@ use super::close::DRAIN_LIMIT;
 /// the loop, behind the clients it accepts meanwhile.
 const EVENTS: usize = 64;
 
+/// Slots an empty set keeps: the descriptors of a quiet daemon's clients.
+const KEPT_SLOTS: usize = 1024;
+
 /// Sweeps per drain timeout: a socket waits from the whole timeout to a
 /// quarter more.
 const SWEEPS: u32 = 4;
+
+/// How often [`Closer::sweep`] is to run for a drain timeout of `drain`.
+pub fn sweep_period(drain: Duration) -> Duration {
+    (drain / SWEEPS).max(Duration::from_millis(1))
+}
 
 /// A socket waiting for its client's FIN, and what is released at its close.
 struct Waiting<T> {
@@ -56,11 +64,6 @@ impl<T> Closer<T> {
 
     pub fn is_empty(&self) -> bool {
         self.count == 0
-    }
-
-    /// How often [`Closer::sweep`] is to run for a drain timeout of `drain`.
-    pub fn sweep_period(drain: Duration) -> Duration {
-        (drain / SWEEPS).max(Duration::from_millis(1))
     }
 
     /// Waits for `socket`'s FIN (its answer and ours are sent), then closes
@@ -128,7 +131,7 @@ impl<T> Closer<T> {
         }
     }
 
-    /// Called every [`Closer::sweep_period`]: closes the sockets whose
+    /// Called every [`sweep_period`]: closes the sockets whose
     /// client has not closed within `drain` (`close_drain_timeout`).
     pub fn sweep(&mut self, now: Instant, drain: Duration) {
         for slot in 0..self.waiting.len() {
@@ -145,6 +148,10 @@ impl<T> Closer<T> {
         // Dropping the socket closes it, which takes it out of the set.
         if self.waiting.get_mut(slot).and_then(Option::take).is_some() {
             self.count -= 1;
+        }
+        // After a wave, the table it needed goes back to the allocator.
+        if self.count == 0 && self.waiting.len() > KEPT_SLOTS {
+            self.waiting = Vec::new();
         }
     }
 }
@@ -281,12 +288,9 @@ mod tests {
     #[test]
     fn sweeps_come_four_times_per_drain_timeout() {
         assert_eq!(
-            Closer::<()>::sweep_period(Duration::from_secs(2)),
+            sweep_period(Duration::from_secs(2)),
             Duration::from_millis(500)
         );
-        assert_eq!(
-            Closer::<()>::sweep_period(Duration::ZERO),
-            Duration::from_millis(1)
-        );
+        assert_eq!(sweep_period(Duration::ZERO), Duration::from_millis(1));
     }
 }

@@ -3,7 +3,6 @@
 //! the grace period is over.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -15,7 +14,7 @@ use tracing::instrument::WithSubscriber;
 use crate::admission::Admission;
 use crate::model::ListenOptions;
 use crate::net::accept_errors::AcceptErrors;
-use crate::net::closer::Closer;
+use crate::net::closer::{sweep_period, Closer};
 use crate::net::listener::{Arrival, Listener};
 use crate::session::{self, AtAccept};
 use crate::state::Shared;
@@ -94,7 +93,7 @@ pub(super) async fn accept_loop(
         }
     };
     let drain = || shared.settings().close_drain_timeout;
-    let mut sweep = Box::pin(tokio::time::sleep(Closer::<()>::sweep_period(drain())));
+    let mut sweep = Box::pin(tokio::time::sleep(sweep_period(drain())));
     let mut errors = AcceptErrors::new("clients");
     let mut batch = 0u32;
     loop {
@@ -110,13 +109,13 @@ pub(super) async fn accept_loop(
                 if let Some(closer) = closer.as_mut() {
                     closer.sweep(now, drain);
                 }
-                sweep.as_mut().reset((now + Closer::<()>::sweep_period(drain)).into());
+                sweep.as_mut().reset((now + sweep_period(drain)).into());
                 None
             }
             arrival = listener.arrival() => Some(arrival),
         };
-        let session = match arrival {
-            None => None,
+        match arrival {
+            None => {}
             Some(Err(e)) => {
                 errors.failed(&listener.local_addr(), &e).await;
                 continue;
@@ -125,26 +124,17 @@ pub(super) async fn accept_loop(
                 // The options in force now: a reload may have changed them.
                 let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
                 match start(arrival, &options, &shared, closer.as_mut()) {
-                    Ok(AtAccept::Answered) => None,
+                    Ok(AtAccept::Answered) => {}
                     Ok(AtAccept::Session(accepted)) => {
-                        Some(
-                            Box::pin(session::handle(Arc::clone(&shared), accepted, options))
-                                as Pin<Box<dyn Future<Output = ()> + Send>>,
-                        )
+                        let session = session::handle(Arc::clone(&shared), accepted, options);
+                        spawn(&sessions, session, moved);
                     }
-                    Ok(AtAccept::Unfinished(rest)) => Some(rest),
+                    Ok(AtAccept::Unfinished(rest)) => spawn(&sessions, rest, moved),
                     Err(e) => {
                         errors.failed(&listener.local_addr(), &e).await;
                         continue;
                     }
                 }
-            }
-        };
-        if let Some(session) = session {
-            match moved {
-                // The log this loop was given goes on to its sessions.
-                true => sessions.spawn(session.with_current_subscriber()),
-                false => sessions.spawn(session),
             }
         }
         // Only once the connection is its session's or answered: this loop
@@ -156,6 +146,15 @@ pub(super) async fn accept_loop(
             batch = 0;
             tokio::task::yield_now().await;
         }
+    }
+}
+
+/// Starts a session on this loop's runtime, with the log this loop was
+/// given when it was `moved` to another runtime.
+fn spawn(sessions: &Sessions, session: impl Future<Output = ()> + Send + 'static, moved: bool) {
+    match moved {
+        true => sessions.spawn(session.with_current_subscriber()),
+        false => sessions.spawn(session),
     }
 }
 
