@@ -124,9 +124,15 @@ fn one_shot_answer(builtin: Builtin, context: &Context<'_>, out: &mut Vec<u8>) -
     true
 }
 
-/// Appends the answer of a built-in that sends one line and is done (the
-/// clocks), and says whether it was one: the answers the accept loop may
-/// give itself (`session::at_accept`), since a new socket takes them whole.
+/// Whether `builtin` answers with one short line and is done (the clocks):
+/// the answers the accept loop may give itself (`session::at_accept`), since
+/// a new socket takes them whole.
+pub fn answers_in_one_line(builtin: Builtin) -> bool {
+    matches!(builtin, Builtin::Daytime | Builtin::Time | Builtin::Isotime)
+}
+
+/// Appends the answer of a built-in that answers in one line, and says
+/// whether it was one ([`answers_in_one_line`]).
 pub fn small_answer(builtin: Builtin, out: &mut Vec<u8>) -> bool {
     match builtin {
         Builtin::Daytime => daytime::answer(out),
@@ -150,5 +156,21 @@ async fn run_builtin(builtin: Builtin, conn: &mut Metered<Conn>) -> io::Result<(
         Builtin::Sometext => sometext::serve(conn).await,
         // Answered whole by `one_shot_answer`.
         Builtin::Daytime | Builtin::Time | Builtin::Isotime | Builtin::Stats => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_one_line_built_ins_are_those_with_a_small_answer() {
+        for builtin in Builtin::ALL {
+            let mut answer = Vec::new();
+            let small = small_answer(builtin, &mut answer);
+            assert_eq!(small, answers_in_one_line(builtin), "{builtin:?}");
+            // A new socket's send buffer takes it whole.
+            assert!(answer.len() < 128, "{builtin:?}: {} bytes", answer.len());
+        }
     }
 }

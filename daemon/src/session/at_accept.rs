@@ -24,7 +24,7 @@ use crate::net::closer::Closer;
 use crate::net::listener::{Accepted, Incoming};
 use crate::net::stream::Stream;
 use crate::outcome::Outcome;
-use crate::services::small_answer;
+use crate::services::{answers_in_one_line, small_answer};
 use crate::state::{Settings, Shared};
 
 /// What the accept loop does with a new client.
@@ -113,9 +113,10 @@ pub fn answer_at_accept(
             return Ok(AtAccept::Unfinished(Box::pin(async move {
                 let mut stream = Stream::Tcp(stream);
                 let answer = match stream.send_before_fin(&rest).await {
-                    Err(e) if matches!(answer.outcome, Outcome::Served { .. }) => {
-                        Answer::new(Outcome::ServiceError(e))
-                    }
+                    Err(e) if matches!(answer.outcome, Outcome::Served { .. }) => Answer {
+                        outcome: Outcome::ServiceError(e),
+                        ..answer
+                    },
                     _ => answer,
                 };
                 close_gracefully(&mut stream, drain).await;
@@ -127,7 +128,10 @@ pub fn answer_at_accept(
         // a session, where a refusal's send may fail.
         Err(e) => {
             if matches!(answer.outcome, Outcome::Served { .. }) {
-                let answer = Answer::new(Outcome::ServiceError(e.into()));
+                let answer = Answer {
+                    outcome: Outcome::ServiceError(e.into()),
+                    ..answer
+                };
                 report(shared, &client, &client.peer, &answer, bytes, started);
                 return Ok(AtAccept::Answered);
             }
@@ -141,7 +145,7 @@ pub fn answer_at_accept(
 fn one_line(service: &Service) -> Option<Builtin> {
     match &service.kind {
         ServiceKind::Builtin(builtin) if service.queue.is_none() => {
-            small_answer(*builtin, &mut Vec::new()).then_some(*builtin)
+            answers_in_one_line(*builtin).then_some(*builtin)
         }
         _ => None,
     }
