@@ -129,6 +129,7 @@ impl<T> Closer<T> {
                 }
             }
         }
+        self.shrink_if_empty();
     }
 
     /// Called every [`sweep_period`]: closes the sockets whose
@@ -142,6 +143,7 @@ impl<T> Closer<T> {
                 self.close(slot);
             }
         }
+        self.shrink_if_empty();
     }
 
     fn close(&mut self, slot: usize) {
@@ -149,7 +151,11 @@ impl<T> Closer<T> {
         if self.waiting.get_mut(slot).and_then(Option::take).is_some() {
             self.count -= 1;
         }
-        // After a wave, the table it needed goes back to the allocator.
+    }
+
+    /// After a wave, gives the table it needed back to the allocator; only
+    /// once a pass over it is done, never in the middle of one.
+    fn shrink_if_empty(&mut self) {
         if self.count == 0 && self.waiting.len() > KEPT_SLOTS {
             self.waiting = Vec::new();
         }
@@ -283,6 +289,43 @@ mod tests {
             }
         });
         reset.await.expect("the client's writes are refused");
+    }
+
+    /// `socket` moved to a descriptor number of at least `at`.
+    fn renumbered(socket: OwnedFd, at: usize) -> OwnedFd {
+        rustix::io::fcntl_dupfd_cloexec(&socket, at as i32).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_sweep_that_empties_a_large_table_gives_it_back_and_goes_on() {
+        // Room for descriptors past the table's kept size.
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        let needed = (KEPT_SLOTS + 100) as u64;
+        if limit.current.is_some_and(|soft| soft < needed) {
+            let raised = rustix::process::Rlimit {
+                current: Some(needed.max(limit.current.unwrap_or(0))),
+                maximum: limit.maximum,
+            };
+            rustix::process::setrlimit(rustix::process::Resource::Nofile, raised)
+                .expect("room for the test's descriptors");
+        }
+        let mut closer = Closer::new().unwrap();
+        let since = Instant::now();
+        let drain = Duration::from_secs(2);
+        // Two sockets past KEPT_SLOTS; the higher one's client closes first.
+        let (low, _low_client) = answered().await;
+        let (high, mut high_client) = answered().await;
+        let low = renumbered(low, KEPT_SLOTS + 10);
+        let high = renumbered(high, KEPT_SLOTS + 50);
+        closer.add(low, Arc::new(()), since);
+        closer.add(high, Arc::new(()), since);
+        high_client.shutdown().await.unwrap();
+        drain_until(&mut closer, |c| c.count == 1).await;
+        // The last one goes at the sweep, which must not trip over the
+        // table it gives back.
+        closer.sweep(since + drain, drain);
+        assert!(closer.is_empty());
+        assert!(closer.waiting.is_empty(), "the table was kept");
     }
 
     #[test]
