@@ -126,7 +126,7 @@ impl Listener {
     /// `AcceptErrors` (net/accept_errors.rs), the one policy of every loop.
     pub async fn accept(&self) -> io::Result<Accepted> {
         match self {
-            Listener::Tcp(l) => l.accept().await?.register(),
+            Listener::Tcp(l) => l.accept().await?.into_session(Vec::new()),
             Listener::Unix {
                 listener, label, ..
             } => {
@@ -185,10 +185,6 @@ impl Incoming {
             local: self.local,
             early,
         })
-    }
-
-    fn register(self) -> io::Result<Accepted> {
-        self.into_session(Vec::new())
     }
 }
 

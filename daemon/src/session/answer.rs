@@ -63,6 +63,11 @@ pub(super) fn may_serve(
     Ok(())
 }
 
+/// The refusal of a name no service has.
+pub(super) fn unknown_service(name: &ServiceName) -> String {
+    format!("unknown service {name}; send HELP for the list")
+}
+
 /// A busy service's refusal.
 pub(super) fn busy_reason(busy: Busy) -> &'static str {
     match busy {

@@ -16,15 +16,15 @@ use std::time::Instant;
 use rustix::net::{RecvFlags, SendFlags};
 use tcpmux_proto::{encode_reply, Decision, Progress, RequestParser, ServiceName, MAX_NAME_LEN};
 
-use super::answer::{busy_reason, is_own, may_serve, report, Answer, PROXY_LOOP};
+use super::answer::{busy_reason, is_own, may_serve, report, unknown_service, Answer, PROXY_LOOP};
 use crate::admission::{Admission, Busy};
-use crate::model::{Builtin, ClientInfo, ListenOptions, Peer, Service, ServiceKind};
+use crate::model::{ClientInfo, ListenOptions, Peer, Service, ServiceKind};
 use crate::net::close::close_gracefully;
 use crate::net::closer::Closer;
 use crate::net::listener::{Accepted, Incoming};
 use crate::net::stream::Stream;
 use crate::outcome::Outcome;
-use crate::services::{answers_in_one_line, small_answer};
+use crate::services::{one_line_answer, OneLine};
 use crate::state::{Settings, Shared};
 
 /// What the accept loop does with a new client.
@@ -73,7 +73,7 @@ pub fn answer_at_accept(
     let service = match settings.registry.lookup(&name) {
         None => None,
         Some(service) => match one_line(service) {
-            Some(builtin) => Some((service, builtin)),
+            Some(answer) => Some((service, answer)),
             None => {
                 return incoming
                     .into_session(buf[..read].to_vec())
@@ -88,7 +88,7 @@ pub fn answer_at_accept(
         sni: None,
     };
     let mut reply = Vec::with_capacity(128);
-    let (answer, admission) = decide(shared, &settings, &client, (name, service), &mut reply);
+    let (mut answer, admission) = decide(shared, &settings, &client, (name, service), &mut reply);
     let socket = OwnedFd::from(incoming.socket);
     let flags = SendFlags::NOSIGNAL | SendFlags::MORE | SendFlags::DONTWAIT;
     let sent = match rustix::net::send(&socket, &reply, flags) {
@@ -113,40 +113,37 @@ pub fn answer_at_accept(
             return Ok(AtAccept::Unfinished(Box::pin(async move {
                 let mut stream = Stream::Tcp(stream);
                 let answer = match stream.send_before_fin(&rest).await {
-                    Err(e) if matches!(answer.outcome, Outcome::Served { .. }) => Answer {
-                        outcome: Outcome::ServiceError(e),
-                        ..answer
-                    },
-                    _ => answer,
+                    Err(e) => failed(answer, e),
+                    Ok(()) => answer,
                 };
                 close_gracefully(&mut stream, drain).await;
                 report(&shared, &client, &client.peer, &answer, bytes, started);
                 drop(admission);
             })));
         }
-        // The client is gone: a refusal's reason stays the outcome, as in
-        // a session, where a refusal's send may fail.
-        Err(e) => {
-            if matches!(answer.outcome, Outcome::Served { .. }) {
-                let answer = Answer {
-                    outcome: Outcome::ServiceError(e.into()),
-                    ..answer
-                };
-                report(shared, &client, &client.peer, &answer, bytes, started);
-                return Ok(AtAccept::Answered);
-            }
-        }
+        Err(e) => answer = failed(answer, e.into()),
     }
     report(shared, &client, &client.peer, &answer, bytes, started);
     Ok(AtAccept::Answered)
 }
 
-/// The built-in a service is, if its whole answer is one line.
-fn one_line(service: &Service) -> Option<Builtin> {
+/// The answer once its send failed: the client is gone. A refusal's reason
+/// stays the outcome, as in a session, whose refusals ignore a failed send.
+fn failed(answer: Answer, e: io::Error) -> Answer {
+    match answer.outcome {
+        Outcome::Served { .. } => Answer {
+            outcome: Outcome::ServiceError(e),
+            ..answer
+        },
+        _ => answer,
+    }
+}
+
+/// How `service` appends its answer, if it is a built-in whose whole answer
+/// is one line.
+fn one_line(service: &Service) -> Option<OneLine> {
     match &service.kind {
-        ServiceKind::Builtin(builtin) if service.queue.is_none() => {
-            answers_in_one_line(*builtin).then_some(*builtin)
-        }
+        ServiceKind::Builtin(builtin) if service.queue.is_none() => one_line_answer(*builtin),
         _ => None,
     }
 }
@@ -157,7 +154,7 @@ fn decide(
     shared: &Arc<Shared>,
     settings: &Settings,
     client: &ClientInfo,
-    (name, service): (ServiceName, Option<(&Service, Builtin)>),
+    (name, service): (ServiceName, Option<(&Service, OneLine)>),
     reply: &mut Vec<u8>,
 ) -> (Answer, Option<Admission>) {
     let mut refuse = |reason: &str, outcome: Outcome| {
@@ -183,8 +180,8 @@ fn decide(
             Some(admission),
         );
     }
-    let Some((service, builtin)) = service else {
-        let reason = format!("unknown service {name}; send HELP for the list");
+    let Some((service, one_line_answer)) = service else {
+        let reason = unknown_service(&name);
         let answer = refuse(&reason, Outcome::UnknownService);
         return (named(answer, name), Some(admission));
     };
@@ -205,7 +202,7 @@ fn decide(
         // The slot is held while the answer is made; sent, it is done.
         Ok(_slot) => {
             encode_reply(true, &service.message, reply);
-            small_answer(builtin, reply);
+            one_line_answer(reply);
             Answer::new(Outcome::Served { backend: None })
         }
     };

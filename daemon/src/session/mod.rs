@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use tcpmux_proto::{Decision, ServiceName};
 
-use self::answer::{busy_reason, is_own, may_serve, report, Answer, PROXY_LOOP};
+use self::answer::{busy_reason, is_own, may_serve, report, unknown_service, Answer, PROXY_LOOP};
 pub use self::at_accept::{answer_at_accept, AtAccept};
 use self::negotiate::negotiate;
 use self::opening::{Negotiated, Reply};
@@ -195,7 +195,7 @@ async fn respond(
                     serve_named(service, conn, client, (shared, settings), live, true).await
                 }
                 None => {
-                    let reason = format!("unknown service {name}; send HELP for the list");
+                    let reason = unknown_service(&name);
                     refuse(conn, &reason).await;
                     Outcome::UnknownService
                 }
