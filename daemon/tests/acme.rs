@@ -99,13 +99,14 @@ impl Pebble {
 /// A pebble with dnsmasq resolving acme.test for it, its CA's files, and
 /// the port the daemon's TLS listener takes (where pebble validates).
 struct Setup {
-    dir: PathBuf,
     ca: Ca,
     tls_port: u16,
     _dns: Dnsmasq,
     /// Taken to stop the CA.
     pebble: Option<Pebble>,
     directory: String,
+    /// Last: removed after pebble and dnsmasq have stopped.
+    dir: common::Scratch,
 }
 
 impl Setup {
@@ -147,12 +148,6 @@ impl Setup {
             self.dir.join("acme").display(),
             self.ca.pem.display()
         )
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

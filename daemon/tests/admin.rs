@@ -50,7 +50,8 @@ fn pool() -> (Daemon, PathBuf, SocketAddr, SocketAddr) {
     let daemon = Daemon::with_config(&format!(
         "admin_socket = \"{}\"\n[service.web]\nproxy = [\"{a}\", \"{b}\"]\nbalance = \"round-robin\"\n",
         socket.display()
-    ));
+    ))
+    .keeping(dir);
     (daemon, socket, a, b)
 }
 

@@ -66,7 +66,8 @@ fn daemon_with_handoff(rule: &str) -> (Daemon, PathBuf) {
     let daemon = Daemon::with_config(&format!(
         "handoff_socket = \"{}\"\n[service.app]\nhandoff = {rule}\n",
         control.display()
-    ));
+    ))
+    .keeping(dir);
     (daemon, control)
 }
 

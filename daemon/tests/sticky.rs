@@ -30,7 +30,8 @@ fn a_client_keeps_its_member_and_only_a_removed_members_clients_move() {
         tagged_echo(any, "B"),
         tagged_echo(any, "C"),
     ];
-    let socket = common::scratch_dir().join("admin.sock");
+    let scratch = common::scratch_dir();
+    let socket = scratch.join("admin.sock");
     let daemon = Daemon::with_config(&format!(
         "listen = [{{ address = \"127.0.0.1:0\", accept_proxy_from = [\"127.0.0.1/32\"] }}]\n\
          admin_socket = \"{}\"\n\

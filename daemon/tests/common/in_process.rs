@@ -75,6 +75,7 @@ impl Daemon {
             addr,
             logs,
             dir,
+            kept: Vec::new(),
         }
     }
 }

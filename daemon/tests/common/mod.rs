@@ -32,7 +32,10 @@ pub struct Daemon {
     process: Process,
     pub addr: SocketAddr,
     logs: Arc<Mutex<Vec<String>>>,
-    pub dir: PathBuf,
+    pub dir: Scratch,
+    /// Scratch directories the test made for this daemon (an admin or
+    /// handoff socket's), removed with it.
+    kept: Vec<Scratch>,
 }
 
 /// How the daemon under test runs.
@@ -122,6 +125,7 @@ impl Daemon {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             logs,
             dir,
+            kept: Vec::new(),
         };
         let line = daemon
             .wait_for_log(|l| l.contains(" listening ") && l.contains("address="))
@@ -221,6 +225,15 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// The daemon, now also owning `dir` (made before it started, for a
+    /// socket its config names): removed when the daemon is dropped.
+    pub fn keeping(mut self, dir: Scratch) -> Daemon {
+        self.kept.push(dir);
+        self
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         match &mut self.process {
@@ -234,7 +247,7 @@ impl Drop for Daemon {
                 let _ = stop.get_mut().unwrap().take().map(|s| s.send(()));
             }
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // The scratch directory goes with `dir`, after the process.
     }
 }
 
@@ -260,8 +273,9 @@ pub fn read_line(stream: &mut impl Read) -> Vec<u8> {
     line
 }
 
-/// A fresh directory under the system temp dir, removed by the Daemon's drop.
-pub fn scratch_dir() -> PathBuf {
+/// A fresh directory under the system temp dir, removed with all it holds
+/// when the value is dropped (so a test run leaves nothing behind in /tmp).
+pub fn scratch_dir() -> Scratch {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "tcpmuxd-test-{}-{}",
@@ -270,7 +284,36 @@ pub fn scratch_dir() -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
+    Scratch(dir)
+}
+
+/// A directory of [`scratch_dir`]; usable as a `Path`, removed on drop.
+#[derive(Debug)]
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Deterministic pseudo-random bytes (xorshift64*), so a failure can be replayed.
@@ -407,7 +450,7 @@ pub fn assert_config_rejected(config: &str, words: &str) {
         .arg(&path)
         .output()
         .expect("run tcpmuxd --check-config");
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         out.status.code(),

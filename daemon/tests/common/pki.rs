@@ -143,7 +143,7 @@ impl Ca {
 
 /// A CA, a server certificate for localhost and a daemon serving it.
 pub struct TlsSetup {
-    pub dir: PathBuf,
+    pub dir: super::Scratch,
     pub ca: Ca,
     pub server: Leaf,
 }
