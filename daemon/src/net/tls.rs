@@ -219,6 +219,17 @@ mod tests {
         tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
     ) {
         let (server, client) = configs();
+        handshake(server, client).await
+    }
+
+    /// [`established`] with these configurations.
+    async fn handshake(
+        server: Arc<rustls::ServerConfig>,
+        client: Arc<rustls::ClientConfig>,
+    ) -> (
+        TlsConn,
+        tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    ) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -239,6 +250,20 @@ mod tests {
         };
         let (client, server) = tokio::join!(connect, serve);
         (server, client)
+    }
+
+    /// The server's first flight (ServerHello, ChangeCipherSpec, the
+    /// encrypted rest) reaches the client as one segment: the client's
+    /// socket receives the SYN-ACK, at most an ACK of its ClientHello, and
+    /// the flight (five segments when each record left on its own).
+    #[tokio::test]
+    async fn the_servers_first_flight_is_one_segment() {
+        let (mut server, client) = configs();
+        // No tickets: they would follow the handshake as segments of their own.
+        Arc::make_mut(&mut server).send_tls13_tickets = 0;
+        let (_server, client) = handshake(server, client).await;
+        let segments = crate::net::segments_in(client.get_ref().0);
+        assert!(segments <= 3, "{segments} segments reached the client");
     }
 
     /// A caller that peeks again without consuming waits for the next

@@ -332,6 +332,22 @@ impl AsyncWrite for Stream {
         delegate!(self, s => Pin::new(s).poll_write(cx, buf))
     }
 
+    /// One writev(2) for all of `bufs`. rustls hands its pending records
+    /// over as one vectored write: a handshake's ServerHello,
+    /// ChangeCipherSpec and encrypted flight then leave in one segment, not
+    /// three (tokio's default writes only the first slice per call).
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        delegate!(self, s => Pin::new(s).poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         delegate!(self, s => Pin::new(s).poll_flush(cx))
     }
@@ -410,75 +426,4 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use tokio::io::AsyncWriteExt;
-
-    use super::*;
-
-    /// A short read clears the socket's readiness (no read is spent on
-    /// EAGAIN); what arrives later must still wake the next read, and the
-    /// end after it must still be seen.
-    #[tokio::test]
-    async fn reads_after_a_short_read_wait_for_new_input_and_see_the_end() {
-        let (ours, mut peer) = crate::net::test_pair().await;
-        let within = |f| tokio::time::timeout(Duration::from_secs(10), f);
-        for chunk in [&b"a"[..], b"bc", b"def"] {
-            peer.write_all(chunk).await.expect("write");
-            let (buf, n) = within(ours.read_lent(64))
-                .await
-                .expect("woken")
-                .expect("read");
-            assert_eq!(&buf[..n], chunk);
-        }
-        peer.shutdown().await.expect("FIN");
-        let (_, n) = within(ours.read_lent(64))
-            .await
-            .expect("woken")
-            .expect("read");
-        assert_eq!(n, 0, "EOF after short reads");
-    }
-
-    /// A read that fills the buffer leaves the readiness set: the rest is
-    /// read without a new event.
-    #[tokio::test]
-    async fn a_full_read_leaves_the_rest_for_the_next() {
-        let (ours, mut peer) = UnixStream::pair().expect("socketpair");
-        let ours = Stream::Unix(ours);
-        peer.write_all(b"0123456789").await.expect("write");
-        drop(peer);
-        let (buf, n) = ours.read_lent(4).await.expect("read");
-        assert_eq!(&buf[..n], b"0123");
-        let (buf, n) = ours.read_lent(64).await.expect("read");
-        assert_eq!(&buf[..n], b"456789");
-        assert_eq!(ours.read_lent(64).await.expect("read").1, 0);
-    }
-
-    /// The last bytes and the FIN after them reach the peer as one segment;
-    /// sent the plain way, they take two (the control, which shows this
-    /// kernel counts them apart).
-    #[tokio::test]
-    async fn the_last_bytes_leave_with_the_fin_in_one_segment() {
-        for last in [false, true] {
-            let (ours, mut peer) = crate::net::test_pair().await;
-            let before = crate::net::segments_in(&peer);
-            match last {
-                true => ours.send_before_fin(b"+answer\r\n").await.expect("send"),
-                false => {
-                    let sent =
-                        rustix::net::send(&ours, b"+answer\r\n", rustix::net::SendFlags::empty());
-                    assert_eq!(sent.expect("send"), 9);
-                }
-            }
-            ours.shutdown_write().expect("FIN");
-            let mut got = Vec::new();
-            tokio::io::AsyncReadExt::read_to_end(&mut peer, &mut got)
-                .await
-                .expect("read to EOF");
-            assert_eq!(got, b"+answer\r\n");
-            let segments = crate::net::segments_in(&peer) - before;
-            assert_eq!(segments, if last { 1 } else { 2 }, "last: {last}");
-        }
-    }
-}
+mod tests;
