@@ -168,9 +168,48 @@ impl AsyncWrite for TlsConn {
     }
 
     /// Sends close_notify, then FIN: the client can tell a complete answer
-    /// from a cut one.
+    /// from a cut one. The alert (and any record still queued) is sent held
+    /// back with MSG_MORE, so the FIN joins it: one segment, and one wake-up
+    /// of the client, instead of two.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        let this = self.get_mut();
+        let (socket, session) = this.stream.get_mut();
+        // Idempotent: tokio-rustls's own shutdown below finds it sent.
+        session.send_close_notify();
+        while session.wants_write() {
+            match session.write_tls(&mut BeforeFin { socket, cx }) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Pending,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Pin::new(&mut this.stream).poll_shutdown(cx)
+    }
+}
+
+/// The client socket as rustls writes its last records to it: each write
+/// held back (MSG_MORE) for the FIN sent next. A full socket is
+/// `WouldBlock`, with the task set to wake when it can take more.
+struct BeforeFin<'a, 'b> {
+    socket: &'a Stream,
+    cx: &'a mut Context<'b>,
+}
+
+impl io::Write for BeforeFin<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self.socket.poll_send_vectored(self.cx, bufs, true) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -242,6 +281,8 @@ mod tests {
         };
         let serve = async {
             let (tcp, _) = listener.accept().await.expect("accept");
+            // As the daemon's listeners do: no Nagle to merge segments.
+            tcp.set_nodelay(true).expect("TCP_NODELAY");
             let configs = ServerConfigs::new((*server).clone());
             accept(Stream::Tcp(tcp), configs, None)
                 .await
@@ -264,6 +305,22 @@ mod tests {
         let (_server, client) = handshake(server, client).await;
         let segments = crate::net::segments_in(client.get_ref().0);
         assert!(segments <= 3, "{segments} segments reached the client");
+    }
+
+    /// close_notify and the FIN reach the client as one segment.
+    #[tokio::test]
+    async fn close_notify_and_the_fin_are_one_segment() {
+        let (mut server, mut client) = established().await;
+        let before = crate::net::segments_in(client.get_ref().0);
+        server.shutdown().await.expect("close_notify and FIN");
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.expect("a clean end");
+        assert!(rest.is_empty());
+        // rustls ends at close_notify: wait for the FIN on the socket itself.
+        let fin = client.get_mut().0.read(&mut [0u8; 1]).await;
+        assert_eq!(fin.expect("FIN"), 0);
+        let segments = crate::net::segments_in(client.get_ref().0) - before;
+        assert_eq!(segments, 1, "close_notify and FIN as {segments} segments");
     }
 
     /// A caller that peeks again without consuming waits for the next

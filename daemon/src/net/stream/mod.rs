@@ -253,6 +253,33 @@ impl Stream {
         std::future::poll_fn(|cx| self.poll_send(cx, bytes, more)).await
     }
 
+    /// [`Stream::send`]'s poll for several slices, in one sendmsg(2): a
+    /// TLS session's last records, held back for the FIN that follows.
+    pub(crate) fn poll_send_vectored(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+        more: bool,
+    ) -> Poll<io::Result<usize>> {
+        let mut flags = rustix::net::SendFlags::NOSIGNAL;
+        if more && matches!(self, Stream::Tcp(_)) {
+            flags |= rustix::net::SendFlags::MORE;
+        }
+        let mut control = rustix::net::SendAncillaryBuffer::default();
+        loop {
+            match self {
+                Stream::Tcp(s) => std::task::ready!(s.poll_write_ready(cx))?,
+                Stream::Unix(s) => std::task::ready!(s.poll_write_ready(cx))?,
+            }
+            match self.try_io(Interest::WRITABLE, || {
+                rustix::net::sendmsg(self, bufs, &mut control, flags).map_err(io::Error::from)
+            }) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                done => return Poll::Ready(done),
+            }
+        }
+    }
+
     fn poll_send(&self, cx: &mut Context<'_>, bytes: &[u8], more: bool) -> Poll<io::Result<usize>> {
         let mut flags = rustix::net::SendFlags::NOSIGNAL;
         if more && matches!(self, Stream::Tcp(_)) {
