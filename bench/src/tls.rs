@@ -146,11 +146,12 @@ pub fn short(
     let summary = run_clients(connections, duration, "connections", move |buf| {
         let mut stream = open_as(target, &config, &name)?;
         if let Some(request) = &request {
-            stream.write_all(request)?;
-        } else {
-            // Drive the handshake: the server speaks first.
-            stream.flush()?;
+            // Queued before the handshake, as the tcpmux library does: it
+            // leaves with the client's Finished.
+            stream.conn.writer().write_all(request)?;
         }
+        // Drives the handshake, and sends what was queued.
+        stream.flush()?;
         buf.clear();
         read_to_end(&mut stream, |bytes| buf.extend_from_slice(bytes))?;
         if stream.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
@@ -180,10 +181,14 @@ pub fn bulk(
         let started = Instant::now();
         let mut stream = open(target, &config).map_err(|e| e.to_string())?;
         if let Some(name) = service {
+            let request = format!("{name}\r\n");
             stream
-                .write_all(format!("{name}\r\n").as_bytes())
+                .conn
+                .writer()
+                .write_all(request.as_bytes())
                 .map_err(|e| e.to_string())?;
         }
+        stream.flush().map_err(|e| e.to_string())?;
         let mut bytes = 0u64;
         read_to_end(&mut stream, |chunk| bytes += chunk.len() as u64).map_err(|e| e.to_string())?;
         // A TCPMUX answer starts with its 3-byte `+` line.

@@ -222,6 +222,40 @@ fn a_renewed_certificate_is_served_after_sighup_while_old_sessions_go_on() {
     assert_eq!(read_to_end(&mut old).unwrap(), b"after the reload");
 }
 
+/// The library queues its request before the handshake: it leaves with the
+/// client's Finished, so the client sends two segments with data (the
+/// ClientHello, then Finished and request), not three; blocking and async.
+#[test]
+fn the_request_leaves_with_the_clients_finished() {
+    let setup = Setup::new();
+    let daemon = setup.daemon("", "");
+    let mut stream = connect(&daemon, "daytime", &setup.trust()).expect("daytime");
+    assert_eq!(common::data_segments_out(&stream.sock), 2);
+    assert!(!read_to_end(&mut stream).expect("the answer").is_empty());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let segments = runtime.block_on(async {
+        let tls = setup.trust();
+        let stream =
+            tcpmux::tls::connect_async(daemon.addr, "localhost", "daytime", &tls, &options())
+                .await
+                .expect("daytime, async");
+        common::data_segments_out(stream.get_ref().0)
+    });
+    assert_eq!(segments, 2);
+    let names = runtime
+        .block_on(tcpmux::tls::list_async(
+            daemon.addr,
+            "localhost",
+            &setup.trust(),
+            &options(),
+        ))
+        .expect("HELP over TLS");
+    assert!(names.iter().any(|n| n == "daytime"), "{names:?}");
+}
+
 #[test]
 fn two_hundred_concurrent_tls_sessions_keep_their_bytes() {
     let setup = Setup::new();

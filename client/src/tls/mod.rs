@@ -145,16 +145,25 @@ pub fn connect<A: ToSocketAddrs>(
     socket.set_read_timeout(options.reply_timeout)?;
     let mut session = ClientConnection::new(config, parse_server_name(server_name)?)
         .map_err(|e| Error::Tls(e.to_string()))?;
+    queue_first(&mut session, &encode_request(&name))?;
     while session.is_handshaking() {
         session.complete_io(&mut socket).map_err(handshake_error)?;
     }
     let mut stream = StreamOwned::new(session, socket);
-    stream.write_all(&encode_request(&name))?;
+    // The client's Finished and the request, in one write.
     stream.flush()?;
     let reply = read_status_line(|byte| stream.read(byte))?;
     stream.sock.set_read_timeout(None)?;
     accepted(reply)?;
     Ok(stream)
+}
+
+/// Queues `request` in a session still to shake hands: rustls sends it
+/// right behind the client's Finished, in the same segment (one packet and
+/// one wake-up of the server fewer than a write after the handshake), and
+/// never before the server's certificate has been verified.
+fn queue_first(session: &mut ClientConnection, request: &[u8]) -> io::Result<()> {
+    session.writer().write_all(request)
 }
 
 /// The status line, read a byte at a time through `read`.

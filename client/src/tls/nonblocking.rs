@@ -24,8 +24,8 @@ pub async fn connect_async<A: tokio::net::ToSocketAddrs>(
     let name = parse_name(name)?;
     let socket = open_async(addr, options).await?;
     let negotiation = async {
-        let mut stream = handshake_async(socket, server_name, tls).await?;
-        negotiate_async(&mut stream, &name).await?;
+        let mut stream = handshake_async(socket, server_name, tls, &encode_request(&name)).await?;
+        read_reply_async(&mut stream).await?;
         Ok::<_, Error>(stream)
     };
     within(options.reply_timeout, negotiation)
@@ -42,9 +42,8 @@ pub async fn list_async<A: tokio::net::ToSocketAddrs>(
 ) -> Result<Vec<String>, Error> {
     let socket = open_async(addr, options).await?;
     let help = async {
-        let mut stream = handshake_async(socket, server_name, tls).await?;
         // HELP has no status line: the names, then the server's close.
-        stream.write_all(b"help\r\n").await?;
+        let mut stream = handshake_async(socket, server_name, tls, b"help\r\n").await?;
         let mut text = Vec::new();
         stream.read_to_end(&mut text).await?;
         Ok::<_, Error>(help_lines(&text))
@@ -70,17 +69,22 @@ async fn open_async<A: tokio::net::ToSocketAddrs>(
     Ok(socket)
 }
 
-/// The client handshake on `socket`, the certificate checked for `server_name`.
+/// The client handshake on `socket`, the certificate checked for
+/// `server_name`, with `first` queued before it ([`super::queue_first`]):
+/// it leaves with the client's Finished.
 async fn handshake_async(
     socket: tokio::net::TcpStream,
     server_name: &str,
     tls: &TlsOptions,
+    first: &[u8],
 ) -> Result<AsyncTlsStream, Error> {
     let connector = tokio_rustls::TlsConnector::from(tls.config()?);
-    connector
-        .connect(parse_server_name(server_name)?, socket)
-        .await
-        .map_err(handshake_error)
+    let mut queued = Ok(());
+    let handshake = connector.connect_with(parse_server_name(server_name)?, socket, |session| {
+        queued = super::queue_first(session, first);
+    });
+    queued?;
+    handshake.await.map_err(handshake_error)
 }
 
 /// Sends the request inside an established TLS stream and consumes exactly
@@ -91,6 +95,11 @@ pub async fn negotiate_async<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<ReplyLine, Error> {
     stream.write_all(&encode_request(name)).await?;
     stream.flush().await?;
+    read_reply_async(stream).await
+}
+
+/// Consumes exactly the status line, and says whether it accepts.
+async fn read_reply_async<S: AsyncRead + Unpin>(stream: &mut S) -> Result<ReplyLine, Error> {
     let mut parser = ReplyParser::new();
     let mut byte = [0u8; 1];
     loop {

@@ -179,9 +179,3 @@ impl TlsSetup {
         }
     }
 }
-
-impl Drop for TlsSetup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
