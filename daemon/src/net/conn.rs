@@ -58,8 +58,9 @@ impl Conn {
     }
 
     /// Puts `bytes`, read past the negotiation, back in front of the
-    /// connection's input.
-    pub fn unread(&mut self, bytes: &[u8]) {
+    /// connection's input; a `Vec` is kept as it is, not copied.
+    pub fn unread(&mut self, bytes: impl Into<Vec<u8>>) {
+        let bytes = bytes.into();
         if bytes.is_empty() {
             return;
         }
@@ -67,15 +68,11 @@ impl Conn {
         *self = match then {
             Conn::Early(mut early) => {
                 early.bytes.drain(..early.at);
-                early.bytes.splice(0..0, bytes.iter().copied());
+                early.bytes.splice(0..0, bytes);
                 early.at = 0;
                 Conn::Early(early)
             }
-            then => Conn::Early(Box::new(Early {
-                bytes: bytes.to_vec(),
-                at: 0,
-                then,
-            })),
+            then => Conn::Early(Box::new(Early { bytes, at: 0, then })),
         };
     }
 

@@ -293,6 +293,8 @@ impl Pool {
                 let endpoints: Vec<&Endpoint> = list.iter().map(|m| &m.endpoint).collect();
                 hashing::ranked(sticky, &endpoints, &weights, &usable)
             }
+            // One candidate (a single backend, most often): it is the order.
+            _ if usable.len() <= 1 => usable,
             _ => self.balanced(balance, list, &weights, &usable),
         };
         order.extend(rest);

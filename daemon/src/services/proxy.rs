@@ -9,7 +9,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::status::{accept, refuse};
 use crate::admission::OwnConnections;
-use crate::model::{ClientInfo, Endpoint, HashKey, Proxy};
+use crate::model::{Balance, ClientInfo, Endpoint, HashKey, Proxy};
 use crate::net::conn::Conn;
 use crate::net::proxy_protocol;
 use crate::net::relay::{relay, relay_streams};
@@ -180,7 +180,11 @@ async fn connect_first(
     client: &ClientInfo,
     source: Option<std::net::SocketAddr>,
 ) -> Result<(Stream, Endpoint, Held), ConnectFailure> {
-    let sticky = sticky(proxy, client);
+    // Only `balance = "source"` hashes a key.
+    let sticky = match proxy.balance {
+        Balance::Source => sticky(proxy, client),
+        _ => Vec::new(),
+    };
     let Some(members) = pool.members(proxy, proxy.connect_timeout).await else {
         return Err(ConnectFailure {
             reason: "backends not resolved yet",

@@ -12,6 +12,10 @@ use crate::net::stream::Metered;
 
 /// Sends the `+` line.
 pub async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::Result<()> {
+    if message.is_empty() {
+        // The usual line, without building it (every proxied client gets it).
+        return conn.write_all(b"+\r\n").await;
+    }
     let mut line = Vec::new();
     encode_reply(true, message, &mut line);
     conn.write_all(&line).await

@@ -50,7 +50,7 @@ pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenO
     let via = client.peer.clone();
     let mut conn = Metered::new(Conn::Plain(stream));
     // Read by the accept loop, which left the client to a session after all.
-    conn.get_mut().unread(&early);
+    conn.get_mut().unread(early);
     let live = shared.sessions.open(via.clone(), local);
 
     let expect_header = client
