@@ -261,39 +261,39 @@ impl Stream {
         bufs: &[io::IoSlice<'_>],
         more: bool,
     ) -> Poll<io::Result<usize>> {
-        let mut flags = rustix::net::SendFlags::NOSIGNAL;
-        if more && matches!(self, Stream::Tcp(_)) {
-            flags |= rustix::net::SendFlags::MORE;
-        }
+        let flags = self.send_flags(more);
         let mut control = rustix::net::SendAncillaryBuffer::default();
-        loop {
-            match self {
-                Stream::Tcp(s) => std::task::ready!(s.poll_write_ready(cx))?,
-                Stream::Unix(s) => std::task::ready!(s.poll_write_ready(cx))?,
-            }
-            match self.try_io(Interest::WRITABLE, || {
-                rustix::net::sendmsg(self, bufs, &mut control, flags).map_err(io::Error::from)
-            }) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                done => return Poll::Ready(done),
-            }
-        }
+        self.poll_sending(cx, || rustix::net::sendmsg(self, bufs, &mut control, flags))
     }
 
     fn poll_send(&self, cx: &mut Context<'_>, bytes: &[u8], more: bool) -> Poll<io::Result<usize>> {
+        let flags = self.send_flags(more);
+        self.poll_sending(cx, || rustix::net::send(self, bytes, flags))
+    }
+
+    /// MSG_MORE (TCP only) when more bytes or the FIN follow at once.
+    fn send_flags(&self, more: bool) -> rustix::net::SendFlags {
         let mut flags = rustix::net::SendFlags::NOSIGNAL;
         if more && matches!(self, Stream::Tcp(_)) {
             flags |= rustix::net::SendFlags::MORE;
         }
+        flags
+    }
+
+    /// Runs `send` once the socket can take bytes, until it does other than
+    /// `WouldBlock`; how many it took.
+    fn poll_sending(
+        &self,
+        cx: &mut Context<'_>,
+        mut send: impl FnMut() -> rustix::io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
         loop {
             match self {
                 Stream::Tcp(s) => std::task::ready!(s.poll_write_ready(cx))?,
                 Stream::Unix(s) => std::task::ready!(s.poll_write_ready(cx))?,
             }
             // A WouldBlock clears the readiness: the next poll waits.
-            match self.try_io(Interest::WRITABLE, || {
-                rustix::net::send(self, bytes, flags).map_err(io::Error::from)
-            }) {
+            match self.try_io(Interest::WRITABLE, || send().map_err(io::Error::from)) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 done => return Poll::Ready(done),
             }

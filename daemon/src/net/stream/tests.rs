@@ -75,7 +75,7 @@ async fn the_last_bytes_leave_with_the_fin_in_one_segment() {
 /// the control, one write per slice with each seen to arrive, as three.
 #[tokio::test]
 async fn a_vectored_write_leaves_as_one_segment() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     let parts: [&[u8]; 3] = [b"server hello,", b" change cipher spec,", b" the rest"];
     let whole = parts.concat();
     for vectored in [false, true] {
