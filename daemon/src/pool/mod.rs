@@ -293,9 +293,7 @@ impl Pool {
                 let endpoints: Vec<&Endpoint> = list.iter().map(|m| &m.endpoint).collect();
                 hashing::ranked(sticky, &endpoints, &weights, &usable)
             }
-            // One candidate (a single backend, most often): it is the order.
-            _ if usable.len() <= 1 => usable,
-            _ => self.balanced(balance, list, &weights, &usable),
+            _ => self.balanced(balance, list, &weights, usable),
         };
         order.extend(rest);
         order
@@ -379,20 +377,20 @@ impl Pool {
         });
     }
 
-    /// `balance`'s order over `candidates` (indices into `list`).
+    /// `balance`'s order over `candidates` (indices into `list`), reordered
+    /// in place: a lone candidate, the usual single backend, costs nothing.
     fn balanced(
         &self,
         balance: Balance,
         list: &[Member],
         weights: &[u32],
-        candidates: &[usize],
+        mut candidates: Vec<usize>,
     ) -> Vec<usize> {
         let n = candidates.len();
-        let rotated = |start: usize| (0..n).map(move |i| candidates[(start + i) % n]);
         match balance {
-            _ if n <= 1 => candidates.to_vec(),
+            _ if n <= 1 => {}
             // Source is ranked by `hashing` before this is reached.
-            Balance::First | Balance::Source => candidates.to_vec(),
+            Balance::First | Balance::Source => {}
             Balance::RoundRobin => {
                 let weight = |i: usize| weights[i].max(1) as usize;
                 let total: usize = candidates.iter().map(|&i| weight(i)).sum();
@@ -405,15 +403,14 @@ impl Pool {
                         here
                     })
                     .unwrap_or(0);
-                rotated(first).collect()
+                candidates.rotate_left(first);
             }
             Balance::LeastConnections => {
                 // Ties go round, not always to the first backend.
                 let start = self.turn.fetch_add(1, Ordering::Relaxed) % n;
-                let mut order: Vec<usize> = rotated(start).collect();
-                let loads = self.loads(list, weights, candidates);
-                order.sort_by_key(|i| loads[i]);
-                order
+                let loads = self.loads(list, weights, &candidates);
+                candidates.rotate_left(start);
+                candidates.sort_by_key(|i| loads[i]);
             }
             Balance::RandomTwo => {
                 // Two different members: the second is drawn from the rest.
@@ -421,12 +418,12 @@ impl Pool {
                 let second = (first + 1 + self.random(n - 1)) % n;
                 let (a, b) = (candidates[first], candidates[second]);
                 let loads = self.loads(list, weights, &[a, b]);
-                let best = if loads[&b] < loads[&a] { b } else { a };
-                std::iter::once(best)
-                    .chain(candidates.iter().copied().filter(|&i| i != best))
-                    .collect()
+                let best = if loads[&b] < loads[&a] { second } else { first };
+                // The better of the two first, the others in their order.
+                candidates[..=best].rotate_right(1);
             }
         }
+        candidates
     }
 
     /// A pseudo-random index below `n` (xorshift; balancing needs no more).
