@@ -215,3 +215,73 @@ fn named(answer: Answer, name: ServiceName) -> Answer {
         ..answer
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+    use crate::state::Counters;
+
+    /// A socket that cannot take its one-line answer when the loop has it
+    /// (its send buffer full) gets the answer from a task instead: behind
+    /// what was queued, then the FIN, and the task ends at the client's.
+    #[tokio::test]
+    async fn an_answer_the_socket_cannot_take_yet_is_sent_by_a_task() {
+        let shared = Arc::new(Shared::new(crate::Config::default(), Counters::default()));
+        let mut closer = Closer::new().expect("epoll set");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut client =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (server, peer) = listener.accept().expect("accept");
+        let local = server.local_addr().ok();
+        socket2::SockRef::from(&client)
+            .set_recv_buffer_size(4096)
+            .expect("SO_RCVBUF");
+        socket2::SockRef::from(&server)
+            .set_send_buffer_size(4096)
+            .expect("SO_SNDBUF");
+        server.set_nonblocking(true).expect("nonblocking");
+        client.write_all(b"daytime\r\n").expect("request");
+        let patience = Instant::now() + std::time::Duration::from_secs(20);
+        let mut seen = [0u8; 9];
+        while server.peek(&mut seen).map_or(0, |n| n) < seen.len() {
+            assert!(Instant::now() < patience, "the request never arrived");
+            std::thread::yield_now();
+        }
+        // The client reads nothing yet: fill the way to it.
+        let mut queued = 0;
+        loop {
+            match (&server).write(&[b'j'; 4096]) {
+                Ok(n) => queued += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("filling the socket: {e}"),
+            }
+        }
+        let incoming = Incoming {
+            socket: server,
+            peer,
+            local,
+        };
+        let at = answer_at_accept(&shared, incoming, &ListenOptions::default(), &mut closer);
+        let Ok(AtAccept::Unfinished(rest)) = at else {
+            panic!("a full socket took its answer at once");
+        };
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            client.read_to_end(&mut all).expect("read to the FIN");
+            all
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(20), rest)
+            .await
+            .expect("the task ends at the client's FIN");
+        let all = reader.join().expect("reader");
+        assert!(all[..queued].iter().all(|&b| b == b'j'));
+        let answer = String::from_utf8_lossy(&all[queued..]).into_owned();
+        assert!(
+            answer.starts_with("+\r\n") && answer.ends_with("\r\n"),
+            "{answer:?}"
+        );
+        assert!(answer.len() > 10, "{answer:?}");
+    }
+}
