@@ -158,8 +158,11 @@ struct ConnectFailure {
 
 /// What `balance = "source"` hashes for this client: its SNI with
 /// `hash_key = "sni"` (when it sent one), else its address; empty for a
-/// Unix-socket client.
+/// Unix-socket client, and under any other `balance`, which hashes nothing.
 fn sticky(proxy: &Proxy, client: &ClientInfo) -> Vec<u8> {
+    if proxy.balance != Balance::Source {
+        return Vec::new();
+    }
     let name = client
         .server_name()
         .filter(|_| proxy.hash_key == HashKey::Sni);
@@ -180,11 +183,7 @@ async fn connect_first(
     client: &ClientInfo,
     source: Option<std::net::SocketAddr>,
 ) -> Result<(Stream, Endpoint, Held), ConnectFailure> {
-    // Only `balance = "source"` hashes a key.
-    let sticky = match proxy.balance {
-        Balance::Source => sticky(proxy, client),
-        _ => Vec::new(),
-    };
+    let sticky = sticky(proxy, client);
     let Some(members) = pool.members(proxy, proxy.connect_timeout).await else {
         return Err(ConnectFailure {
             reason: "backends not resolved yet",
@@ -287,5 +286,7 @@ mod tests {
             [10, 0, 0, 7],
             "no SNI: the address"
         );
+        proxy.balance = crate::model::Balance::RoundRobin;
+        assert!(sticky(&proxy, &client).is_empty(), "nothing hashes it");
     }
 }
