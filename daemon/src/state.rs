@@ -104,6 +104,35 @@ pub struct Shared {
     pub sessions: Arc<SessionTable>,
     /// Each service's recent traffic, for the dashboard.
     pub history: Arc<History>,
+    /// Whether an operator may change the run-time state now.
+    pub changes: Changes,
+}
+
+/// The run-time state an operator sets (disabled services, members' states
+/// and weights) is frozen while an upgrade carries it to a successor: a
+/// change acknowledged after it was carried would be lost there.
+#[derive(Debug, Default)]
+pub struct Changes(std::sync::Mutex<bool>);
+
+impl Changes {
+    /// Runs `change` unless the state is frozen. Under the lock, so that a
+    /// [`Changes::freeze`] returns only after every change begun before it.
+    pub fn apply<T>(&self, change: impl FnOnce() -> T) -> Result<T, &'static str> {
+        let frozen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if *frozen {
+            return Err("upgrade in progress: the run-time state is being handed to the new daemon; try again when it serves");
+        }
+        Ok(change())
+    }
+
+    /// From now on every change is refused, until [`Changes::thaw`].
+    pub fn freeze(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    }
+
+    pub fn thaw(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    }
 }
 
 impl Shared {
@@ -117,6 +146,7 @@ impl Shared {
             own: counters.own,
             sessions: counters.sessions,
             history: counters.history,
+            changes: Changes::default(),
         }
     }
 

@@ -344,3 +344,86 @@ fn runtime_state_travels_with_a_binary_upgrade() {
     stream.write_all(b"other\r\n").unwrap();
     assert_eq!(read_all(&mut stream), b"-service disabled\r\n");
 }
+
+#[test]
+fn a_reload_that_removes_a_service_or_member_forgets_its_run_time_state() {
+    let a = tagged_echo(SocketAddr::from(([127, 0, 0, 1], 0)), "A");
+    let b = tagged_echo(SocketAddr::from(([127, 0, 0, 1], 0)), "B");
+    let dir = common::scratch_dir();
+    let socket = dir.join("admin.sock");
+    let head = format!("admin_socket = \"{}\"\n", socket.display());
+    let web = |members: &str| format!("[service.web]\nproxy = [{members}]\n");
+    let both = format!("\"{a}\", \"{b}\"");
+    let other = "[service.other]\nbuiltin = \"daytime\"\n";
+    let full = format!("{head}{}{other}", web(&both));
+    let mut daemon = Daemon::with_config(&full).keeping(dir);
+    admin_ok(&socket, "disable service other");
+    admin_ok(&socket, &format!("set backend web {a} state maint"));
+    // The reload removes `other` and member A; the next one brings them back.
+    let config = daemon.config_path();
+    std::fs::write(&config, format!("{head}{}", web(&format!("\"{b}\"")))).unwrap();
+    daemon.signal("HUP");
+    let forgot = daemon
+        .wait_for_log(|l| l.contains("reload removed a disabled service"))
+        .expect("the forgotten state is logged");
+    assert!(forgot.contains("service=other"), "{forgot}");
+    let forgot = daemon
+        .wait_for_log(|l| l.contains("reload removed a backend"))
+        .expect("the forgotten member is logged");
+    assert!(forgot.contains(&format!("backend={a}")), "{forgot}");
+    std::fs::write(&config, &full).unwrap();
+    daemon.signal("HUP");
+    assert_eq!(
+        daemon.wait_for_lines(2, |l| l.contains("configuration reloaded")),
+        2
+    );
+    let services = admin_ok(&socket, "--json show services");
+    let reply: serde_json::Value = serde_json::from_str(&services).expect("JSON");
+    let row = reply["services"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["name"] == "other"))
+        .unwrap_or_else(|| panic!("other in {reply}"))
+        .clone();
+    assert_eq!(row["state"], "enabled", "{reply}");
+    let backends = admin_ok(&socket, "--json show backends web");
+    let reply: serde_json::Value = serde_json::from_str(&backends).expect("JSON");
+    let row = reply["backends"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["backend"] == a.to_string()))
+        .unwrap_or_else(|| panic!("{a} in {reply}"))
+        .clone();
+    assert_eq!(row["state"], "ready", "{reply}");
+    assert_eq!(row["set_at_runtime"], false, "{reply}");
+}
+
+#[test]
+fn changes_are_refused_while_an_upgrade_carries_the_state() {
+    let dir = common::scratch_dir();
+    let socket = dir.join("admin.sock");
+    let upgrade = dir.join("upgrade.sock");
+    let mut daemon = Daemon::with_config(&format!(
+        "admin_socket = \"{}\"\nupgrade_socket = \"{}\"\n[service.other]\nbuiltin = \"daytime\"\n",
+        socket.display(),
+        upgrade.display()
+    ))
+    .keeping(dir);
+    // A successor that asks, takes the first frame, and stops there: the
+    // state has been read for it and it has not taken over.
+    let mut successor = std::os::unix::net::UnixStream::connect(&upgrade).unwrap();
+    successor.set_read_timeout(Some(PATIENCE)).unwrap();
+    successor.write_all(b"UPGRADE\n").unwrap();
+    let mut first = [0u8; 1];
+    successor.read_exact(&mut first).unwrap();
+    let out = admin(&socket, "disable service other");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("upgrade in progress"), "{stderr}");
+    // Reading is still allowed.
+    admin_ok(&socket, "show services");
+    // The successor goes away: this daemon serves on, and takes changes again.
+    drop(successor);
+    daemon
+        .wait_for_log(|l| l.contains("did not take over") || l.contains("upgrade failed"))
+        .expect("the upgrade's end is logged");
+    admin_ok(&socket, "disable service other");
+}

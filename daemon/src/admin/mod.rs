@@ -6,6 +6,7 @@
 
 mod command;
 mod run;
+mod slots;
 mod status;
 
 use std::sync::{Arc, Mutex};
@@ -25,40 +26,53 @@ use crate::net::accept_errors::AcceptErrors;
 use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
 use crate::state::Shared;
+use slots::{Refusals, Slots};
 
 /// The sockets in service, kept current by the server for `show listeners`.
 pub type Listening = Arc<Mutex<Vec<ListenerRow>>>;
 
-/// Operators connected at once; more are turned away.
-const MAX_CONNECTIONS: usize = 16;
+/// A reply the client has not taken in this long ends its connection, so a
+/// client that never reads holds neither a slot nor its reply for long.
+const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 /// A connection with no command for this long is closed.
 const IDLE: Duration = Duration::from_secs(300);
 
-/// Serves the admin socket until the task is dropped.
+/// Serves the admin socket until the task is dropped. A uid that may not
+/// use it is answered and closed at once, without a task or a slot.
 pub async fn serve(listener: Listener, shared: Arc<Shared>, listening: Listening) {
     let mut errors = AcceptErrors::new("admin");
     let mut operators = JoinSet::new();
+    let mut slots = Slots::default();
+    let mut refusals = Refusals::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(Accepted { stream: Stream::Unix(stream), peer: Peer::Unix { uid, .. }, .. }) => {
-                    if operators.len() >= MAX_CONNECTIONS {
-                        // No task for it: what fits in the socket buffer now, then close.
-                        let _ = stream.try_write(line(&refusal("too many admin connections")).as_slice());
+                    if !allowed(&shared, uid) {
+                        if refusals.answer(uid) {
+                            tracing::warn!(uid, "admin connection refused: uid not allowed (admin_uids)");
+                            refuse(&stream, "uid not allowed: ask for admin_uids");
+                        }
                         continue;
                     }
-                    if !allowed(&shared, uid) {
-                        tracing::warn!(uid, "admin connection refused: uid not allowed (admin_uids)");
-                        operators.spawn(reply_once(stream, refusal("uid not allowed: ask for admin_uids")));
+                    if let Err(full) = slots.take(uid) {
+                        refuse(&stream, full);
                         continue;
                     }
                     let (shared, listening) = (Arc::clone(&shared), Arc::clone(&listening));
-                    operators.spawn(operator(stream, uid, shared, listening));
+                    operators.spawn(async move {
+                        operator(stream, uid, shared, listening).await;
+                        uid
+                    });
                 }
                 Ok(_) => {}
                 Err(e) => errors.failed(&listener.local_addr(), &e).await,
             },
-            Some(_) = operators.join_next() => {}
+            Some(ended) = operators.join_next() => {
+                // A task that panicked is counted as root's: its slot is
+                // given back wherever it was, at worst to the reserve.
+                slots.give_back(ended.unwrap_or(0));
+            }
         }
     }
 }
@@ -80,48 +94,68 @@ fn line(reply: &Value) -> Vec<u8> {
     line
 }
 
-/// Sends `reply` and ends the connection, reading what the client sent
-/// until it closes too (bounded): closing with its command unread would
-/// reset the connection and could lose the reply.
-async fn reply_once(mut stream: UnixStream, reply: Value) {
-    if stream.write_all(&line(&reply)).await.is_err() || stream.shutdown().await.is_err() {
-        return;
-    }
-    let mut sink = [0u8; 1024];
-    let drain = async {
-        let mut total = 0;
-        // EOF, an error, or more than a command line: done.
-        while let Ok(n @ 1..) = stream.read(&mut sink).await {
-            total += n;
-            if total > MAX_LINE {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+/// Answers `error` with what fits in the socket's buffer now (all of it, on
+/// a fresh connection) and closes. A Unix socket delivers the reply before
+/// telling the client its unread command was dropped.
+fn refuse(stream: &UnixStream, error: &str) {
+    let _ = stream.try_write(&line(&refusal(error)));
 }
 
 /// One operator's connection: a command a line until EOF, a reset, an
-/// over-long line or `IDLE` without one.
+/// over-long line, `IDLE` without one, or a reply not taken within
+/// `WRITE_DEADLINE`. Each reply is made off the event loop: `show sessions`
+/// at thousands of sessions takes milliseconds that no client should wait.
 async fn operator(mut stream: UnixStream, uid: u32, shared: Arc<Shared>, listening: Listening) {
     let mut pending: Vec<u8> = Vec::new();
     let mut buf = [0u8; 1024];
     loop {
         while let Some(end) = pending.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = pending.drain(..=end).collect();
-            let reply = answer(&line, uid, &shared, &listening);
-            if stream.write_all(&self::line(&reply)).await.is_err() {
+            let (shared, listening) = (Arc::clone(&shared), Arc::clone(&listening));
+            // Its log line goes where this task's would (a test's daemon
+            // logs to a subscriber of its own thread).
+            let log = tracing::dispatcher::get_default(Clone::clone);
+            let made = tokio::task::spawn_blocking(move || {
+                tracing::dispatcher::with_default(&log, || {
+                    self::line(&answer(&line, uid, &shared, &listening))
+                })
+            });
+            let reply = match made.await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    tracing::error!(uid, error = %e, "admin command failed");
+                    self::line(&refusal("internal error; see the daemon's log"))
+                }
+            };
+            if !send(&mut stream, &reply, uid).await {
                 return;
             }
         }
         if pending.len() > MAX_LINE {
-            reply_once(stream, refusal("command line too long")).await;
+            let _ = send(&mut stream, &line(&refusal("command line too long")), uid).await;
             return;
         }
         match tokio::time::timeout(IDLE, stream.read(&mut buf)).await {
             // EOF, a reset, or idle: the conversation is over.
             Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
             Ok(Ok(n)) => pending.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Writes `reply` within `WRITE_DEADLINE`; false when the connection is done.
+async fn send(stream: &mut UnixStream, reply: &[u8], uid: u32) -> bool {
+    match tokio::time::timeout(WRITE_DEADLINE, stream.write_all(reply)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => false,
+        Err(_) => {
+            tracing::warn!(
+                uid,
+                bytes = reply.len(),
+                "admin connection closed: its client did not read the reply within {}s",
+                WRITE_DEADLINE.as_secs()
+            );
+            false
         }
     }
 }

@@ -63,18 +63,22 @@ pub fn run(command: &Command, shared: &Shared, listeners: &[ListenerRow]) -> Res
             service,
             backend,
             state,
-        } => set_backend(&settings, service, backend, |pool, endpoint| {
-            pool.set_state(endpoint, *state);
-        }),
+        } => shared.changes.apply(|| {
+            set_backend(&settings, service, backend, |pool, endpoint| {
+                pool.set_state(endpoint, *state);
+            })
+        })?,
         Command::SetWeight {
             service,
             backend,
             weight,
-        } => set_backend(&settings, service, backend, |pool, endpoint| {
-            pool.set_weight(endpoint, *weight);
-        }),
-        Command::Disable(name) => switch(&settings, name, true),
-        Command::Enable(name) => switch(&settings, name, false),
+        } => shared.changes.apply(|| {
+            set_backend(&settings, service, backend, |pool, endpoint| {
+                pool.set_weight(endpoint, *weight);
+            })
+        })?,
+        Command::Disable(name) => shared.changes.apply(|| switch(&settings, name, true))?,
+        Command::Enable(name) => shared.changes.apply(|| switch(&settings, name, false))?,
     }
 }
 

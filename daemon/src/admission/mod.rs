@@ -52,6 +52,18 @@ pub struct ServiceCounts {
     pub disabled: std::sync::atomic::AtomicBool,
 }
 
+impl ServiceCounts {
+    /// Forgets what an operator set for `name`, a service a reload removed.
+    fn forget(&self, name: &ServiceName) {
+        if self.disabled.swap(false, Ordering::AcqRel) {
+            tracing::info!(service = %name, "reload removed a disabled service: its run-time state is forgotten");
+        }
+        for endpoint in self.pool.forget(|_| true) {
+            tracing::info!(service = %name, backend = %endpoint, "reload removed a service: its backend's run-time state and weight are forgotten");
+        }
+    }
+}
+
 /// The counts of every service in a registry, by name.
 pub type Usage = HashMap<ServiceName, Arc<ServiceCounts>>;
 
@@ -63,14 +75,24 @@ pub struct UsageTable(Mutex<Usage>);
 
 impl UsageTable {
     /// The counts of `registry`'s names, created for names never seen before.
+    /// What an operator set at run time for a service or member the registry
+    /// no longer has is forgotten, and logged: were the name to come back,
+    /// it starts from its configuration.
     pub fn for_registry(&self, registry: &Registry) -> Usage {
         let mut table = lock(&self.0);
+        for (name, counts) in table.iter() {
+            if registry.lookup(name).is_none() {
+                counts.forget(name);
+            }
+        }
         registry
             .services()
             .map(|service| {
                 let counts = table.entry(service.name.clone()).or_default();
                 if let ServiceKind::Proxy(proxy) = &service.kind {
-                    counts.pool.configure(proxy);
+                    for endpoint in counts.pool.configure(proxy) {
+                        tracing::info!(service = %service.name, backend = %endpoint, "reload removed a backend: its run-time state and weight are forgotten");
+                    }
                 }
                 (service.name.clone(), Arc::clone(counts))
             })

@@ -12,6 +12,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::net::UnixListener;
 
 use super::stream::Stream;
+use super::unix_socket::{remove_stale_socket, FileId};
 use crate::model::{ListenAddr, ListenOptions, ListenSpec, Peer};
 
 /// Pending-connection queue length; the kernel caps it at net.core.somaxconn.
@@ -33,8 +34,9 @@ pub enum Listener {
         listener: UnixListener,
         path: PathBuf,
         label: Arc<str>,
-        /// Ours to remove on drop (not when systemd created it).
-        owns_path: bool,
+        /// The file ours to remove on drop, if it is still there (not when
+        /// systemd created it, nor once another replaced it).
+        file: Option<FileId>,
     },
 }
 
@@ -60,7 +62,7 @@ impl Listener {
                     listener,
                     path: path.clone(),
                     label: Arc::from(path.display().to_string()),
-                    owns_path: true,
+                    file: FileId::of(path),
                 })
             }
         }
@@ -89,8 +91,23 @@ impl Listener {
         Ok(Listener::Unix {
             listener: UnixListener::from_std(listener)?,
             label: Arc::from(path.display().to_string()),
+            file: owns_path.then(|| FileId::of(&path)).flatten(),
             path,
-            owns_path,
+        })
+    }
+
+    /// A Unix socket bound by [`super::unix_socket::bind`], its file `file`.
+    pub fn from_socket_file(
+        listener: std::os::unix::net::UnixListener,
+        path: &Path,
+        file: FileId,
+    ) -> io::Result<Listener> {
+        listener.set_nonblocking(true)?;
+        Ok(Listener::Unix {
+            listener: UnixListener::from_std(listener)?,
+            label: Arc::from(path.display().to_string()),
+            path: path.to_owned(),
+            file: Some(file),
         })
     }
 
@@ -278,12 +295,12 @@ impl Drop for Listener {
     fn drop(&mut self) {
         if let Listener::Unix {
             path,
-            owns_path: true,
+            file: Some(file),
             ..
         } = self
         {
             if !HANDED_OVER.load(std::sync::atomic::Ordering::Acquire) {
-                let _ = std::fs::remove_file(path);
+                file.remove(path);
             }
         }
     }
@@ -376,25 +393,6 @@ fn tcp_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     socket.bind(&addr.into())?;
     socket.listen(BACKLOG)?;
     Ok(socket)
-}
-
-/// A socket file left by a daemon that died can be replaced; a live one cannot.
-fn remove_stale_socket(path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::FileTypeExt;
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return Ok(());
-    };
-    if !meta.file_type().is_socket() {
-        return Err(format!(
-            "{} exists and is not a socket; remove it or choose another path",
-            path.display()
-        ));
-    }
-    match std::os::unix::net::UnixStream::connect(path) {
-        Ok(_) => Err("another process is serving on this socket".to_owned()),
-        Err(_) => std::fs::remove_file(path)
-            .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display())),
-    }
 }
 
 fn explain(addr: &ListenAddr, e: &io::Error) -> String {

@@ -18,6 +18,7 @@ pub(crate) mod relay;
 pub(crate) mod sendfile;
 pub(crate) mod stream;
 pub(crate) mod tls;
+pub(crate) mod unix_socket;
 
 /// A connected TCP pair for unit tests: our end as the daemon sees it, and
 /// the peer's end.

@@ -32,8 +32,9 @@ pub struct Pool {
     /// What is known of each current member: entries exist only for members
     /// (`replace` drops those that left, `update` never re-creates them).
     known: Mutex<HashMap<Endpoint, Known>>,
-    /// Set on the admin socket, by endpoint. Kept across reloads and DNS
-    /// changes: the operator's word stands until the operator changes it.
+    /// Set on the admin socket, by endpoint. Kept across DNS changes and
+    /// reloads that keep the member: the operator's word stands until the
+    /// operator changes it, or a reload removes the member.
     overrides: Mutex<HashMap<Endpoint, Override>>,
 }
 
@@ -96,8 +97,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Pool {
     /// Makes the pool `proxy`'s: unchanged if it already is (a reload that
     /// kept the backends keeps what DNS found); otherwise its members are the
-    /// backends that need no DNS, ready at once unless some do.
-    pub fn configure(&self, proxy: &Arc<Proxy>) {
+    /// backends that need no DNS, ready at once unless some do. Returns the
+    /// members whose run-time settings it forgot: configured ones the new
+    /// backends lack (and, without DNS, any not among them).
+    pub fn configure(&self, proxy: &Arc<Proxy>) -> Vec<Endpoint> {
         let current = Arc::clone(&self.members.borrow());
         if current.are_for(proxy) {
             // Kept, now under the new configuration's pointer.
@@ -106,18 +109,44 @@ impl Pool {
                 list: current.list.clone(),
                 ready: current.ready,
             }));
-            return;
+            return Vec::new();
         }
-        let list = proxy
+        let list: Vec<Member> = proxy
             .backends
             .iter()
             .filter_map(Weighted::fixed_member)
             .collect();
+        let was_configured = |e: &Endpoint| {
+            current.config.as_deref().is_some_and(|old| {
+                old.backends
+                    .iter()
+                    .filter_map(Weighted::fixed_member)
+                    .any(|m| &m.endpoint == e)
+            })
+        };
+        let forgotten = self.forget(|e| {
+            !list.iter().any(|m| &m.endpoint == e) && (was_configured(e) || !proxy.follows_dns())
+        });
         self.replace(Members {
             config: Some(Arc::clone(proxy)),
             list,
             ready: !proxy.follows_dns(),
         });
+        forgotten
+    }
+
+    /// Drops the run-time settings of every endpoint `gone` says left;
+    /// returns those endpoints.
+    pub fn forget(&self, gone: impl Fn(&Endpoint) -> bool) -> Vec<Endpoint> {
+        let mut forgotten = Vec::new();
+        lock(&self.overrides).retain(|e, _| {
+            let keep = !gone(e);
+            if !keep {
+                forgotten.push(e.clone());
+            }
+            keep
+        });
+        forgotten
     }
 
     /// DNS found `list` for `proxy`; false when the pool is no longer

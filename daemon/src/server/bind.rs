@@ -8,6 +8,7 @@ use std::path::Path;
 use super::error::RunError;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
 use crate::net::listener::{BindError, Listener, Prebound};
+use crate::net::unix_socket::{self, remove_stale_socket};
 
 /// A bound TCPMUX listener: its configured address and name, the socket, and
 /// its options.
@@ -81,16 +82,17 @@ pub(super) fn adopt(
         .collect()
 }
 
-/// The two Unix sockets of the daemon's own, by who may connect.
-#[derive(Clone, Copy, Debug)]
+/// The daemon's own Unix sockets, by who may connect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum UnixSocket {
     /// Open to every local user: authorization is per name, by the
     /// connecting process's credentials, not by file permissions (0666).
     Control,
     /// For the daemon's own user (0600).
     Upgrade,
-    /// The admin socket: 0600, or open to every local user (0666) when
-    /// `admin_uids` names others, whom SO_PEERCRED then tells apart.
+    /// The admin socket, owned by the daemon's user: 0600, or open to every
+    /// local user (0666) when `admin_uids` names others, whom SO_PEERCRED
+    /// then tells apart.
     Admin { others: bool },
 }
 
@@ -101,30 +103,61 @@ impl UnixSocket {
             others: settings.is_some_and(|s| !s.uids.is_empty()),
         }
     }
-}
 
-/// Binds one of the daemon's own Unix sockets at `path`, with its mode.
-pub(super) fn bind_unix_socket(path: &Path, kind: UnixSocket) -> Result<Listener, BindError> {
-    let addr = ListenAddr::Unix(path.to_owned());
-    let listener = Listener::bind(&addr)?;
-    set_mode(path, kind)?;
-    Ok(listener)
-}
-
-/// Gives the socket file at `path` the mode of its `kind`: at bind, and at a
-/// reload that keeps the admin socket but changes who may use it.
-pub(super) fn set_mode(path: &Path, kind: UnixSocket) -> Result<(), BindError> {
-    use std::os::unix::fs::PermissionsExt;
-    let (mode, why) = match kind {
-        UnixSocket::Control => (0o666, "cannot make the control socket connectable"),
-        UnixSocket::Upgrade => (0o600, "cannot restrict the upgrade socket to its owner"),
-        UnixSocket::Admin { others: false } => {
-            (0o600, "cannot restrict the admin socket to its owner")
+    fn mode(self) -> u32 {
+        match self {
+            UnixSocket::Control | UnixSocket::Admin { others: true } => 0o666,
+            UnixSocket::Upgrade | UnixSocket::Admin { others: false } => 0o600,
         }
-        UnixSocket::Admin { others: true } => (0o666, "cannot make the admin socket connectable"),
-    };
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| BindError {
+    }
+
+    /// Whether the file at `path` lacks this kind's mode (or is not a
+    /// socket at all): then a reload that keeps the path replaces the socket.
+    /// Read only: the file is never changed by its path.
+    pub(super) fn differs_at(self, path: &Path) -> bool {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        std::fs::symlink_metadata(path).map_or(true, |meta| {
+            !meta.file_type().is_socket() || meta.permissions().mode() & 0o777 != self.mode()
+        })
+    }
+}
+
+/// Binds one of the daemon's own Unix sockets at `path`, its file complete
+/// with its mode (and, for the admin socket, `owner`: the daemon's user when
+/// root binds it before dropping privileges) before anyone can see it.
+/// `replacing`: the path is our own socket in service, which the new one
+/// replaces in place (a reload that changes who may connect); otherwise a
+/// live socket there is another daemon's and refused.
+pub(super) fn bind_unix_socket(
+    path: &Path,
+    kind: UnixSocket,
+    owner: Option<(u32, u32)>,
+    replacing: bool,
+) -> Result<Listener, BindError> {
+    let fail = |reason: String| BindError {
         addr: ListenAddr::Unix(path.to_owned()),
-        reason: format!("{why}: {e}"),
-    })
+        reason,
+    };
+    if !replacing {
+        remove_stale_socket(path).map_err(fail)?;
+    }
+    let owner = match kind {
+        UnixSocket::Admin { .. } if rustix::process::geteuid().is_root() => owner,
+        _ => None,
+    };
+    let file = unix_socket::SocketFile {
+        mode: kind.mode(),
+        owner,
+    };
+    let what = match kind {
+        UnixSocket::Control => "the handoff control socket",
+        UnixSocket::Upgrade => "the upgrade socket",
+        UnixSocket::Admin { .. } => "the admin socket",
+    };
+    let (listener, id) = unix_socket::bind(path, file).map_err(|e| {
+        fail(format!(
+            "cannot make {what}: {e} (its directory must exist and be writable by the daemon's user)"
+        ))
+    })?;
+    Listener::from_socket_file(listener, path, id).map_err(|e| fail(e.to_string()))
 }

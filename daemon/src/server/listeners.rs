@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::instrument::WithSubscriber;
 
-use super::bind::{bind_unix_socket, set_mode, UnixSocket};
+use super::bind::{bind_unix_socket, UnixSocket};
 use super::sessions::{accept_loop, Sessions, SharedOptions};
 use super::single::{close, handed, restage, Shown, Single};
 use super::upgrade::encoded;
@@ -351,26 +351,33 @@ impl Live {
         })?;
         let current = self.control.as_ref().map(|c| c.configured.clone());
         let control = restage(current, config.handoff_socket.clone(), |path| {
-            bind_unix_socket(&path, UnixSocket::Control)
+            bind_unix_socket(&path, UnixSocket::Control, None, false)
         })?;
         let current = self.upgrade.as_ref().map(|u| u.configured.clone());
         let upgrade = restage(current, config.upgrade_socket.clone(), |path| {
-            bind_unix_socket(&path, UnixSocket::Upgrade)
+            bind_unix_socket(&path, UnixSocket::Upgrade, None, false)
         })?;
-        let current = self.admin.as_ref().map(|a| a.configured.clone());
-        let wanted = config.admin.as_ref().map(|a| a.socket.clone());
-        let admin_kind = UnixSocket::admin(config.admin.as_ref());
-        if let (Some(kept), true) = (&current, current == wanted) {
-            // The same socket, perhaps for other users: `admin_uids` sets its mode.
-            set_mode(kept, admin_kind)?;
-        }
-        let admin = restage(current, wanted, |path| bind_unix_socket(&path, admin_kind))?;
+        let admin = self.restage_admin(config)?;
         Ok(Staged {
             tcpmux,
             metrics,
             control,
             upgrade,
             admin,
+        })
+    }
+
+    /// The admin socket `config` asks for: kept, closed, or bound anew; and
+    /// replaced in place, never chmodded, when `admin_uids` changes who may
+    /// connect (its file's mode), so a reload touches no file by its path.
+    fn restage_admin(&self, config: &Config) -> Result<Option<Option<Listener>>, BindError> {
+        let current = self.admin.as_ref().map(|a| a.configured.clone());
+        let wanted = config.admin.as_ref().map(|a| a.socket.clone());
+        let kind = UnixSocket::admin(config.admin.as_ref());
+        let same_path = current.is_some() && current == wanted;
+        let current = current.filter(|path| !(same_path && kind.differs_at(path)));
+        restage(current, wanted, |path| {
+            bind_unix_socket(&path, kind, config.run_as, same_path)
         })
     }
 

@@ -136,15 +136,23 @@ impl Server {
             adopt(inherited, &config.listen)?
         };
         let control = single(&mut handed.control, config.handoff_socket.clone(), |path| {
-            bind_unix_socket(path, UnixSocket::Control)
+            bind_unix_socket(path, UnixSocket::Control, None, false)
         })?;
         let upgrade = single(&mut handed.upgrade, config.upgrade_socket.clone(), |path| {
-            bind_unix_socket(path, UnixSocket::Upgrade)
+            bind_unix_socket(path, UnixSocket::Upgrade, None, false)
         })?;
         let admin_path = config.admin.as_ref().map(|a| a.socket.clone());
         let admin_kind = UnixSocket::admin(config.admin.as_ref());
+        // A predecessor's admin socket for other users than this file's is
+        // replaced in place rather than adopted.
+        let replacing = handed.admin.as_ref().is_some_and(|(path, _)| {
+            Some(path) == admin_path.as_ref() && admin_kind.differs_at(path)
+        });
+        if replacing {
+            handed.admin = None;
+        }
         let admin = single(&mut handed.admin, admin_path, |path| {
-            bind_unix_socket(path, admin_kind)
+            bind_unix_socket(path, admin_kind, config.run_as, replacing)
         })?;
         // Everything privileged (binding port 1, creating sockets in /run) is done.
         if let Some((uid, gid)) = config.run_as {
@@ -278,6 +286,7 @@ impl Server {
                         handed_over = true;
                         break;
                     }
+                    shared.changes.thaw();
                 }
             }
         }

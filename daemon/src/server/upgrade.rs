@@ -299,6 +299,9 @@ pub(super) fn start(
         sockets.extend(backend_sockets(&shared.hub)?);
         Ok(sockets)
     });
+    // Frozen before it is read: a change acknowledged after this point
+    // would be missing in the successor.
+    shared.changes.freeze();
     let state = carried_frames(shared);
     match sockets {
         Ok(sockets) => {
@@ -310,6 +313,7 @@ pub(super) fn start(
         }
         Err(e) => {
             tracing::warn!(error = %e, "upgrade failed: cannot share the sockets; still serving");
+            shared.changes.thaw();
             None
         }
     }
