@@ -191,3 +191,32 @@ fn client_supplied_names_are_cut_in_the_log() {
     assert!(line.contains(&format!("{}...", "h".repeat(256))), "{line}");
     assert!(!line.contains(&"h".repeat(257)), "{line}");
 }
+
+#[test]
+fn an_absolute_form_target_routes_over_host_and_a_space_before_the_colon_is_refused() {
+    let backend = common::echo_backend();
+    let daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", detect = true }}]\n\
+         [service.app]\nproxy = \"{backend}\"\nhttp_host = [\"app.example.com\"]\n"
+    ));
+    // RFC 9112 §3.2.2: the target's host wins; a Host naming nothing here
+    // would have been refused.
+    let request = b"GET http://app.example.com/x HTTP/1.1\r\nHost: x.example\r\n\r\n".to_vec();
+    assert_eq!(
+        send_and_receive(&mut daemon.connect(), request.clone()),
+        request
+    );
+    let request = b"GET http://x.example/ HTTP/1.1\r\nHost: app.example.com\r\n\r\n".to_vec();
+    let answer = String::from_utf8(send_and_receive(&mut daemon.connect(), request)).unwrap();
+    assert!(
+        answer.contains("no service for HTTP host x.example"),
+        "{answer}"
+    );
+    // `Host :` is read as Host by some and not by others: malformed.
+    let request = b"GET / HTTP/1.1\r\nHost : app.example.com\r\n\r\n".to_vec();
+    let answer = String::from_utf8(send_and_receive(&mut daemon.connect(), request)).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 4") && answer.contains("whitespace before a header's colon"),
+        "{answer}"
+    );
+}

@@ -1,12 +1,17 @@
-//! An HTTP/1.x request head as far as routing needs it: the method and the
-//! Host header (lower case, port removed), read without consuming anything.
+//! An HTTP/1.x request head as far as routing needs it: the method, the
+//! request target, and the host it names (lower case, port removed), read
+//! without consuming anything.
 
 /// What a request head says about where it wants to go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestHead {
     /// The method, as sent.
     pub method: String,
-    /// The Host header's host, lower case, without its port; `None` without one.
+    /// The request target, as sent (`/path?query`, or absolute-form).
+    pub target: String,
+    /// The host the request is for, lower case, without its port: an
+    /// absolute-form target's, which wins over the Host header (RFC 9112
+    /// §3.2.2), else the Host header's; `None` without either.
     pub host: Option<String>,
     /// Bytes of the head, its blank line included.
     pub length: usize,
@@ -21,7 +26,8 @@ pub enum HeadError {
     /// No blank line within the limit.
     #[error("HTTP request head longer than {0} bytes")]
     TooLong(usize),
-    /// A header line without a colon, or a Host header given twice.
+    /// A header line without a colon or with whitespace before it, or a
+    /// Host header given twice.
     #[error("malformed HTTP request head: {0}")]
     Malformed(&'static str),
 }
@@ -37,7 +43,7 @@ pub fn parse(input: &[u8], max_len: usize) -> Result<Option<RequestHead>, HeadEr
             check_request_line_prefix(window).map(|()| None)
         };
     };
-    let method = request_line(trim_cr(&window[..first_end]))?;
+    let (method, target) = request_line(trim_cr(&window[..first_end]))?;
     let Some(end) = head_end(window) else {
         return if input.len() >= max_len {
             Err(HeadError::TooLong(max_len))
@@ -55,6 +61,14 @@ pub fn parse(input: &[u8], max_len: usize) -> Result<Option<RequestHead>, HeadEr
             .iter()
             .position(|&b| b == b':')
             .ok_or(HeadError::Malformed("a header line has no colon"))?;
+        // RFC 9112 §5.1: a server must reject whitespace between a field's
+        // name and its colon (`Host :`), which proxies read differently.
+        if line[..colon]
+            .last()
+            .is_some_and(|&b| b == b' ' || b == b'\t')
+        {
+            return Err(HeadError::Malformed("whitespace before a header's colon"));
+        }
         if line[..colon].eq_ignore_ascii_case(b"host") {
             if host.is_some() {
                 return Err(HeadError::Malformed("Host given twice"));
@@ -62,9 +76,14 @@ pub fn parse(input: &[u8], max_len: usize) -> Result<Option<RequestHead>, HeadEr
             host = Some(host_of(&line[colon + 1..]));
         }
     }
+    let host = match absolute_form_host(&target) {
+        Some(authority) => authority,
+        None => host.flatten(),
+    };
     Ok(Some(RequestHead {
         method,
-        host: host.flatten(),
+        target,
+        host,
         length: end + 1,
     }))
 }
@@ -87,11 +106,25 @@ fn head_end(input: &[u8]) -> Option<usize> {
     }
 }
 
-/// The method of a complete request line `METHOD SP target SP HTTP/1.x`.
+/// The host of an absolute-form target (`http://host:port/path`), if the
+/// target is one: `Some(None)` for one with an empty host.
+fn absolute_form_host(target: &str) -> Option<Option<String>> {
+    let (scheme, rest) = target.split_once("://")?;
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    Some(host_of(authority.as_bytes()))
+}
+
+/// The method and target of a complete request line `METHOD SP target SP HTTP/1.x`.
 /// A control byte anywhere refuses it, as it refuses an incomplete line
 /// (`check_request_line_prefix`): a line must not turn from "not HTTP" into
 /// HTTP by arriving whole.
-fn request_line(line: &[u8]) -> Result<String, HeadError> {
+fn request_line(line: &[u8]) -> Result<(String, String), HeadError> {
     if line.iter().any(|&b| b.is_ascii_control() && b != b'\r') {
         return Err(HeadError::NotHttp);
     }
@@ -108,7 +141,10 @@ fn request_line(line: &[u8]) -> Result<String, HeadError> {
     if !(version == b"HTTP/1.1" || version == b"HTTP/1.0") {
         return Err(HeadError::NotHttp);
     }
-    Ok(String::from_utf8_lossy(method).into_owned())
+    Ok((
+        String::from_utf8_lossy(method).into_owned(),
+        String::from_utf8_lossy(target).into_owned(),
+    ))
 }
 
 /// Refuses early an incomplete first line that can no longer become a request

@@ -132,6 +132,7 @@ fn every_split_of_a_request_head_decides_like_the_whole() {
         whole,
         RequestHead {
             method: "GET".into(),
+            target: "/x".into(),
             host: Some("app.example.com".into()),
             length: head.len() - 4,
         }
@@ -178,10 +179,43 @@ fn hosts_and_malformed_heads() {
         http::parse(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", HEAD_LIMIT),
         Err(HeadError::Malformed(_))
     ));
+    // RFC 9112 §5.1: whitespace between a field name and its colon.
+    for head in ["Host : a", "Host\t: a", "X-Forwarded-Host : b"] {
+        let head = format!("GET / HTTP/1.1\r\n{head}\r\n\r\n");
+        assert_eq!(
+            http::parse(head.as_bytes(), HEAD_LIMIT),
+            Err(HeadError::Malformed("whitespace before a header's colon")),
+            "{head}"
+        );
+    }
     let long = format!("GET / HTTP/1.1\r\nX: {}\r\n", "y".repeat(HEAD_LIMIT));
     assert_eq!(
         http::parse(long.as_bytes(), HEAD_LIMIT),
         Err(HeadError::TooLong(HEAD_LIMIT))
+    );
+}
+
+#[test]
+fn an_absolute_form_target_names_the_host_over_the_host_header() {
+    let host = |head: &str| {
+        http::parse(head.as_bytes(), HEAD_LIMIT)
+            .unwrap()
+            .unwrap()
+            .host
+    };
+    // RFC 9112 §3.2.2: the target's authority wins.
+    let head = "GET http://Admin.Example:8080/x?y HTTP/1.1\r\nHost: app.example\r\n\r\n";
+    assert_eq!(host(head).as_deref(), Some("admin.example"));
+    let head = "GET HTTPS://user:pw@[::1]:443 HTTP/1.1\r\nHost: app.example\r\n\r\n";
+    assert_eq!(host(head).as_deref(), Some("::1"));
+    // Origin-form, and a target that only looks like a URL, keep Host's.
+    assert_eq!(
+        host("GET /http://x HTTP/1.1\r\nHost: app.example\r\n\r\n").as_deref(),
+        Some("app.example")
+    );
+    assert_eq!(
+        host("GET ftp://x/ HTTP/1.1\r\nHost: app.example\r\n\r\n").as_deref(),
+        Some("app.example")
     );
 }
 
