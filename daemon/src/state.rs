@@ -28,6 +28,8 @@ pub struct Settings {
     pub dns: Dns,
     /// `admin_uids`: who besides root and the daemon's user may use the admin socket.
     pub admin_uids: Vec<u32>,
+    /// `metrics_hosts`: the names a metrics request's Host may give.
+    pub metrics_hosts: Vec<String>,
     /// Every certificate the TLS listeners serve from files, by name, with
     /// its notAfter.
     pub certificates: Vec<(String, i64)>,
@@ -64,6 +66,7 @@ impl Settings {
             control_limits: config.control_limits,
             dns: config.dns,
             admin_uids: config.admin.map(|a| a.uids).unwrap_or_default(),
+            metrics_hosts: config.metrics_hosts,
         }
     }
 }

@@ -279,3 +279,15 @@ fn tls_configuration_errors_are_clear() {
     let keyless = format!(", certs = [{{ cert = \"{}\" }}]", other.cert.display());
     common::assert_config_rejected(&listen(&setup.tls_table(&keyless)), "missing field `key`");
 }
+
+#[test]
+fn metrics_hosts_are_names_for_a_metrics_listener() {
+    common::assert_config_rejected(
+        "metrics_hosts = [\"metrics.example\"]\n",
+        "metrics_hosts needs metrics_listen",
+    );
+    common::assert_config_rejected(
+        "metrics_listen = \"127.0.0.1:9\"\nmetrics_hosts = [\"metrics.example:9100\"]\n",
+        "is not a host name",
+    );
+}

@@ -217,3 +217,81 @@ fn the_page_in_a_browser_shows_the_services_and_moving_counters() {
         "requests would have left the machine: {left:?}"
     );
 }
+
+/// The whole answer to `request`, sent as it is.
+fn ask(addr: &str, request: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    String::from_utf8_lossy(&read_all(&mut stream)).into_owned()
+}
+
+#[test]
+fn a_rebinding_page_is_refused_and_head_is_answered() {
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let _daemon = Daemon::with_config(&format!(
+        "metrics_listen = \"{metrics}\"\nmetrics_hosts = [\"metrics.example\"]\n"
+    ));
+    let port = metrics.rsplit(':').next().unwrap();
+    let get = |host: &str| {
+        ask(
+            &metrics,
+            &format!("GET /status.json HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+        )
+    };
+    // A page on another site whose name now points here sends its own name.
+    for host in [format!("attacker.example:{port}"), "localhost".to_owned()] {
+        let answer = get(&host);
+        assert!(answer.starts_with("HTTP/1.0 421"), "{host}: {answer}");
+        assert!(!answer.contains("\"services\""), "{answer}");
+    }
+    for host in [
+        format!("metrics.example:{port}"),
+        metrics.clone(),
+        format!("[::1]:{port}"),
+    ] {
+        assert!(get(&host).starts_with("HTTP/1.0 200"), "{host}");
+    }
+    let head = ask(&metrics, "HEAD / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "a body after HEAD: {head}");
+    assert!(head.contains("Content-Length: ") && !head.contains("Content-Length: 0\r"));
+    assert!(
+        head.contains("script-src 'self'") && !head.contains("unsafe-inline"),
+        "{head}"
+    );
+    // The page's script and style come from the endpoint itself.
+    assert!(ask(&metrics, "GET /dashboard.js HTTP/1.0\r\n\r\n").contains("/status.json"));
+    assert!(ask(&metrics, "GET /dashboard.css HTTP/1.0\r\n\r\n").contains("text/css"));
+}
+
+#[test]
+fn idle_connections_to_the_endpoint_are_capped() {
+    const CAP: usize = 64;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let daemon = Daemon::with_config(&format!("metrics_listen = \"{metrics}\"\n"));
+    // 300 clients that send nothing: the first CAP wait for their request
+    // head (up to 5 s), the rest are answered 503 at once.
+    let idle: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(&metrics).expect("connect"))
+        .collect();
+    let (mut refused, mut held) = (0, 0);
+    for mut stream in idle {
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        let answer = read_all(&mut stream);
+        if answer.starts_with(b"HTTP/1.0 503") {
+            refused += 1;
+        } else {
+            assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+            held += 1;
+        }
+    }
+    assert!(
+        held <= CAP,
+        "{held} idle connections held, {refused} refused"
+    );
+    assert_eq!(held + refused, 300);
+    // Served again once they are gone, and the daemon's clients never noticed.
+    assert!(get(&metrics, "/metrics").contains("tcpmuxd_"));
+    daytime(&daemon, 1);
+}

@@ -25,10 +25,7 @@ pub fn status(shared: &Shared, listening: &Mutex<Vec<ListenerRow>>) -> Value {
         let name = service["name"].as_str().unwrap_or_default();
         service["history"] = json!(history.get(name));
     }
-    let mut sessions: Vec<_> = shared.sessions.sessions().iter().map(|s| s.row()).collect();
-    let total = sessions.len();
-    sessions.sort_by_key(|row| std::cmp::Reverse(row.bytes_in + row.bytes_out));
-    sessions.truncate(BUSIEST);
+    let (total, sessions) = shared.sessions.busiest(BUSIEST);
     let listeners: Vec<Value> = listening
         .lock()
         .unwrap_or_else(|p| p.into_inner())

@@ -15,6 +15,7 @@ mod exec;
 mod include;
 mod limits;
 mod listen;
+mod metrics;
 mod pem;
 mod proxy;
 mod raw;
@@ -71,6 +72,8 @@ pub struct Config {
     pub run_as: Option<(u32, u32)>,
     /// Where to serve Prometheus metrics over HTTP, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// The host names its requests may name (`metrics_hosts`).
+    pub metrics_hosts: Vec<String>,
     /// How proxy backends found through DNS are followed.
     pub dns: Dns,
     /// What is valid but probably not meant (no services at all), for the log
@@ -97,6 +100,7 @@ impl Default for Config {
             control_limits: ControlLimits::default(),
             run_as: None,
             metrics_listen: None,
+            metrics_hosts: metrics::DEFAULT_HOSTS.map(str::to_owned).to_vec(),
             listen_from_command_line: false,
             dns: Dns::default(),
             warnings: Vec::new(),
@@ -201,7 +205,8 @@ impl Config {
             limits: limits::limits(src, &raw)?,
             control_limits: limits::control_limits(src, &raw)?,
             run_as: users::resolve_user(src, raw.user.as_ref(), raw.group.as_ref())?,
-            metrics_listen: metrics_listen(src, &raw)?,
+            metrics_listen: metrics::metrics_listen(src, &raw)?,
+            metrics_hosts: metrics::metrics_hosts(src, &raw)?,
             dns: dns(src, &raw)?,
             warnings,
         })
@@ -252,17 +257,6 @@ fn dns(src: Source<'_>, raw: &RawConfig) -> Result<Dns, ConfigError> {
         max_ttl,
         resolvers,
     })
-}
-
-fn metrics_listen(src: Source<'_>, raw: &RawConfig) -> Result<Option<SocketAddr>, ConfigError> {
-    let Some(addr) = &raw.metrics_listen else {
-        return Ok(None);
-    };
-    let message = || format!("metrics_listen {:?}: expected IP:PORT", addr.get_ref());
-    addr.get_ref()
-        .parse()
-        .map(Some)
-        .map_err(|_| src.at(addr.span(), message()))
 }
 
 #[cfg(test)]

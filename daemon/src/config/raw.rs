@@ -121,6 +121,7 @@ pub(crate) struct RawConfig {
     pub(crate) user: Option<Spanned<String>>,
     pub(crate) group: Option<Spanned<String>>,
     pub(crate) metrics_listen: Option<Spanned<String>>,
+    pub(crate) metrics_hosts: Option<Spanned<Vec<String>>>,
     pub(crate) max_connections: Option<Spanned<usize>>,
     pub(crate) max_connections_per_ip: Option<Spanned<usize>>,
     pub(crate) connection_rate_per_ip: Option<Spanned<f64>>,

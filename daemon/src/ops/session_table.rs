@@ -133,12 +133,43 @@ impl SessionTable {
         all
     }
 
+    /// How many sessions are live, and the rows of the `n` that relayed the
+    /// most: one pass over the table that builds only those `n` rows.
+    pub fn busiest(&self, n: usize) -> (usize, Vec<SessionRow>) {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let mut total = 0;
+        // The n largest so far, the smallest of them on top; ties go to
+        // the older session (the smaller id).
+        let mut top: BinaryHeap<Reverse<(u64, Reverse<u64>)>> = BinaryHeap::new();
+        let mut kept: HashMap<u64, Arc<LiveSession>> = HashMap::new();
+        for shard in &self.shards {
+            for session in lock(shard).values() {
+                total += 1;
+                let key = (session.traffic.moved(), Reverse(session.id));
+                if top.len() < n {
+                    top.push(Reverse(key));
+                } else if top.peek().is_some_and(|Reverse(least)| key > *least) {
+                    if let Some(Reverse((_, Reverse(out)))) = top.pop() {
+                        kept.remove(&out);
+                    }
+                    top.push(Reverse(key));
+                } else {
+                    continue;
+                }
+                kept.insert(session.id, Arc::clone(session));
+            }
+        }
+        let mut rows: Vec<SessionRow> = kept.values().map(|s| s.row()).collect();
+        rows.sort_by_key(|row| (Reverse(row.bytes_in + row.bytes_out), row.id));
+        (total, rows)
+    }
+
     /// The bytes live sessions relayed so far, by service.
     pub fn relayed_by_service(&self) -> HashMap<String, u64> {
         let mut by = HashMap::new();
         for session in self.sessions() {
-            let moved = session.traffic.up.load(Ordering::Relaxed)
-                + session.traffic.down.load(Ordering::Relaxed);
+            let moved = session.traffic.moved();
             if let (Some(service), true) = (session.detail().service, moved > 0) {
                 *by.entry(service.to_string()).or_insert(0) += moved;
             }
@@ -259,6 +290,32 @@ mod tests {
         drop(b);
         assert!(table.get(id).is_none());
         assert_eq!(table.sessions().len(), 1);
+    }
+
+    #[test]
+    fn the_busiest_are_the_ones_that_moved_the_most() {
+        let table = Arc::new(SessionTable::default());
+        let peer = Peer::Tcp(([127, 0, 0, 1], 1).into());
+        let sessions: Vec<_> = (0..50u64)
+            .map(|i| {
+                let s = table.open(peer.clone(), None);
+                // 0, 7, 14, ... with one tie (the last two move the same).
+                let moved = (i * 7).min(48 * 7);
+                s.traffic.up.store(moved, Ordering::Relaxed);
+                s
+            })
+            .collect();
+        let (total, rows) = table.busiest(3);
+        assert_eq!(total, 50);
+        let moved: Vec<u64> = rows.iter().map(|r| r.bytes_in).collect();
+        assert_eq!(moved, vec![336, 336, 329]);
+        // The older of the tie first.
+        assert_eq!(rows[0].id, sessions[48].id);
+        assert_eq!(rows[1].id, sessions[49].id);
+        let (total, rows) = table.busiest(100);
+        assert_eq!((total, rows.len()), (50, 50));
+        let (total, rows) = table.busiest(0);
+        assert_eq!((total, rows.len()), (50, 0));
     }
 
     #[tokio::test]

@@ -182,11 +182,12 @@ impl Live {
         shared: &Arc<Shared>,
     ) {
         tracing::info!(address = %listener.local_addr(), "metrics endpoint");
-        let (counters, state) = (Arc::clone(shared), Arc::clone(shared));
+        let (counters, state, hosts) = (Arc::clone(shared), Arc::clone(shared), Arc::clone(shared));
         let listening = Arc::clone(&self.listening);
         let pages = Arc::new(metrics_endpoint::Pages {
             metrics: Box::new(move || counters.render_metrics()),
             status: Box::new(move || crate::admin::status(&state, &listening).to_string()),
+            hosts: Box::new(move || hosts.settings().metrics_hosts.clone()),
         });
         let fd = listener.as_fd().try_clone_to_owned().ok();
         let task = self

@@ -52,6 +52,13 @@ pub struct Traffic {
     pub down: AtomicU64,
 }
 
+impl Traffic {
+    /// Both directions' bytes so far.
+    pub fn moved(&self) -> u64 {
+        self.up.load(Ordering::Relaxed) + self.down.load(Ordering::Relaxed)
+    }
+}
+
 /// Pipe size asked for, and most bytes one splice moves. The kernel allocates pipe
 /// pages only as data flows, so an idle relay does not hold this much; on a
 /// 2-core loopback, 1 MiB moved 1.6x what 64 KiB did (docs/benchmarks.md).

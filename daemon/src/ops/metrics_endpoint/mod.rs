@@ -1,0 +1,223 @@
+//! The HTTP endpoint on `metrics_listen`: a minimal HTTP/1.0 responder.
+//! `GET /metrics` gets the Prometheus counters, `GET /` the dashboard (a
+//! page, its style and its script, all in the binary), `GET /status.json`
+//! its data (a snapshot at most a second old, made off the event loop);
+//! HEAD too; anything else 404. One request per connection, bounded in
+//! size, time and number, and only for a Host that is an IP literal or a
+//! name in `metrics_hosts`, so that a page elsewhere cannot read it by
+//! rebinding its own name to this address.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tcpmux_proto::sniff::http::{self, HeadError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinSet;
+
+use crate::net::accept_errors::AcceptErrors;
+use crate::net::close::close_gracefully;
+use crate::net::listener::{Accepted, Listener};
+
+/// Longest request head read, and how long a client may take to send it.
+const MAX_REQUEST: usize = 8192;
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once; more are answered 503 and closed, so idle
+/// ones cannot take the descriptors `max_connections` was sized for.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How old the dashboard's data may be: every poller within it shares one.
+const SNAPSHOT_AGE: Duration = Duration::from_secs(1);
+
+/// The dashboard: no inline style or script, so its policy forbids both.
+const DASHBOARD: &str = include_str!("dashboard.html");
+const STYLE: &str = include_str!("dashboard.css");
+const SCRIPT: &str = include_str!("dashboard.js");
+const POLICY: &str =
+    "default-src 'none'; connect-src 'self'; style-src 'self'; script-src 'self'; img-src data:";
+
+/// What the endpoint renders on demand.
+pub struct Pages {
+    /// The Prometheus exposition text.
+    pub metrics: Box<dyn Fn() -> String + Send + Sync>,
+    /// The dashboard's data, as JSON.
+    pub status: Box<dyn Fn() -> String + Send + Sync>,
+    /// The host names a request may name (`metrics_hosts`).
+    pub hosts: Box<dyn Fn() -> Vec<String> + Send + Sync>,
+}
+
+/// The last `/status.json`, shared by the pollers of one second.
+type Snapshot = tokio::sync::Mutex<Option<(Instant, Arc<String>)>>;
+
+/// Serves `pages` until the task is dropped, which ends the requests in
+/// progress with it.
+pub async fn serve(listener: Listener, pages: Arc<Pages>) {
+    let mut requests = JoinSet::new();
+    let mut errors = AcceptErrors::new("metrics");
+    let snapshot = Arc::new(Snapshot::default());
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            Some(_) = requests.join_next() => continue,
+        };
+        let stream = match accepted {
+            Ok(Accepted { stream, .. }) => stream,
+            Err(e) => {
+                errors.failed(&listener.local_addr(), &e).await;
+                continue;
+            }
+        };
+        if requests.len() >= MAX_CONNECTIONS {
+            // No task for it: the refusal fits in an empty socket buffer.
+            let _ = stream.send(FULL, false).await;
+            continue;
+        }
+        let (pages, snapshot) = (Arc::clone(&pages), Arc::clone(&snapshot));
+        requests.spawn(async move {
+            let mut stream = stream;
+            let Ok(head) = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await
+            else {
+                return;
+            };
+            let reply = match route(&head, &(pages.hosts)()) {
+                Answer::Fixed(bytes) => bytes.to_vec(),
+                Answer::Page(page, head_only) => {
+                    let body = render(page, &pages, &snapshot).await;
+                    page_reply(page, &body, head_only)
+                }
+            };
+            let _ = stream.write_all(&reply).await;
+            close_gracefully(&mut stream, Duration::from_secs(1)).await;
+        });
+    }
+}
+
+const FULL: &[u8] =
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 5\r\nRetry-After: 1\r\n\r\nbusy\n";
+
+/// The request head as read: complete, or what came before EOF, an error or
+/// the size limit (which `route` then refuses).
+async fn read_head(stream: &mut crate::net::stream::Stream) -> Vec<u8> {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !matches!(http::parse(&request, MAX_REQUEST), Ok(Some(_)) | Err(_)) {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    request
+}
+
+/// What the endpoint has to give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Page {
+    Metrics,
+    Dashboard,
+    Style,
+    Script,
+    Status,
+}
+
+/// The answer to a request: a page (headers only for HEAD), or a fixed one.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    Page(Page, bool),
+    Fixed(&'static [u8]),
+}
+
+/// Where `request` goes, decided from its bytes alone.
+fn route(request: &[u8], hosts: &[String]) -> Answer {
+    let head = match http::parse(request, MAX_REQUEST) {
+        Ok(Some(head)) => head,
+        Ok(None) | Err(HeadError::NotHttp | HeadError::Malformed(_)) => {
+            return Answer::Fixed(
+                b"HTTP/1.0 400 Bad Request\r\nContent-Length: 12\r\n\r\nbad request\n",
+            )
+        }
+        Err(HeadError::TooLong(_)) => return Answer::Fixed(
+            b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Length: 9\r\n\r\ntoo long\n",
+        ),
+    };
+    if let Some(host) = &head.host {
+        if host.parse::<IpAddr>().is_err() && !hosts.iter().any(|h| h == host) {
+            return Answer::Fixed(b"HTTP/1.0 421 Misdirected Request\r\nContent-Length: 45\r\n\r\nthis host name is not listed in metrics_hosts\n");
+        }
+    }
+    let head_only = match head.method.as_str() {
+        "GET" => false,
+        "HEAD" => true,
+        _ => {
+            return Answer::Fixed(b"HTTP/1.0 405 Method Not Allowed\r\nAllow: GET, HEAD\r\nContent-Length: 19\r\n\r\nmethod not allowed\n")
+        }
+    };
+    // The path without a query: a browser may add one to defeat caches.
+    let path = head.target.split('?').next().unwrap_or_default();
+    let page = match path {
+        "/metrics" => Page::Metrics,
+        "/" | "/index.html" => Page::Dashboard,
+        "/dashboard.css" => Page::Style,
+        "/dashboard.js" => Page::Script,
+        "/status.json" => Page::Status,
+        _ => {
+            return Answer::Fixed(
+                b"HTTP/1.0 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n",
+            )
+        }
+    };
+    Answer::Page(page, head_only)
+}
+
+/// `page`'s body. What costs (the counters, the status) is made off the
+/// event loop; the status at most once per `SNAPSHOT_AGE`.
+async fn render(page: Page, pages: &Arc<Pages>, snapshot: &Snapshot) -> Arc<String> {
+    let fixed = |text: &str| Arc::new(text.to_owned());
+    match page {
+        Page::Dashboard => fixed(DASHBOARD),
+        Page::Style => fixed(STYLE),
+        Page::Script => fixed(SCRIPT),
+        Page::Metrics => off_loop(pages, |p| (p.metrics)()).await,
+        Page::Status => {
+            let mut last = snapshot.lock().await;
+            match &*last {
+                Some((made, body)) if made.elapsed() < SNAPSHOT_AGE => Arc::clone(body),
+                _ => {
+                    let body = off_loop(pages, |p| (p.status)()).await;
+                    *last = Some((Instant::now(), Arc::clone(&body)));
+                    body
+                }
+            }
+        }
+    }
+}
+
+/// `make(pages)` on a blocking thread, logging where this task logs.
+async fn off_loop(pages: &Arc<Pages>, make: fn(&Pages) -> String) -> Arc<String> {
+    let pages = Arc::clone(pages);
+    let log = tracing::dispatcher::get_default(Clone::clone);
+    let made = tokio::task::spawn_blocking(move || {
+        tracing::dispatcher::with_default(&log, || make(&pages))
+    });
+    Arc::new(made.await.unwrap_or_default())
+}
+
+fn page_reply(page: Page, body: &str, head_only: bool) -> Vec<u8> {
+    let kind = match page {
+        Page::Metrics => "text/plain; version=0.0.4",
+        Page::Dashboard => "text/html; charset=utf-8",
+        Page::Style => "text/css; charset=utf-8",
+        Page::Script => "text/javascript; charset=utf-8",
+        Page::Status => "application/json",
+    };
+    let mut reply = format!(
+        "HTTP/1.0 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nContent-Security-Policy: {POLICY}\r\nX-Content-Type-Options: nosniff\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        reply.extend_from_slice(body.as_bytes());
+    }
+    reply
+}
+
+#[cfg(test)]
+mod tests;
