@@ -6,6 +6,8 @@ mod common;
 
 use std::process::Command;
 
+use common::Daemon;
+
 /// (exit code, stdout, stderr) of `tcpmuxd --check-config` on `text` as
 /// `name` in a fresh directory, with `extra` files beside it.
 fn check(text: &str, extra: &[(&str, &str)]) -> (Option<i32>, String, String) {
@@ -290,4 +292,53 @@ fn metrics_hosts_are_names_for_a_metrics_listener() {
         "metrics_listen = \"127.0.0.1:9\"\nmetrics_hosts = [\"metrics.example:9100\"]\n",
         "is not a host name",
     );
+}
+
+/// `listen` with one detecting listener and these `match` rules.
+fn with_rules(rules: &[String]) -> String {
+    let rules: Vec<String> = rules
+        .iter()
+        .map(|r| format!("{{ regex = '{r}', service = \"echo\" }}"))
+        .collect();
+    format!(
+        "listen = [{{ address = \"127.0.0.1:0\", detect = true, match = [{}] }}]\n",
+        rules.join(", ")
+    )
+}
+
+#[test]
+fn a_pattern_too_large_to_compile_is_refused_quickly_and_quoted_short() {
+    // Its NFA took 2.2 GB and then an abort.
+    common::assert_config_rejected(
+        &with_rules(&["(?:(?:a{1000}){1000}){100}".to_owned()]),
+        "too complex",
+    );
+    // Forty rules each under the one-pattern limit, over the listener's.
+    let many = vec!["[01]*1[01]{11}".to_owned(); 40];
+    common::assert_config_rejected(&with_rules(&many), "would take over 16 MiB together");
+    // The error line quotes 200 bytes of a long pattern, not all of it.
+    let long = format!("({}", "x".repeat(5000));
+    let (code, _, stderr) = check(&with_rules(&[long]), &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains(&format!("\"({}\"... (5001 bytes)", "x".repeat(199))),
+        "{stderr}"
+    );
+    assert!(stderr.len() < 1500, "{} bytes: {stderr}", stderr.len());
+}
+
+#[test]
+fn a_reload_with_such_a_pattern_leaves_the_daemon_as_it_was() {
+    let mut daemon = Daemon::with_config("");
+    std::fs::write(
+        daemon.config_path(),
+        with_rules(&["(?:(?:a{1000}){1000}){100}".to_owned()]),
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    let line = daemon
+        .wait_for_log(|l| l.contains("reload failed"))
+        .expect("the reload is refused");
+    assert!(line.contains("too complex"), "{line}");
+    assert!(daemon.exchange(b"daytime\r\n").starts_with(b"+"));
 }

@@ -59,9 +59,18 @@ pub(super) fn routes(
         }
     }
     let mut rules = Vec::new();
+    let mut memory = 0;
     for (i, rule) in table.rules.iter().flatten().enumerate() {
+        let shown = quoted_pattern(&rule.regex);
         let pattern = Pattern::new(&rule.regex)
-            .map_err(|e| at(format!("listen: match[{i}] regex {:?}: {e}", rule.regex)))?;
+            .map_err(|e| at(format!("listen: match[{i}] regex {shown}: {e}")))?;
+        memory += pattern.memory();
+        if memory > MATCH_MEMORY {
+            return Err(at(format!(
+                "listen: match[{i}] regex {shown}: the listener's match rules would take over {} MiB together; use fewer or simpler patterns",
+                MATCH_MEMORY >> 20
+            )));
+        }
         let service = name(&format!("match[{i}] service"), &rule.service)?;
         rules.push(MatchRule { pattern, service });
     }
@@ -74,4 +83,22 @@ pub(super) fn routes(
         rules,
         timeout,
     }))
+}
+
+/// The most memory one listener's `match` automata may take together, so
+/// that no configuration (or reload) costs the daemon more than a bounded
+/// amount.
+const MATCH_MEMORY: usize = 16 << 20;
+
+/// A pattern as an error line shows it: quoted, at most 200 bytes of it.
+fn quoted_pattern(pattern: &str) -> String {
+    const SHOWN: usize = 200;
+    if pattern.len() <= SHOWN {
+        return format!("{pattern:?}");
+    }
+    let mut end = SHOWN;
+    while !pattern.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}... ({} bytes)", &pattern[..end], pattern.len())
 }

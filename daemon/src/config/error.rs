@@ -74,15 +74,21 @@ impl Source<'_> {
     /// `line` of the text, and carets under the span's part of it.
     fn snippet(&self, span: Range<usize>, line: usize, column: usize) -> Option<String> {
         let text = self.text.lines().nth(line - 1)?;
-        let width = span
-            .len()
-            .clamp(1, text.len().saturating_sub(column - 1).max(1));
+        // A long line (a pattern of kilobytes) is shown around the place:
+        // 40 bytes before it, at most 200 in all.
+        let start = (column - 1).min(text.len());
+        let from = floor_boundary(text, start.saturating_sub(40));
+        let to = floor_boundary(text, (from + 200).min(text.len())).max(start);
+        let lead = if from > 0 { "..." } else { "" };
+        let tail = if to < text.len() { "..." } else { "" };
+        let width = span.len().clamp(1, (to - start).max(1));
         let gutter = line.to_string().len();
         Some(format!(
-            "{:gutter$} |\n{line} | {text}\n{:gutter$} | {}{}",
+            "{:gutter$} |\n{line} | {lead}{}{tail}\n{:gutter$} | {}{}",
             "",
+            &text[from..to],
             "",
-            " ".repeat(column - 1),
+            " ".repeat(lead.len() + start - from),
             "^".repeat(width)
         ))
     }
@@ -94,6 +100,14 @@ impl Source<'_> {
         let column = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
         (line, column)
     }
+}
+
+/// The largest char boundary of `text` at or before `at`.
+fn floor_boundary(text: &str, mut at: usize) -> usize {
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
 }
 
 /// serde's and toml's messages in the words of the file: "did you mean" for a

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use regex_automata::dfa::{dense, Automaton};
+use regex_automata::nfa::thompson;
 use regex_automata::util::{start, syntax};
 use regex_automata::Anchored;
 use regex_syntax::hir::Look;
@@ -15,7 +16,9 @@ use regex_syntax::hir::Look;
 /// many bytes, or what arrived before the client ended or paused.
 pub const MATCH_WINDOW: usize = 512;
 
-/// The most memory one pattern's automaton may take.
+/// The most memory one pattern's automaton may take, and the NFA it is
+/// made from: a pattern like `(?:(?:a{1000}){1000}){100}` is refused here
+/// in milliseconds instead of expanding into gigabytes.
 const SIZE_LIMIT: usize = 1 << 20;
 
 /// A compiled pattern. Unanchored, like sslh's and grep's: `jabber` matches
@@ -59,15 +62,21 @@ impl Pattern {
             .all(|l| behind.contains(&l));
         let dfa = dense::Builder::new()
             .syntax(syntax)
+            .thompson(thompson::Config::new().nfa_size_limit(Some(SIZE_LIMIT)))
             .configure(
                 dense::Config::new()
                     .dfa_size_limit(Some(SIZE_LIMIT))
                     .determinize_size_limit(Some(SIZE_LIMIT)),
             )
             .build(source)
-            .map_err(|e| match e.is_size_limit_exceeded() {
-                true => PatternError::TooLarge,
-                false => PatternError::Unsupported(e.to_string()),
+            .map_err(|e| {
+                let nfa_too_large = std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<thompson::BuildError>())
+                    .is_some_and(|nfa| nfa.size_limit().is_some());
+                match e.is_size_limit_exceeded() || nfa_too_large {
+                    true => PatternError::TooLarge,
+                    false => PatternError::Unsupported(e.to_string()),
+                }
             })?;
         Ok(Pattern {
             source: source.to_owned(),
@@ -78,6 +87,11 @@ impl Pattern {
 
     pub fn as_str(&self) -> &str {
         &self.source
+    }
+
+    /// The bytes its automaton takes.
+    pub fn memory(&self) -> usize {
+        self.dfa.memory_usage()
     }
 
     /// Whether the pattern matches the window of `first` (the bytes received
@@ -179,7 +193,8 @@ mod tests {
         assert_eq!(e, "unclosed group at byte 1 of the pattern");
         let e = Pattern::new("ab{5,2}").unwrap_err().to_string();
         assert!(e.ends_with("at byte 2 of the pattern"), "{e}");
-        for large in ["a{99999}", "[01]*1[01]{20}"] {
+        // The last one is the NFA's: it took 2.2 GB and an abort before.
+        for large in ["a{99999}", "[01]*1[01]{20}", "(?:(?:a{1000}){1000}){100}"] {
             let e = Pattern::new(large).unwrap_err().to_string();
             assert!(e.starts_with("too complex"), "{e}");
         }
