@@ -307,3 +307,48 @@ fn clients_that_never_read_lose_their_slots_and_root_still_gets_in() {
     let out = admin_as(65531, &socket, "show services");
     assert!(served(&out), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+#[ignore = "needs root (setpriv to another uid)"]
+fn an_acme_storage_others_may_write_is_refused_before_a_key_goes_near_it() {
+    needs_root_and_setpriv();
+    let dir = open_directory();
+    let elsewhere = common::scratch_dir();
+    let (target, mode) = target(&elsewhere);
+    // Another user plants what a key used to be written through: the fixed
+    // temporary name of before, and the pair's own name, as symlinks to a
+    // file of root's.
+    for name in [
+        "acme.test.pem",
+        "acme.test.key.pem.partial",
+        "acme.test.key.pem",
+    ] {
+        let status = as_uid(65534, "ln")
+            .arg("-s")
+            .arg(&target)
+            .arg(dir.join(name))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let config = dir.join("tcpmuxd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = [{{ address = \"127.0.0.1:0\", tls = {{ acme = {{ directory = \"https://localhost/dir\", \
+             names = [\"acme.test\"], storage = \"{}\" }} }} }}]\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tcpmuxd"))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("run tcpmuxd");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with storage 0777: {stderr}");
+    assert!(stderr.contains("may be written by every user"), "{stderr}");
+    assert_eq!(mode_of(&target), mode);
+    assert_eq!(std::fs::read(&target).unwrap(), b"root's");
+}

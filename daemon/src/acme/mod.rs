@@ -1,12 +1,18 @@
 //! Certificates that renew themselves (`tls = { acme = { ... } }`): one
 //! keeper task per ACME slot, on the daemon's first event loop, orders a
-//! certificate when none is stored (`order.rs`), renews it `renew_before`
-//! its end, retries a failure with backoff, and warns once a day in the
-//! certificate's last week while renewal keeps failing. Whatever happens,
-//! the certificate in hand stays served.
+//! certificate when none is stored (`order.rs`, every request with a
+//! deadline), renews it `renew_before` its end, retries a failure with
+//! backoff, stores it with its key as one file (`store.rs`) or serves it
+//! from memory until it can, and, on a clock of its own, warns once a day
+//! in the certificate's last week while it is not renewed. Whatever
+//! happens, the certificate in hand stays served.
 
 mod order;
 mod store;
+
+use instant_acme::Account;
+use order::AcmeError;
+use store::{Storage, StoreError};
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -15,7 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::task::JoinHandle;
 
-use crate::model::AcmeCert;
+use crate::model::{AcmeCert, AcmeSettings};
 
 const DAY: i64 = 86_400;
 
@@ -52,10 +58,15 @@ impl Drop for Keepers {
     }
 }
 
-/// Keeps `slot`'s certificate obtained and renewed, for ever.
+/// Keeps `slot`'s certificate obtained and renewed, for ever. The account
+/// and a certificate not yet stored (a full disk) are kept in memory across
+/// attempts, so a retry neither registers a new account nor orders again.
 async fn keep(slot: Arc<AcmeCert>) {
     let settings = &slot.settings;
     let names = settings.names.join(",");
+    // On its own clock: a hung CA or an order that never ends cannot
+    // silence it.
+    let _watch = Aborting(tokio::spawn(watch_expiry(Arc::clone(&slot))));
     if slot.expiry().is_none() {
         let why = match crate::config::acme::stored(settings) {
             Err(e) => e.to_string(),
@@ -63,8 +74,38 @@ async fn keep(slot: Arc<AcmeCert>) {
         };
         tracing::info!(names, "acme: no usable certificate stored ({why})");
     }
-    let (mut failures, mut warned) = (0u32, None);
+    let mut account = None;
+    // An issued certificate, served, until it is stored.
+    let mut unsaved: Option<String> = None;
+    let (mut failures, mut store_failures) = (0u32, 0u32);
     loop {
+        if let Some(pem) = &unsaved {
+            if let Err(e) = store(settings, pem) {
+                store_failures += 1;
+                let delay = retry_delay(store_failures);
+                tracing::error!(
+                    names,
+                    retry_in_s = delay.as_secs(),
+                    "acme: the certificate is served from memory but cannot be stored: {e}"
+                );
+                tokio::time::sleep(delay).await;
+                continue;
+            }
+            if store_failures > 0 {
+                tracing::info!(
+                    names,
+                    "acme: the certificate served from memory is stored now"
+                );
+            }
+            (unsaved, store_failures) = (None, 0);
+            let due = slot
+                .expiry()
+                .map(|x| renewal_wait(x, settings.renew_before, unix_now()));
+            if due.is_some_and(|wait| wait.is_zero()) {
+                tracing::warn!(names, "acme: renew_before is longer than the certificate's lifetime: renewing again in a day, not at once");
+                tokio::time::sleep(Duration::from_secs(DAY as u64)).await;
+            }
+        }
         if let Some(expiry) = slot.expiry() {
             let wait = renewal_wait(expiry, settings.renew_before, unix_now());
             if !wait.is_zero() {
@@ -80,18 +121,15 @@ async fn keep(slot: Arc<AcmeCert>) {
             }
         }
         tracing::info!(names, directory = %settings.directory, "acme: ordering a certificate");
-        match order::obtain(&slot).await {
-            Ok(expiry) => {
+        match order(&slot, &mut account).await {
+            Ok((pem, expiry)) => {
                 failures = 0;
                 tracing::info!(
                     names,
                     expires = expiry,
                     "acme: certificate obtained and served"
                 );
-                if renewal_wait(expiry, settings.renew_before, unix_now()).is_zero() {
-                    tracing::warn!(names, "acme: renew_before is longer than the certificate's lifetime: renewing again in a day, not at once");
-                    tokio::time::sleep(Duration::from_secs(DAY as u64)).await;
-                }
+                unsaved = Some(pem);
             }
             Err(e) => {
                 failures += 1;
@@ -102,21 +140,76 @@ async fn keep(slot: Arc<AcmeCert>) {
                     retry_in_s = delay.as_secs(),
                     "acme: could not obtain a certificate: {e}"
                 );
-                let now = unix_now();
-                if let Some(expiry) = slot
-                    .expiry()
-                    .filter(|&x| expiry_warning_due(x, now, warned))
-                {
-                    warned = Some(now);
-                    tracing::error!(
-                        names,
-                        expires = expiry,
-                        "acme: the certificate expires within a week and cannot be renewed: {e}"
-                    );
-                }
                 tokio::time::sleep(delay + jitter(delay / 10)).await;
             }
         }
+    }
+}
+
+/// One order with the kept account (registered or loaded first if there is
+/// none), its certificate served at once: the chain and key, and its end.
+async fn order(slot: &AcmeCert, account: &mut Option<Account>) -> Result<(String, i64), AcmeError> {
+    let settings = &slot.settings;
+    let kept = match account {
+        Some(kept) => kept.clone(),
+        None => {
+            let storage = Storage::open(&settings.storage)?;
+            account
+                .insert(order::account(settings, &storage).await?)
+                .clone()
+        }
+    };
+    let issued = order::obtain(slot, &kept).await?;
+    let (certified, expiry) = crate::config::acme::issued(settings, issued.pem.as_bytes())
+        .map_err(|e| AcmeError::Order(e.to_string()))?;
+    slot.install(Arc::new(certified), expiry);
+    Ok((issued.pem, expiry))
+}
+
+/// Stores the chain and key `pem` as the slot's pair, in one file; the
+/// files older releases kept go once it is there.
+fn store(settings: &AcmeSettings, pem: &str) -> Result<(), StoreError> {
+    let storage = Storage::open(&settings.storage)?;
+    storage.write(&settings.pair_name(), pem.as_bytes())?;
+    let (cert, key) = settings.legacy_names();
+    storage.remove(&cert);
+    storage.remove(&key);
+    Ok(())
+}
+
+/// Once an hour, whatever the orders are doing: a certificate past its
+/// renewal and in its last week is an error in the log, once a day.
+async fn watch_expiry(slot: Arc<AcmeCert>) {
+    let names = slot.settings.names.join(",");
+    let mut warned = None;
+    loop {
+        let now = unix_now();
+        if let Some(expiry) = slot.expiry() {
+            let overdue = renewal_wait(expiry, slot.settings.renew_before, now).is_zero();
+            if overdue && expiry_warning_due(expiry, now, warned) {
+                warned = Some(now);
+                let state = if expiry <= now {
+                    "has expired"
+                } else {
+                    "expires within a week"
+                };
+                tracing::error!(
+                    names,
+                    expires = expiry,
+                    "acme: the certificate {state} and has not been renewed (the acme lines before say why)"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+}
+
+/// A task that ends with its owner.
+struct Aborting(JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

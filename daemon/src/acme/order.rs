@@ -1,7 +1,8 @@
 //! One ACME order for a slot's names, start to end: the account (loaded
 //! from storage, or created and stored), the order, a TLS-ALPN-01 answer per
 //! name put in the slot for the listener to serve (RFC 8737), the wait for
-//! the CA's validation, the CSR, then the certificate stored and installed.
+//! the CA's validation, the CSR, then the certificate issued (stored and
+//! served by the keeper). Every request has a deadline.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,59 +15,109 @@ use rcgen::{CertificateParams, CustomExtension, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;
 
-use super::store::{self, StoreError};
+use super::store::{Storage, StoreError};
 use crate::model::{AcmeCert, AcmeSettings};
 
 /// Why an order did not end with a certificate.
 #[derive(Debug, thiserror::Error)]
 pub enum AcmeError {
-    #[error("{0}")]
-    Protocol(#[from] instant_acme::Error),
+    /// The CA refused, failed, or did not answer: where, at which step, and
+    /// every cause in the chain (not just hyper's "client error (Connect)").
+    #[error("{step} at {directory}: {detail}")]
+    Ca {
+        directory: String,
+        step: &'static str,
+        detail: String,
+    },
     #[error("{0}")]
     Store(#[from] StoreError),
-    #[error("account credentials {path}: {source}")]
-    Credentials {
-        path: String,
-        source: serde_json::Error,
-    },
+    #[error("account credentials {path}: {detail}; remove the file to register a new account")]
+    Credentials { path: String, detail: String },
     #[error("{0}")]
     Order(String),
 }
 
 /// How long the CA may take to validate, and to issue, before the order is
-/// given up (and retried later).
+/// given up (and retried later); each request within is bounded by the
+/// slot's `request_timeout` as well.
 const PATIENCE: Duration = Duration::from_secs(120);
 
-/// Orders a certificate for `slot`'s names, stores it and serves it from
-/// now on; returns its notAfter (Unix seconds).
-pub async fn obtain(slot: &AcmeCert) -> Result<i64, AcmeError> {
+/// A certificate the CA issued: its chain and the new key, in one PEM.
+pub struct Issued {
+    pub pem: String,
+}
+
+/// Runs one request to the CA: within `settings`' `request_timeout`, its
+/// error said with its place and causes.
+async fn ask<T>(
+    settings: &AcmeSettings,
+    step: &'static str,
+    limit: Duration,
+    request: impl std::future::Future<Output = Result<T, instant_acme::Error>>,
+) -> Result<T, AcmeError> {
+    let fail = |detail: String| AcmeError::Ca {
+        directory: settings.directory.clone(),
+        step,
+        detail,
+    };
+    match tokio::time::timeout(limit, request).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(fail(causes(&e))),
+        Err(_) => Err(fail(format!(
+            "no answer within {}s (request_timeout)",
+            limit.as_secs_f64()
+        ))),
+    }
+}
+
+/// An error and every cause under it, as one line.
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
+
+/// Orders a certificate for `slot`'s names with `account`: the chain and
+/// its key, not yet stored nor served.
+pub async fn obtain(slot: &AcmeCert, account: &Account) -> Result<Issued, AcmeError> {
     let settings = &slot.settings;
-    let account = account(settings).await?;
+    let limit = settings.request_timeout;
     let identifiers: Vec<Identifier> = settings
         .names
         .iter()
         .map(|name| Identifier::Dns(name.clone()))
         .collect();
-    let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
+    let new = NewOrder::new(&identifiers);
+    let mut order = ask(settings, "a new order", limit, account.new_order(&new)).await?;
     let issued = issue(&mut order, slot).await;
     // Answered or not, the challenges are over.
     slot.clear_challenges();
     let (key_pem, chain_pem) = issued?;
-    store::write_private(&settings.key_path(), key_pem.as_bytes())?;
-    store::write_private(&settings.cert_path(), chain_pem.as_bytes())?;
-    // Read back as a restart will read it: what is served is what is stored.
-    let (certified, expiry) = crate::config::acme::stored(settings)
-        .map_err(|e| AcmeError::Order(format!("the issued certificate: {e}")))?;
-    slot.install(Arc::new(certified), expiry);
-    Ok(expiry)
+    Ok(Issued {
+        pem: format!("{chain_pem}{key_pem}"),
+    })
 }
 
 /// Answers the order's challenges, waits for it, finalizes it: the new key
 /// and the chain, both PEM.
 async fn issue(order: &mut Order, slot: &AcmeCert) -> Result<(String, String), AcmeError> {
+    let settings = &slot.settings;
+    let limit = settings.request_timeout;
     let mut authorizations = order.authorizations();
-    while let Some(authorization) = authorizations.next().await {
-        let mut authorization = authorization?;
+    while let Some(authorization) = ask(settings, "the authorizations", limit, async {
+        authorizations.next().await.transpose()
+    })
+    .await?
+    {
+        let mut authorization = authorization;
         match authorization.status {
             AuthorizationStatus::Pending => {}
             // Validated by an earlier order, and still valid.
@@ -84,10 +135,11 @@ async fn issue(order: &mut Order, slot: &AcmeCert) -> Result<(String, String), A
         let name = challenge.identifier().to_string();
         let answer = challenge_certificate(&name, challenge.key_authorization().digest().as_ref())?;
         slot.set_challenge(&name, Arc::new(answer));
-        challenge.set_ready().await?;
+        ask(settings, "the challenge", limit, challenge.set_ready()).await?;
     }
     let retries = RetryPolicy::new().timeout(PATIENCE);
-    let status = order.poll_ready(&retries).await?;
+    let wait = PATIENCE + limit;
+    let status = ask(settings, "the validation", wait, order.poll_ready(&retries)).await?;
     if status != OrderStatus::Ready {
         let why = order
             .state()
@@ -96,26 +148,64 @@ async fn issue(order: &mut Order, slot: &AcmeCert) -> Result<(String, String), A
             .map_or_else(|| format!("{status:?}"), |problem| problem.to_string());
         return Err(AcmeError::Order(format!("the CA did not validate: {why}")));
     }
-    let key_pem = order.finalize().await?;
-    let chain_pem = order.poll_certificate(&retries).await?;
+    let key_pem = ask(settings, "the finalization", limit, order.finalize()).await?;
+    let chain_pem = ask(
+        settings,
+        "the certificate",
+        wait,
+        order.poll_certificate(&retries),
+    )
+    .await?;
     Ok((key_pem, chain_pem))
 }
 
-/// The account for the settings' directory: the stored one, or a new one
-/// (stored before it is used, so a crash does not lose it).
-async fn account(settings: &AcmeSettings) -> Result<Account, AcmeError> {
-    let builder = || match &settings.directory_ca {
-        Some(ca) => Account::builder_with_root(ca),
-        None => Account::builder(),
+/// The account for the settings' directory: the stored one, or a new one,
+/// stored before it is used so a crash does not lose it (the keeper keeps
+/// it in memory too, so a failed store costs no second registration).
+pub async fn account(settings: &AcmeSettings, storage: &Storage) -> Result<Account, AcmeError> {
+    let limit = settings.request_timeout;
+    let builder = || {
+        let made = match &settings.directory_ca {
+            Some(ca) => Account::builder_with_root(ca),
+            None => Account::builder(),
+        };
+        made.map_err(|e| AcmeError::Ca {
+            directory: settings.directory.clone(),
+            step: "the HTTPS client",
+            detail: causes(&e),
+        })
     };
-    let path = settings.account_path();
-    let bad = |source| AcmeError::Credentials {
-        path: path.display().to_string(),
-        source,
-    };
-    if let Some(bytes) = store::read(&path)? {
-        let credentials: AccountCredentials = serde_json::from_slice(&bytes).map_err(bad)?;
-        return Ok(builder()?.from_credentials(credentials).await?);
+    let name = settings.account_name();
+    let path = settings.storage.join(&name).display().to_string();
+    if let Some(bytes) = storage.read(&name)? {
+        let bad = |detail: String| AcmeError::Credentials {
+            path: path.clone(),
+            detail,
+        };
+        let credentials: AccountCredentials =
+            serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        // A credentials file that parses but holds a bad key names the file.
+        return match tokio::time::timeout(limit, builder()?.from_credentials(credentials)).await {
+            Ok(Ok(account)) => Ok(account),
+            Ok(Err(
+                e @ (instant_acme::Error::KeyRejected
+                | instant_acme::Error::Crypto
+                | instant_acme::Error::Json(_)),
+            )) => Err(bad(causes(&e))),
+            Ok(Err(e)) => Err(AcmeError::Ca {
+                directory: settings.directory.clone(),
+                step: "the directory",
+                detail: causes(&e),
+            }),
+            Err(_) => Err(AcmeError::Ca {
+                directory: settings.directory.clone(),
+                step: "the directory",
+                detail: format!(
+                    "no answer within {}s (request_timeout)",
+                    limit.as_secs_f64()
+                ),
+            }),
+        };
     }
     let contact = settings.email.as_ref().map(|e| format!("mailto:{e}"));
     let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
@@ -124,11 +214,16 @@ async fn account(settings: &AcmeSettings) -> Result<Account, AcmeError> {
         terms_of_service_agreed: true,
         only_return_existing: false,
     };
-    let (account, credentials) = builder()?
-        .create(&new, settings.directory.clone(), None)
-        .await?;
-    let json = serde_json::to_vec_pretty(&credentials).map_err(bad)?;
-    store::write_private(&path, &json)?;
+    let creating = builder()?.create(&new, settings.directory.clone(), None);
+    let (account, credentials) = ask(settings, "a new account", limit, creating).await?;
+    match serde_json::to_vec_pretty(&credentials) {
+        Ok(json) => {
+            if let Err(e) = storage.write(&name, &json) {
+                tracing::error!(error = %e, "acme: cannot store the new account's credentials; using it from memory until the daemon stops");
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "acme: cannot write the new account's credentials"),
+    }
     tracing::info!(directory = %settings.directory, account = %account.id(), "acme: account created");
     Ok(account)
 }

@@ -1,8 +1,10 @@
 //! A listener's `tls = { acme = { ... } }`: the settings checked, and the
 //! slot that serves their certificate. There is one slot per set of
 //! settings in the process, so every worker and every reload shares one
-//! order flow; a new slot starts with the certificate an earlier run stored,
-//! so a restart orders nothing.
+//! order flow; a slot starts with (or, named again, catches up with) the
+//! newest certificate for its files, in storage or in another slot's
+//! memory, so a restart orders nothing and a reload back to earlier
+//! settings serves no older certificate.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,6 +14,8 @@ use std::time::Duration;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
+
+use rustls::pki_types::pem::PemObject;
 
 use super::pem::{certified, TlsError};
 use super::raw::RawAcme;
@@ -23,6 +27,8 @@ use crate::model::{
 pub const DEFAULT_STORAGE: &str = "/var/lib/tcpmuxd/acme";
 /// How long before its end a certificate is renewed unless `renew_before` says.
 pub const DEFAULT_RENEW_BEFORE: Duration = Duration::from_secs(30 * 86400);
+/// How long one request to the CA may take unless `request_timeout` says.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The settings of `raw` (relative paths from `base`), and their slot.
 pub(crate) fn load(base: &Path, raw: &RawAcme) -> Result<Arc<AcmeCert>, TlsError> {
@@ -32,12 +38,26 @@ pub(crate) fn load(base: &Path, raw: &RawAcme) -> Result<Arc<AcmeCert>, TlsError
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    if let Some(slot) = slots.get(&settings) {
-        return Ok(Arc::clone(slot));
-    }
-    let slot = Arc::new(AcmeCert::new(settings.clone()));
-    if let Ok((certified, expiry)) = stored(&settings) {
-        slot.install(Arc::new(certified), expiry);
+    // Slots no configuration holds any more (only this table does).
+    slots.retain(|_, slot| Arc::strong_count(slot) > 1);
+    let slot = match slots.get(&settings) {
+        Some(slot) => Arc::clone(slot),
+        None => Arc::new(AcmeCert::new(settings.clone())),
+    };
+    // The newest certificate for these files: stored, or held by another
+    // slot for them (one not yet stored, on a full disk).
+    let same_files = |other: &AcmeSettings| {
+        other.storage == settings.storage && other.pair_name() == settings.pair_name()
+    };
+    let held = slots
+        .iter()
+        .filter(|(other, _)| same_files(other))
+        .filter_map(|(_, other)| Some((other.current()?, other.expiry()?)));
+    let found = stored(&settings).ok().map(|(c, e)| (Arc::new(c), e));
+    if let Some((certified, expiry)) = held.chain(found).max_by_key(|(_, e)| *e) {
+        if slot.expiry().map_or(true, |mine| expiry > mine) {
+            slot.install(certified, expiry);
+        }
     }
     slots.insert(settings, Arc::clone(&slot));
     Ok(slot)
@@ -77,22 +97,63 @@ fn settings(base: &Path, raw: &RawAcme) -> Result<AcmeSettings, TlsError> {
     if renew_before.is_zero() {
         return fault("renew_before must be greater than zero".into());
     }
+    let request_timeout = raw.request_timeout.map_or(DEFAULT_REQUEST_TIMEOUT, |d| d.0);
+    if request_timeout.is_zero() {
+        return fault("request_timeout must be greater than zero".into());
+    }
+    let storage = base.join(raw.storage.as_deref().unwrap_or(DEFAULT_STORAGE));
+    if let Some(why) = unsafe_storage(&storage, None) {
+        return fault(why);
+    }
     Ok(AcmeSettings {
         directory: raw.directory.clone(),
         email,
         names,
-        storage: base.join(raw.storage.as_deref().unwrap_or(DEFAULT_STORAGE)),
+        storage,
         renew_before,
         directory_ca: raw.directory_ca.as_deref().map(|p| base.join(p)),
+        request_timeout,
     })
 }
 
 /// The certificate stored for `settings` and its notAfter, if it is usable
-/// and carries every name; else why not (the keeper then orders one).
+/// and carries every name; else why not (the keeper then orders one). Read
+/// from the pair file, else from the two files older releases wrote.
 pub fn stored(settings: &AcmeSettings) -> Result<(CertifiedKey, i64), TlsError> {
-    let (cert, key) = (settings.cert_path(), settings.key_path());
+    let pair = settings.storage.join(settings.pair_name());
+    let (cert, key) = match pair.exists() {
+        true => (pair.clone(), pair),
+        false => {
+            let (cert, key) = settings.legacy_names();
+            (settings.storage.join(cert), settings.storage.join(key))
+        }
+    };
     let provider = rustls::crypto::aws_lc_rs::default_provider();
     let certified = certified(&cert, &key, &provider)?;
+    checked(settings, certified, &cert.display().to_string())
+}
+
+/// An issued certificate chain and its key (`pem`, both in one), as served.
+pub fn issued(settings: &AcmeSettings, pem: &[u8]) -> Result<(CertifiedKey, i64), TlsError> {
+    let what = "the issued certificate";
+    let bad = |e: String| TlsError::Acme(format!("{what}: {e}"));
+    let chain = rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    let key =
+        rustls::pki_types::PrivateKeyDer::from_pem_slice(pem).map_err(|e| bad(e.to_string()))?;
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let certified =
+        CertifiedKey::from_der(chain, key, &provider).map_err(|e| bad(e.to_string()))?;
+    checked(settings, certified, what)
+}
+
+/// `certified` with its notAfter, if its leaf carries every name.
+fn checked(
+    settings: &AcmeSettings,
+    certified: CertifiedKey,
+    what: &str,
+) -> Result<(CertifiedKey, i64), TlsError> {
     let leaf = certified
         .cert
         .first()
@@ -104,14 +165,36 @@ pub fn stored(settings: &AcmeSettings) -> Result<(CertifiedKey, i64), TlsError> 
         .iter()
         .find(|name| !carried.iter().any(|c| c.eq_ignore_ascii_case(name)));
     if let Some(missing) = missing {
-        return Err(TlsError::Acme(format!(
-            "{}: does not carry {missing}",
-            cert.display()
-        )));
+        return Err(TlsError::Acme(format!("{what}: does not carry {missing}")));
     }
-    let expiry = certificate_expiry(leaf)
-        .ok_or_else(|| TlsError::Acme(format!("{}: no notAfter", cert.display())))?;
+    let expiry =
+        certificate_expiry(leaf).ok_or_else(|| TlsError::Acme(format!("{what}: no notAfter")))?;
     Ok((certified, expiry))
+}
+
+/// Why a storage directory may not hold keys, if it may not: writable by
+/// group or others, or (with `owners`, the daemon's uids) owned by another
+/// user than those or root. Only looks: a missing directory is fine (it is
+/// made 0700), and at load, before the daemon drops to its `user`, the
+/// owner is not yet known.
+pub fn unsafe_storage(dir: &Path, owners: Option<&[u32]>) -> Option<String> {
+    let stat = rustix::fs::stat(dir).ok()?;
+    let mode = stat.st_mode & 0o7777;
+    if mode & 0o022 != 0 {
+        return Some(format!(
+            "storage {} may be written by {} (mode {mode:04o}): another user could plant the files a key is written to; make it the daemon's alone (chmod 700)",
+            dir.display(),
+            if mode & 0o002 != 0 { "every user" } else { "its group" },
+        ));
+    }
+    if owners.is_some_and(|owners| stat.st_uid != 0 && !owners.contains(&stat.st_uid)) {
+        return Some(format!(
+            "storage {} belongs to uid {}, not to the daemon's user: chown it to the user tcpmuxd runs as",
+            dir.display(),
+            stat.st_uid
+        ));
+    }
+    None
 }
 
 /// The rustls configuration that answers ACME's TLS-ALPN-01 validation on

@@ -66,6 +66,7 @@ pub(crate) struct RawAcme {
     pub(crate) storage: Option<String>,
     pub(crate) renew_before: Option<ConfigDuration>,
     pub(crate) directory_ca: Option<String>,
+    pub(crate) request_timeout: Option<ConfigDuration>,
 }
 
 #[derive(Deserialize)]

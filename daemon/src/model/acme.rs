@@ -31,27 +31,32 @@ pub struct AcmeSettings {
     /// A CA to trust for the directory's HTTPS (a test server's), instead
     /// of the system's store.
     pub directory_ca: Option<PathBuf>,
+    /// How long one request to the CA may take (`request_timeout`).
+    pub request_timeout: Duration,
 }
 
 impl AcmeSettings {
-    /// The certificate chain's file.
-    pub fn cert_path(&self) -> PathBuf {
-        self.storage.join(format!("{}.crt.pem", self.file_stem()))
+    /// The file holding the certificate chain and its private key together,
+    /// so that they are replaced as one.
+    pub fn pair_name(&self) -> String {
+        format!("{}.pem", self.file_stem())
     }
 
-    /// The certificate's private key's file.
-    pub fn key_path(&self) -> PathBuf {
-        self.storage.join(format!("{}.key.pem", self.file_stem()))
+    /// The chain's and the key's files as releases before 0.2 kept them,
+    /// read when there is no pair file.
+    pub fn legacy_names(&self) -> (String, String) {
+        let stem = self.file_stem();
+        (format!("{stem}.crt.pem"), format!("{stem}.key.pem"))
     }
 
     /// The account's credentials, one account per directory.
-    pub fn account_path(&self) -> PathBuf {
+    pub fn account_name(&self) -> String {
         let directory: String = self
             .directory
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
-        self.storage.join(format!("account-{directory}.json"))
+        format!("account-{directory}.json")
     }
 
     fn file_stem(&self) -> String {
