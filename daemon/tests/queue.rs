@@ -1,7 +1,9 @@
 //! `queue_timeout`: a client that finds a service at its `max_connections`
 //! waits in line and is served when a connection ends, or hears
 //! `-service busy` at the timeout or when the line is full; one that goes
-//! away while waiting leaves the line.
+//! away while waiting leaves the line. Only members in service count toward
+//! what the line lets through, and room a reload or an operator makes goes
+//! to the clients already waiting, in order.
 
 mod common;
 
@@ -212,4 +214,66 @@ fn a_backend_cap_needs_a_fixed_address() {
         "[service.s]\nproxy = [{ address = \"127.0.0.1:5432\", max_connections = 0 }]\n",
         "max_connections must be at least 1",
     );
+}
+
+#[test]
+fn a_drained_member_adds_nothing_to_what_the_queue_lets_through() {
+    let any = "127.0.0.1:0".parse().unwrap();
+    let (a, b) = (common::tagged_echo(any, "A"), common::tagged_echo(any, "B"));
+    let dir = common::scratch_dir();
+    let socket = dir.join("admin.sock");
+    let daemon = Daemon::with_config(&format!(
+        "admin_socket = \"{}\"\n\
+         [service.line]\nproxy = [{{ address = \"{a}\", max_connections = 1 }}, \
+                                  {{ address = \"{b}\", max_connections = 1 }}]\n\
+         queue_timeout = \"60s\"\n",
+        socket.display()
+    ))
+    .keeping(dir);
+    let out = std::process::Command::new(common::sibling_binary("tcpmux"))
+        .args(["admin", "--socket"])
+        .arg(&socket)
+        .args(["set", "backend", "line", &a.to_string(), "state", "drain"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // B alone takes clients: one at a time, the others wait their turn
+    // (the drained A's place was counted, and the second client refused
+    // with "every backend is full", passing its place down the line).
+    let mut first = ask(&daemon, "line");
+    assert_eq!(tag_after_plus(&mut first), "B");
+    let mut waiting: Vec<TcpStream> = (0..4).map(|_| ask(&daemon, "line")).collect();
+    queue_length(&daemon, "line", 4.0);
+    drop(first);
+    assert_eq!(tag_after_plus(&mut waiting[0]), "B");
+    queue_length(&daemon, "line", 3.0);
+}
+
+#[test]
+fn a_reload_that_raises_the_cap_serves_the_waiting_clients_first_in_order() {
+    let config =
+        |max: usize| format!("[service.echo]\nmax_connections = {max}\nqueue_timeout = \"60s\"\n");
+    let daemon = Daemon::with_config(&config(1));
+    let mut first = ask(&daemon, "echo");
+    assert_eq!(answer(&mut first), "+\r\n");
+    let mut second = ask(&daemon, "echo");
+    queue_length(&daemon, "echo", 1.0);
+    let mut third = ask(&daemon, "echo");
+    queue_length(&daemon, "echo", 2.0);
+    // Room for one more: the first in line has it at the reload, with
+    // nobody leaving and nobody new arriving.
+    std::fs::write(daemon.config_path(), config(2)).unwrap();
+    daemon.signal("HUP");
+    assert_eq!(answer(&mut second), "+\r\n");
+    queue_length(&daemon, "echo", 1.0);
+    // A newcomer now waits behind the third, and the next room is the
+    // third's.
+    let mut fourth = ask(&daemon, "echo");
+    queue_length(&daemon, "echo", 2.0);
+    std::fs::write(daemon.config_path(), config(3)).unwrap();
+    daemon.signal("HUP");
+    assert_eq!(answer(&mut third), "+\r\n");
+    queue_length(&daemon, "echo", 1.0);
+    drop(first);
+    assert_eq!(answer(&mut fourth), "+\r\n");
 }

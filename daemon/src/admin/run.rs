@@ -247,6 +247,9 @@ fn set_backend(
         ));
     };
     change(pool, &member.endpoint);
+    // A member back in service makes room: the clients in line get it first.
+    let (named, _) = self::counts(settings, service)?;
+    counts.connections.set_cap(counts.cap(named));
     let row = pool
         .lines(service, proxy)
         .iter()

@@ -67,8 +67,14 @@ impl Shared {
     /// Gives a unit back, to the first client in line if there is one.
     fn release(&self) {
         self.used.fetch_sub(1, SeqCst);
+        self.serve_line();
+    }
+
+    /// Hands units to the clients in line, the first first, while the cap
+    /// allows: after a unit is given back, or the cap grew.
+    fn serve_line(&self) {
         // A client that joins after this load retries after announcing
-        // itself, so it sees the unit given back above.
+        // itself, so it sees the room made before.
         if self.waiting.load(SeqCst) == 0 {
             return;
         }
@@ -78,14 +84,13 @@ impl Shared {
                 continue;
             }
             if !self.take(self.cap.load(SeqCst)) {
-                // A newcomer had it first; the front keeps its place.
+                // No room (or a newcomer had it first); the front keeps its place.
                 line.push_front(front);
                 return;
             }
-            if front.send(()).is_ok() {
-                return;
+            if front.send(()).is_err() {
+                self.used.fetch_sub(1, SeqCst);
             }
-            self.used.fetch_sub(1, SeqCst);
         }
     }
 }
@@ -97,9 +102,18 @@ impl Counter {
         taken.then(|| Slot(Arc::clone(&self.0)))
     }
 
+    /// Sets the cap units are handed out under when clients wait; room it
+    /// makes (a reload that raised it, a member back in service) goes to
+    /// the clients in line, first first.
+    pub fn set_cap(&self, max: Option<usize>) {
+        self.0.cap.store(max.unwrap_or(usize::MAX), SeqCst);
+        self.0.serve_line();
+    }
+
     /// Takes a unit, waiting in the queue for one when `queue` is set and
-    /// the cap is reached. Clients already waiting go first. Cancel-safe: a
-    /// client that goes away leaves the queue (the caller drops this future).
+    /// the cap is reached. Clients already waiting go first: a newcomer
+    /// takes a unit only when nobody is in line. Cancel-safe: a client that
+    /// goes away leaves the queue (the caller drops this future).
     pub async fn acquire_queued(
         &self,
         max: Option<usize>,
@@ -109,7 +123,7 @@ impl Counter {
             return self.acquire(max).ok_or(Busy::Full);
         };
         let cap = max.unwrap_or(usize::MAX);
-        self.0.cap.store(cap, SeqCst);
+        self.set_cap(max);
         if self.0.waiting.load(SeqCst) == 0 {
             if let Some(slot) = self.acquire(max) {
                 return Ok(slot);
@@ -122,7 +136,10 @@ impl Counter {
                 return Err(Busy::QueueFull);
             }
             self.0.waiting.fetch_add(1, SeqCst);
-            if self.0.take(cap) {
+            // Room freed while this client announced itself is its own only
+            // if nobody waits ahead of it.
+            let ahead = line.iter().any(|entry| !entry.is_closed());
+            if !ahead && self.0.take(cap) {
                 self.0.waiting.fetch_sub(1, SeqCst);
                 return Ok(Slot(Arc::clone(&self.0)));
             }

@@ -53,6 +53,15 @@ pub struct ServiceCounts {
 }
 
 impl ServiceCounts {
+    /// How many clients `service` serves at once now: its cap with only
+    /// the backends in service counted.
+    pub fn cap(&self, service: &crate::model::Service) -> Option<usize> {
+        match &service.kind {
+            ServiceKind::Proxy(proxy) => service.cap_with(self.pool.capacity(proxy)),
+            _ => service.connection_cap(),
+        }
+    }
+
     /// Forgets what an operator set for `name`, a service a reload removed.
     fn forget(&self, name: &ServiceName) {
         if self.disabled.swap(false, Ordering::AcqRel) {
@@ -94,6 +103,8 @@ impl UsageTable {
                         tracing::info!(service = %service.name, backend = %endpoint, "reload removed a backend: its run-time state and weight are forgotten");
                     }
                 }
+                // A raised cap serves the clients already waiting first.
+                counts.connections.set_cap(counts.cap(service));
                 (service.name.clone(), Arc::clone(counts))
             })
             .collect()

@@ -91,6 +91,12 @@ impl Service {
             ServiceKind::Proxy(proxy) => proxy.capacity(),
             _ => None,
         };
+        self.cap_with(backends)
+    }
+
+    /// [`Service::connection_cap`] when its backends hold `backends`
+    /// together (those in service now: see `Pool::capacity`).
+    pub fn cap_with(&self, backends: Option<usize>) -> Option<usize> {
         match (self.max_connections, backends) {
             (Some(own), Some(backends)) => Some(own.min(backends)),
             (own, backends) => own.or(backends),

@@ -8,6 +8,7 @@ pub mod discovery;
 mod hashing;
 pub mod health;
 mod known;
+mod overrides;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -135,20 +136,6 @@ impl Pool {
         forgotten
     }
 
-    /// Drops the run-time settings of every endpoint `gone` says left;
-    /// returns those endpoints.
-    pub fn forget(&self, gone: impl Fn(&Endpoint) -> bool) -> Vec<Endpoint> {
-        let mut forgotten = Vec::new();
-        lock(&self.overrides).retain(|e, _| {
-            let keep = !gone(e);
-            if !keep {
-                forgotten.push(e.clone());
-            }
-            keep
-        });
-        forgotten
-    }
-
     /// DNS found `list` for `proxy`; false when the pool is no longer
     /// `proxy`'s (a reload replaced it) and the lookups should stop.
     pub fn publish(&self, proxy: &Proxy, list: Vec<Member>) -> bool {
@@ -244,39 +231,39 @@ impl Pool {
             .collect()
     }
 
-    /// What the operator set for `endpoint` (the defaults if nothing).
-    pub fn override_of(&self, endpoint: &Endpoint) -> Override {
-        lock(&self.overrides)
-            .get(endpoint)
-            .copied()
-            .unwrap_or_default()
-    }
-
-    /// Every member an operator set something for, for a binary upgrade to
-    /// carry.
-    pub fn overrides(&self) -> Vec<(Endpoint, Override)> {
-        let overrides = lock(&self.overrides);
-        overrides.iter().map(|(e, o)| (e.clone(), *o)).collect()
-    }
-
-    /// Sets `endpoint`'s administrative state (`drain`, `maint`, `ready`).
-    pub fn set_state(&self, endpoint: &Endpoint, state: AdminState) {
-        self.set(endpoint, |o| o.state = state);
-    }
-
-    /// Sets `endpoint`'s weight; `None` returns to the configured one.
-    pub fn set_weight(&self, endpoint: &Endpoint, weight: Option<u32>) {
-        self.set(endpoint, |o| o.weight = weight);
-    }
-
-    fn set(&self, endpoint: &Endpoint, change: impl FnOnce(&mut Override)) {
-        let mut overrides = lock(&self.overrides);
-        let entry = overrides.entry(endpoint.clone()).or_default();
-        change(entry);
-        // Back to the defaults: nothing to remember.
-        if *entry == Override::default() {
-            overrides.remove(endpoint);
+    /// What `proxy`'s members in service hold together when each has a cap
+    /// of its own (drained, in maintenance, down or ejected ones aside), so
+    /// that its queue admits no more clients than they can take. The
+    /// configured sum while the members are not known, when none is in
+    /// service (the client is then refused at once, not queued), or when DNS
+    /// finds them.
+    pub fn capacity(&self, proxy: &Proxy) -> Option<usize> {
+        let configured = proxy.capacity();
+        if configured.is_none() || proxy.follows_dns() {
+            return configured;
         }
+        let Some(members) = self.current(proxy) else {
+            return configured;
+        };
+        let now = Instant::now();
+        let known = lock(&self.known);
+        let overrides = lock(&self.overrides);
+        let in_service: Vec<Option<usize>> = members
+            .list
+            .iter()
+            .filter(|m| {
+                overrides
+                    .get(&m.endpoint)
+                    .map_or(AdminState::Ready, |o| o.state)
+                    == AdminState::Ready
+            })
+            .filter(|m| usable(known.get(&m.endpoint), now))
+            .map(|m| m.max_connections)
+            .collect();
+        if in_service.is_empty() {
+            return configured;
+        }
+        in_service.into_iter().sum()
     }
 
     /// The order in which a new client tries `members` (indices into its

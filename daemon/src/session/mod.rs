@@ -315,7 +315,7 @@ async fn queued(
     counts: &ServiceCounts,
     service: &Service,
 ) -> Result<Slot, &'static str> {
-    let cap = service.connection_cap();
+    let cap = counts.cap(service);
     let busy = match service.queue.as_ref() {
         None => counts.connections.acquire(cap).ok_or(Busy::Full),
         Some(queue) => {
