@@ -133,6 +133,10 @@ fn event_loop(config: Config, path: Option<PathBuf>, start: Start) -> ExitCode {
             Ok(triggers) => triggers,
             Err(e) => return fail(format!("cannot install signal handlers: {e}")),
         };
+        // Said once per daemon, by its first loop, once privileges are
+        // dropped (the drop keeps the capability when it is there to keep).
+        let first = matches!(start, Start::Fresh(_, _, 0) | Start::Upgrade(_));
+        let transparent = config.registry.has_transparent_proxy();
         let bound = match start {
             Start::Fresh(inherited, counters, worker) => {
                 Server::bind_sharing(config, inherited, path, counters).map(|s| s.worker(worker))
@@ -143,6 +147,9 @@ fn event_loop(config: Config, path: Option<PathBuf>, start: Start) -> ExitCode {
         };
         match bound {
             Ok(server) => {
+                if let Some(warning) = privileges::transparent_warning(transparent && first) {
+                    tracing::warn!("{warning}");
+                }
                 server.run(shutdown, reload).await;
                 ExitCode::SUCCESS
             }
@@ -231,11 +238,6 @@ fn run_workers(
         {
             return fail(e);
         }
-    }
-    // After the drop, which keeps the capability when it is there to keep.
-    if let Some(warning) = privileges::transparent_warning(config.registry.has_transparent_proxy())
-    {
-        tracing::warn!("{warning}");
     }
     // One set of counters for every worker: limits and metrics are the daemon's.
     let counters = Counters::default();

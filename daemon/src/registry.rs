@@ -127,6 +127,13 @@ impl Registry {
         self.services.get(self.terminated.get(server_name)?)
     }
 
+    /// Whether `server_name` (lower case) is an exact `sni_terminate` name
+    /// and no exact `sni` one: then termination wins over an `sni` wildcard
+    /// (exact names win over wildcards across both keys).
+    pub fn terminates_before_wildcard(&self, server_name: &str) -> bool {
+        self.terminated.has_exact(server_name) && !self.sni.has_exact(server_name)
+    }
+
     /// Every protocol some service lists in `alpn`, in service order, once.
     pub fn alpn_protocols(&self) -> Vec<&str> {
         let mut all: Vec<&str> = Vec::new();

@@ -266,3 +266,15 @@ fn a_second_ctrl_c_ends_the_daemon_at_once() {
     assert!(!status.success(), "cut short: {status:?}");
     drop(session);
 }
+
+#[test]
+fn a_relative_unix_socket_path_is_the_config_files_like_every_other_path() {
+    let daemon = Daemon::binary("listen = [\"127.0.0.1:0\", \"unix:mux.sock\"]\n");
+    // Beside the file, wherever the daemon was started from.
+    let path = daemon.dir.join("mux.sock");
+    let mut stream = UnixStream::connect(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; {:?}", path.display(), daemon.logs()));
+    stream.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    stream.write_all(b"daytime\r\n").unwrap();
+    assert!(read_all(&mut stream).starts_with(b"+\r\n"));
+}

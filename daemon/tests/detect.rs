@@ -220,3 +220,22 @@ fn an_absolute_form_target_routes_over_host_and_a_space_before_the_colon_is_refu
         "{answer}"
     );
 }
+
+#[test]
+fn a_client_hello_with_two_server_names_is_refused_as_malformed() {
+    let mut daemon = daemon();
+    // The last name was the one routed by; the first is the one a TLS
+    // server behind might serve.
+    let hello = tcpmux_proto::sniff::client_hello::build_with_names(
+        &["other.example.net", "db.example.com"],
+        &[],
+        0,
+        16384,
+    );
+    let mut stream = daemon.connect();
+    stream.write_all(&hello).unwrap();
+    assert_eq!(read_all(&mut stream), b"", "closed, not relayed");
+    daemon
+        .wait_for_log(|l| l.contains("an extension given twice") && l.contains("routed=sni"))
+        .expect("the fault is in the log");
+}

@@ -118,3 +118,38 @@ fn passthrough_termination_tcpmux_ssh_http_and_silence_share_one_port() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+#[ignore = "needs openssl"]
+fn an_exact_sni_terminate_name_wins_over_an_sni_wildcard() {
+    common::require_program("openssl", "version", "openssl");
+    let dir = common::scratch_dir();
+    let ca = Ca::new(&dir, "exact CA");
+    let own = ca.leaf(&leaf_spec("listener", &["app.example.com"]));
+    let echo = common::echo_backend();
+    let daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", detect = true,\n\
+            tls = {{ cert = \"{}\", key = \"{}\" }} }}]\n\
+         [service.pass]\nproxy = \"{echo}\"\nsni = [\"*.example.com\"]\n\
+         [service.app]\nbuiltin = \"daytime\"\nsni_terminate = [\"app.example.com\"]\n",
+        own.cert.display(),
+        own.key.display()
+    ));
+    // Terminated here (the handshake verifies the listener's certificate)
+    // and answered by app; passed through to the echo backend, the
+    // ClientHello came back and no handshake was possible.
+    let out = Command::new("openssl")
+        .args(["s_client", "-quiet", "-verify_return_error"])
+        .args(["-connect", &format!("127.0.0.1:{}", daemon.addr.port())])
+        .args(["-servername", "app.example.com", "-CAfile"])
+        .arg(&ca.pem)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run openssl s_client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.trim_end().ends_with("UTC"), "{text} {out:?}");
+    // Another name under the wildcard still passes through.
+    let mut other = daemon.connect();
+    let hello = tcpmux_proto::sniff::client_hello::build(Some("db.example.com"), &[], 0, 16384);
+    assert_eq!(common::send_and_receive(&mut other, hello.clone()), hello);
+}

@@ -168,7 +168,7 @@ fn stats_counts_connections_and_is_loopback_only_by_default() {
         .to_owned();
     let mut http = TcpStream::connect(&addr).unwrap();
     http.set_read_timeout(Some(common::PATIENCE)).unwrap();
-    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     let response = text(read_all(&mut http));
     assert!(response.starts_with("HTTP/1.0 200 OK\r\n"), "{response}");

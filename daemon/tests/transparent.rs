@@ -236,6 +236,30 @@ fn check_config_warns_without_cap_net_admin() {
 }
 
 #[test]
+#[ignore = "needs root and setpriv (CI runs it)"]
+fn a_running_daemon_without_cap_net_admin_says_so_once_whatever_its_workers() {
+    common::require_root();
+    let as_nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    let config = "[service.seen]\nproxy = \"127.0.0.1:7000\"\ntransparent = true\n";
+    for workers in ["1", "2"] {
+        let mut daemon =
+            common::Daemon::start_wrapped(&as_nobody, Some(config), &["--workers", workers], &[]);
+        daemon
+            .wait_for_log(|l| l.contains("transparent = true needs CAP_NET_ADMIN"))
+            .unwrap_or_else(|| panic!("no warning with --workers {workers}: {:?}", daemon.logs()));
+        // Serving by now: every worker is past the point of saying it.
+        assert!(daemon.exchange(b"daytime\r\n").starts_with(b"+"));
+        let said = daemon.wait_for_lines(1, |l| l.contains("needs CAP_NET_ADMIN"));
+        assert_eq!(said, 1, "--workers {workers}: {:?}", daemon.logs());
+    }
+}
+
+#[test]
 fn transparent_needs_tcp_backends() {
     common::assert_config_rejected(
         "[service.s]\nproxy = \"unix:/run/s.sock\"\ntransparent = true\n",

@@ -59,10 +59,16 @@ fn clash(a: &ListenAddr, b: &ListenAddr) -> bool {
 fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, ConfigError> {
     let at = |message: String| src.at(item.span(), message);
     let table = table(src, item)?;
-    let addr = table
-        .address
-        .parse::<ListenAddr>()
-        .map_err(|e| at(e.to_string()))?;
+    let addr = match table.address.parse::<ListenAddr>() {
+        // A relative socket path is the config file's, like every other path.
+        Ok(ListenAddr::Unix(path)) if path.is_relative() => {
+            let base = std::path::Path::new(src.origin)
+                .parent()
+                .unwrap_or(std::path::Path::new(""));
+            ListenAddr::Unix(base.join(path))
+        }
+        parsed => parsed.map_err(|e| at(e.to_string()))?,
+    };
     let unix = matches!(addr, ListenAddr::Unix(_));
     let accept_proxy_from = table
         .accept_proxy_from

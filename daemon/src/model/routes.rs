@@ -179,6 +179,11 @@ impl<T> HostMap<T> {
         found.into_iter().flatten()
     }
 
+    /// Whether `name` (lower case) has an entry of its own, not a wildcard's.
+    pub fn has_exact(&self, name: &str) -> bool {
+        self.exact.contains_key(name)
+    }
+
     /// The first entry `name` finds.
     pub fn get(&self, name: &str) -> Option<&T> {
         self.matches(name).next()

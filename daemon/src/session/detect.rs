@@ -171,7 +171,11 @@ async fn route_tls(
         // agrees on, after termination, as on any TLS listener; a client no
         // `sni` takes is terminated, whatever `sni_default` says.
         found = found.filter(|(passed, _)| !passed.sni.is_empty());
-        if found.is_none() {
+        let exact_here = hello
+            .server_name
+            .as_deref()
+            .is_some_and(|name| registry.terminates_before_wildcard(name));
+        if found.is_none() || exact_here {
             return Ok(Detected::Terminate(hello));
         }
     }

@@ -167,14 +167,22 @@ fn read_body(message: &[u8]) -> Result<ClientHello, HelloError> {
         return Ok(hello); // no extensions at all (TLS 1.0 era)
     }
     let mut extensions = Reader(body.vector(2, "bad extensions length")?);
+    let mut kinds = Vec::new();
     while !extensions.0.is_empty() {
         let kind = extensions.u16("truncated extension")?;
         let data = extensions.vector(2, "truncated extension")?;
+        kinds.push(kind);
         match kind as u16 {
             EXT_SERVER_NAME => hello.server_name = server_name(data)?,
             EXT_ALPN => hello.alpn = alpn(data)?,
             _ => {}
         }
+    }
+    // RFC 8446 §4.2: no two extensions of a type. Two server_names would
+    // route by one name here and be served by the other elsewhere.
+    kinds.sort_unstable();
+    if kinds.windows(2).any(|pair| pair[0] == pair[1]) {
+        return Err(HelloError::Malformed("an extension given twice"));
     }
     Ok(hello)
 }
@@ -216,13 +224,20 @@ fn alpn(data: &[u8]) -> Result<Vec<String>, HelloError> {
 /// an extra extension (to make it as large as a post-quantum one), in records
 /// of at most `record` bytes.
 pub fn build(server_name: Option<&str>, alpn: &[&str], padding: usize, record: usize) -> Vec<u8> {
+    let names: Vec<&str> = server_name.into_iter().collect();
+    build_with_names(&names, alpn, padding, record)
+}
+
+/// [`build`] with one server_name extension for each of `names` (more than
+/// one is malformed, for tests that say so).
+pub fn build_with_names(names: &[&str], alpn: &[&str], padding: usize, record: usize) -> Vec<u8> {
     let mut extensions = Vec::new();
     let mut push = |kind: u16, data: &[u8]| {
         extensions.extend_from_slice(&kind.to_be_bytes());
         extensions.extend_from_slice(&(data.len() as u16).to_be_bytes());
         extensions.extend_from_slice(data);
     };
-    if let Some(name) = server_name {
+    for name in names {
         let mut entry = vec![0u8];
         entry.extend_from_slice(&(name.len() as u16).to_be_bytes());
         entry.extend_from_slice(name.as_bytes());

@@ -122,6 +122,13 @@ fn hellos_that_cannot_be_routed_are_refused_with_the_reason() {
         client_hello::parse(&build(Some(&too_long), &[], 0, 16384), HELLO_LIMIT),
         Err(HelloError::Malformed("server name longer than 255 bytes"))
     );
+    // Two server_name extensions (RFC 8446 §4.2): malformed, not routed by
+    // the last one.
+    let twice = client_hello::build_with_names(&["a.example", "b.example"], &[], 0, 16384);
+    assert_eq!(
+        client_hello::parse(&twice, HELLO_LIMIT),
+        Err(HelloError::Malformed("an extension given twice"))
+    );
 }
 
 #[test]
