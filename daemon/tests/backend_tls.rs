@@ -168,3 +168,44 @@ fn backend_tls_mistakes_are_refused() {
         common::assert_config_rejected(config, words);
     }
 }
+
+#[test]
+#[ignore = "needs openssl"]
+fn a_backend_that_cuts_its_tls_reaches_a_tls_client_as_a_cut() {
+    use std::io::ErrorKind;
+    let dir = common::scratch_dir();
+    let ca = Ca::new(&dir, "ca");
+    let leaf = ca.server("backend", 1);
+    let mut backend = Server::start(&leaf, None);
+    let daemon = Daemon::with_config(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", tls = {{ cert = \"{}\", key = \"{}\" }} }}]\n\
+         [service.cut]\nproxy = \"127.0.0.1:{}\"\n\
+         backend_tls = {{ ca = \"{}\", server_name = \"localhost\" }}\n",
+        leaf.cert.display(),
+        leaf.key.display(),
+        backend.1,
+        ca.pem.display()
+    ));
+    let tls = tcpmux::tls::TlsOptions {
+        ca: Some(ca.pem.clone()),
+        client_cert: None,
+    };
+    let options = tcpmux::Options {
+        connect_timeout: Some(PATIENCE),
+        reply_timeout: Some(PATIENCE),
+        fast_open: false,
+    };
+    let mut stream = tcpmux::tls::connect(daemon.addr, "localhost", "cut", &tls, &options)
+        .expect("the service over TLS");
+    stream.write_all(b"ping\n").unwrap();
+    let mut answer = [0u8; 5];
+    stream.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"gnip\n");
+    // The backend dies: its connection ends with no close_notify. The
+    // client must see that too, not a clean end it would take as complete.
+    let _ = backend.0.kill();
+    let _ = backend.0.wait();
+    let mut rest = Vec::new();
+    let end = stream.read_to_end(&mut rest).map_err(|e| e.kind());
+    assert_eq!(end, Err(ErrorKind::UnexpectedEof), "{rest:?}");
+}

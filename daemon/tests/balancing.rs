@@ -343,3 +343,43 @@ fn killing_one_of_three_backends_under_load_fails_no_client_it_was_not_serving()
     assert!(ok > 50 && failed <= 1, "{ok} ok, {failed} failed");
     drop(backends);
 }
+
+#[test]
+fn a_backend_that_resets_before_the_clients_early_bytes_is_ejected_after_three() {
+    let good = common::echo_backend();
+    let bad = TcpListener::bind("127.0.0.1:0").unwrap();
+    let bad_addr = bad.local_addr().unwrap();
+    std::thread::spawn(move || {
+        // Reset at once, before reading: the bytes the client sent with its
+        // request line often meet the reset as they are written.
+        for conn in bad.incoming().flatten() {
+            let _ = socket2::SockRef::from(&conn).set_linger(Some(std::time::Duration::ZERO));
+        }
+    });
+    let mut daemon = Daemon::with_config(&format!(
+        "[service.app]\nbalance = \"round-robin\"\nproxy = [\"{good}\", \"{bad_addr}\"]\n"
+    ));
+    let mut failed = 0;
+    for _ in 0..60 {
+        let mut stream = daemon.connect();
+        stream.write_all(b"app\r\nping").unwrap();
+        let mut reply = [0u8; 7];
+        let mut got = 0;
+        while got < reply.len() {
+            match stream.read(&mut reply[got..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        if reply[..got] != *b"+\r\nping" {
+            failed += 1;
+        }
+    }
+    assert!(
+        failed <= 3,
+        "{failed} of 60 clients reached the resetting backend"
+    );
+    daemon
+        .wait_for_log(|l| l.contains("backend ejected") && l.contains(&bad_addr.to_string()))
+        .expect("ejected");
+}

@@ -57,6 +57,18 @@ impl Conn {
         }
     }
 
+    /// Passes on a cut (a backend that ended its TLS without close_notify):
+    /// a TLS client's connection ends with no close_notify (true); a plain
+    /// one has nothing else to say than its FIN, which the graceful close
+    /// sends (false).
+    pub async fn cut(&mut self) -> bool {
+        match self {
+            Conn::Tls(tls) => tls.cut().await.is_ok(),
+            Conn::Early(early) => Box::pin(early.then.cut()).await,
+            Conn::Plain(_) | Conn::Gone => false,
+        }
+    }
+
     /// Puts `bytes`, read past the negotiation, back in front of the
     /// connection's input; a `Vec` is kept as it is, not copied.
     pub fn unread(&mut self, bytes: impl Into<Vec<u8>>) {

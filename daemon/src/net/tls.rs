@@ -116,6 +116,15 @@ pub(super) async fn wait_for_hello(stream: &Stream) -> io::Result<Option<ClientH
 }
 
 impl TlsConn {
+    /// Ends the connection the way its source ended: the TCP stream is
+    /// shut, with no close_notify before it, so the client sees the cut
+    /// (a truncated answer), not a clean end. Records already queued go
+    /// first.
+    pub async fn cut(&mut self) -> io::Result<()> {
+        tokio::io::AsyncWriteExt::flush(&mut self.stream).await?;
+        self.stream.get_ref().0.shutdown_write()
+    }
+
     /// [`Stream::peek_beyond`] for plaintext: copies what has arrived into
     /// `buf` without consuming it, once more than `seen` bytes are waiting,
     /// or `buf` is full, or the client has ended (then `ended`). Records are

@@ -12,7 +12,7 @@ use crate::admission::OwnConnections;
 use crate::model::{Balance, ClientInfo, Endpoint, HashKey, Proxy};
 use crate::net::conn::Conn;
 use crate::net::proxy_protocol;
-use crate::net::relay::{relay, relay_streams};
+use crate::net::relay::{relay, relay_streams, Relayed};
 use crate::net::stream::{Metered, Stream};
 use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
@@ -67,7 +67,7 @@ pub async fn serve(
             Some(tls) => proxy_protocol::encode_tls(version, source, destination, tls),
             None => proxy_protocol::encode(version, source, destination),
         };
-        backend.write_all(&header).await?;
+        before_relay(backend.write_all(&header), pool, service, &used).await?;
     }
     // TLS to the backend starts after the PROXY header, which goes in clear.
     let mut leg = match &proxy.backend_tls {
@@ -98,7 +98,7 @@ pub async fn serve(
     // client's socket is whole again for splice.
     let early = conn.get_mut().take_early();
     if !early.is_empty() {
-        leg.send(&early).await?;
+        before_relay(leg.send(&early), pool, service, &used).await?;
         conn.bytes_in += early.len() as u64;
     }
     // splice needs two sockets; a TLS session's bytes (either side's) pass
@@ -113,12 +113,30 @@ pub async fn serve(
     };
     conn.bytes_in += relayed.client_to_backend;
     conn.bytes_out += relayed.backend_to_client;
-    conn.finished = result.is_ok();
+    // A backend's cut reaches a TLS client as a cut, not a clean end.
+    conn.finished = result.is_ok() || (relayed.backend_cut && conn.get_mut().cut().await);
     let failed = relayed.backend_failed(result.is_err(), || leg.socket().has_ended());
     pool.relayed(service, &used, &relayed, failed);
     result.map(|()| Outcome::Served {
         backend: Some(used),
     })
+}
+
+/// Writes what goes to the backend ahead of the relay (a PROXY header, the
+/// bytes the client sent with its request line). A backend that fails it
+/// (its reset, arriving before these bytes) failed the client as one that
+/// quits before its first byte does, and counts toward its ejection.
+async fn before_relay(
+    write: impl std::future::Future<Output = io::Result<()>>,
+    pool: &Pool,
+    service: &str,
+    used: &Endpoint,
+) -> io::Result<()> {
+    let written = write.await;
+    if written.is_err() {
+        pool.relayed(service, used, &Relayed::default(), true);
+    }
+    written
 }
 
 /// The connection to the backend: the socket, or a TLS session over it
@@ -249,11 +267,33 @@ mod tests {
     use super::*;
     use crate::model::{Peer, TlsClient};
 
-    #[test]
-    fn sticky_keys_are_the_sni_passed_or_terminated_else_the_address() {
-        let mut proxy = Proxy {
+    #[tokio::test]
+    async fn a_backend_that_fails_what_goes_before_the_relay_is_ejected_after_three() {
+        let proxy = Proxy {
+            backends: vec![crate::model::Weighted {
+                backend: "127.0.0.1:1000".parse().unwrap(),
+                weight: 1,
+                max_connections: None,
+            }],
+            ..test_proxy()
+        };
+        let pool = Pool::default();
+        pool.configure(&std::sync::Arc::new(proxy.clone()));
+        let members = pool.current(&proxy).expect("an IP backend is ready at once");
+        let used = members.list[0].endpoint.clone();
+        let reset = || async { Err(io::Error::from(io::ErrorKind::ConnectionReset)) };
+        for failures in 1..=3 {
+            assert_eq!(pool.order(proxy.balance, &members, &[]), [0], "after {failures}");
+            let written = before_relay(reset(), &pool, "s", &used).await;
+            assert!(written.is_err());
+        }
+        assert!(pool.order(proxy.balance, &members, &[]).is_empty(), "ejected");
+    }
+
+    fn test_proxy() -> Proxy {
+        Proxy {
             backends: Vec::new(),
-            balance: crate::model::Balance::Source,
+            balance: crate::model::Balance::RoundRobin,
             hash_key: HashKey::Source,
             health_check: None,
             connect_timeout: std::time::Duration::from_secs(1),
@@ -262,6 +302,14 @@ mod tests {
             relay: Default::default(),
             transparent: false,
             backend_tls: None,
+        }
+    }
+
+    #[test]
+    fn sticky_keys_are_the_sni_passed_or_terminated_else_the_address() {
+        let mut proxy = Proxy {
+            balance: crate::model::Balance::Source,
+            ..test_proxy()
         };
         let mut client = ClientInfo {
             peer: Peer::Tcp(([10, 0, 0, 7], 5000).into()),

@@ -28,6 +28,9 @@ pub struct Relayed {
     pub backend_quit: bool,
     /// The client's direction reached its EOF.
     pub client_finished: bool,
+    /// The backend's direction failed (its TLS ended without close_notify,
+    /// or it reset): a cut, to be passed on as one.
+    pub backend_cut: bool,
 }
 
 impl Relayed {
@@ -136,6 +139,12 @@ where
                 })
                 .await;
                 activity.backend_ended();
+                // An end without close_notify (rustls's UnexpectedEof), a
+                // reset: not a clean end. (A failed write means the client
+                // is gone, to whom nothing more can be said anyway.)
+                activity
+                    .backend_cut
+                    .store(result.is_err(), Ordering::Relaxed);
                 result
             }
         )
@@ -329,6 +338,7 @@ struct Activity<'a> {
     /// The client's direction reached EOF.
     client_done: AtomicBool,
     backend_quit: AtomicBool,
+    backend_cut: AtomicBool,
 }
 
 impl<'a> Activity<'a> {
@@ -344,6 +354,7 @@ impl<'a> Activity<'a> {
             ),
             client_done: AtomicBool::new(false),
             backend_quit: AtomicBool::new(false),
+            backend_cut: AtomicBool::new(false),
         }
     }
 
@@ -390,6 +401,7 @@ impl<'a> Activity<'a> {
             backend_to_client: self.down.load(Ordering::Relaxed) - self.before.1,
             backend_quit: self.backend_quit.load(Ordering::Relaxed),
             client_finished: self.client_done.load(Ordering::Relaxed),
+            backend_cut: self.backend_cut.load(Ordering::Relaxed),
         };
         (relayed, result)
     }
