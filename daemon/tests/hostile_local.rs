@@ -1,8 +1,9 @@
 //! The hostile local user: another account on the daemon's machine (uid
 //! 65534 and its neighbours, through setpriv) against the daemon's local
 //! surfaces: the admin socket (a symlink planted at its path, slots taken by
-//! refused or never-reading connections), the metrics listener and the ACME
-//! storage. Throughout, root must still be served and no file outside the
+//! refused or never-reading connections), the metrics listener (a
+//! rebinding Host, idle connections crowding out a scrape) and the ACME
+//! storage (symlinks planted where a key is written). Throughout, root must still be served and no file outside the
 //! daemon's own may change. Every test needs root, as CI runs them.
 
 mod common;
@@ -351,4 +352,42 @@ fn an_acme_storage_others_may_write_is_refused_before_a_key_goes_near_it() {
     assert!(stderr.contains("may be written by every user"), "{stderr}");
     assert_eq!(mode_of(&target), mode);
     assert_eq!(std::fs::read(&target).unwrap(), b"root's");
+}
+
+/// Opens argv[2] TCP connections to port argv[1] on 127.0.0.1 that send
+/// nothing; asks once with a rebinding page's Host; says what it got.
+const METRICS_ATTACK: &str = r#"
+import socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"GET /status.json HTTP/1.1\r\nHost: attacker.example\r\n\r\n")
+answer = b""
+while chunk := s.recv(4096):
+    answer += chunk
+print(answer.split(b"\r\n")[0].decode(), flush=True)
+time.sleep(60)
+"#;
+
+#[test]
+#[ignore = "needs root (setpriv to another uid) and python3"]
+fn a_local_user_can_neither_read_the_dashboard_by_rebinding_nor_crowd_out_a_scrape() {
+    needs_root_and_setpriv();
+    common::require_program("/usr/bin/python3", "--version", "python3");
+    let port = common::dns::free_port();
+    let daemon = Daemon::binary(&format!("metrics_listen = \"127.0.0.1:{port}\"\n"));
+    let (_attacker, said) = Attacker::start(
+        65534,
+        METRICS_ATTACK,
+        Path::new(&port.to_string()),
+        &["300"],
+    );
+    assert_eq!(said, "HTTP/1.0 421 Misdirected Request");
+    // Root's scrape, after the 300 idle ones, is served.
+    let mut scrape = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    scrape.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    std::io::Write::write_all(&mut scrape, b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let answer = String::from_utf8_lossy(&common::read_all(&mut scrape)).into_owned();
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+    assert!(daemon.exchange(b"daytime\r\n").starts_with(b"+"));
 }

@@ -279,15 +279,24 @@ mod tests {
         };
         let pool = Pool::default();
         pool.configure(&std::sync::Arc::new(proxy.clone()));
-        let members = pool.current(&proxy).expect("an IP backend is ready at once");
+        let members = pool
+            .current(&proxy)
+            .expect("an IP backend is ready at once");
         let used = members.list[0].endpoint.clone();
         let reset = || async { Err(io::Error::from(io::ErrorKind::ConnectionReset)) };
         for failures in 1..=3 {
-            assert_eq!(pool.order(proxy.balance, &members, &[]), [0], "after {failures}");
+            assert_eq!(
+                pool.order(proxy.balance, &members, &[]),
+                [0],
+                "after {failures}"
+            );
             let written = before_relay(reset(), &pool, "s", &used).await;
             assert!(written.is_err());
         }
-        assert!(pool.order(proxy.balance, &members, &[]).is_empty(), "ejected");
+        assert!(
+            pool.order(proxy.balance, &members, &[]).is_empty(),
+            "ejected"
+        );
     }
 
     fn test_proxy() -> Proxy {

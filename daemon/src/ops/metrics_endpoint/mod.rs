@@ -3,17 +3,19 @@
 //! page, its style and its script, all in the binary), `GET /status.json`
 //! its data (a snapshot at most a second old, made off the event loop);
 //! HEAD too; anything else 404. One request per connection, bounded in
-//! size, time and number, and only for a Host that is an IP literal or a
+//! size, time and number (a newcomer ends the oldest idle one), and only for a Host that is an IP literal or a
 //! name in `metrics_hosts`, so that a page elsewhere cannot read it by
 //! rebinding its own name to this address.
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tcpmux_proto::sniff::http::{self, HeadError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
 use crate::net::accept_errors::AcceptErrors;
 use crate::net::close::close_gracefully;
@@ -22,8 +24,9 @@ use crate::net::listener::{Accepted, Listener};
 /// Longest request head read, and how long a client may take to send it.
 const MAX_REQUEST: usize = 8192;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served at once; more are answered 503 and closed, so idle
-/// ones cannot take the descriptors `max_connections` was sized for.
+/// Connections served at once, so idle ones cannot take the descriptors
+/// `max_connections` was sized for: a newcomer ends the oldest one still
+/// sending its head, or is answered 503 when every one is past its head.
 pub const MAX_CONNECTIONS: usize = 64;
 /// How old the dashboard's data may be: every poller within it shares one.
 const SNAPSHOT_AGE: Duration = Duration::from_secs(1);
@@ -54,6 +57,7 @@ pub async fn serve(listener: Listener, pages: Arc<Pages>) {
     let mut requests = JoinSet::new();
     let mut errors = AcceptErrors::new("metrics");
     let snapshot = Arc::new(Snapshot::default());
+    let mut heads = Heads::default();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -66,16 +70,19 @@ pub async fn serve(listener: Listener, pages: Arc<Pages>) {
                 continue;
             }
         };
-        if requests.len() >= MAX_CONNECTIONS {
+        if requests.len() >= MAX_CONNECTIONS && !heads.evict_oldest() {
             // No task for it: the refusal fits in an empty socket buffer.
             let _ = stream.send(FULL, false).await;
             continue;
         }
         let (pages, snapshot) = (Arc::clone(&pages), Arc::clone(&snapshot));
-        requests.spawn(async move {
+        let reading = Arc::new(AtomicBool::new(true));
+        let still_reading = Arc::clone(&reading);
+        let task = requests.spawn(async move {
             let mut stream = stream;
-            let Ok(head) = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await
-            else {
+            let read = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await;
+            still_reading.store(false, Ordering::Release);
+            let Ok(head) = read else {
                 return;
             };
             let reply = match route(&head, &(pages.hosts)()) {
@@ -88,6 +95,34 @@ pub async fn serve(listener: Listener, pages: Arc<Pages>) {
             let _ = stream.write_all(&reply).await;
             close_gracefully(&mut stream, Duration::from_secs(1)).await;
         });
+        heads.push(task, reading);
+    }
+}
+
+/// The connections still sending their request head, oldest first: when
+/// every place is taken, a newcomer takes the oldest one's, so that idle
+/// connections cannot keep Prometheus or an operator out.
+#[derive(Default)]
+struct Heads(VecDeque<(AbortHandle, Arc<AtomicBool>)>);
+
+impl Heads {
+    fn push(&mut self, task: AbortHandle, reading: Arc<AtomicBool>) {
+        if self.0.len() >= 2 * MAX_CONNECTIONS {
+            self.0
+                .retain(|(task, reading)| !task.is_finished() && reading.load(Ordering::Acquire));
+        }
+        self.0.push_back((task, reading));
+    }
+
+    /// Ends the oldest connection still sending its head; false if none is.
+    fn evict_oldest(&mut self) -> bool {
+        while let Some((task, reading)) = self.0.pop_front() {
+            if !task.is_finished() && reading.load(Ordering::Acquire) {
+                task.abort();
+                return true;
+            }
+        }
+        false
     }
 }
 
