@@ -3,8 +3,9 @@
 //! surfaces: the admin socket (a symlink planted at its path, slots taken by
 //! refused or never-reading connections), the metrics listener (a
 //! rebinding Host, idle connections crowding out a scrape) and the ACME
-//! storage (symlinks planted where a key is written). Throughout, root must still be served and no file outside the
-//! daemon's own may change. Every test needs root, as CI runs them.
+//! storage (symlinks planted where a key is written). Throughout, root must
+//! still be served and no file outside the daemon's own may change. Every
+//! test needs root, as CI runs them.
 
 mod common;
 
