@@ -3,7 +3,9 @@
 # (daytime, 8 clients) while SESSIONS idle echo sessions are held and
 # POLLERS clients fetch /status.json, each once every INTERVAL seconds as a
 # dashboard tab does (INTERVAL=0: as fast as answered), against the same
-# with nobody polling; the requests answered are counted.
+# with nobody polling; the requests answered are counted. A third row runs
+# `tcpmux admin show sessions` in a loop instead (each reply lists every
+# session): the clients' p99.9 and max latency show any stall of the loop.
 # BEFORE=path/to/an/older/tcpmuxd adds the same rows for it, in the same
 # run, alternating.   bench/status_load.sh [SECONDS] [SESSIONS] [POLLERS]
 set -euo pipefail
@@ -12,7 +14,7 @@ SECS=${1:-5}
 SESSIONS=${2:-5000}
 POLLERS=${3:-200}
 MUX=${BASE_PORT:-27520} METRICS=$(( ${BASE_PORT:-27520} + 1 ))
-cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
+cargo build --release --quiet -p tcpmuxd -p tcpmux-bench -p tcpmux-cli
 . bench/lib.sh
 ulimit -n "$(ulimit -Hn)"
 cat > "$WORK/t.toml" <<CFG
@@ -20,6 +22,7 @@ listen = ["127.0.0.1:$MUX"]
 metrics_listen = "127.0.0.1:$METRICS"
 max_connections = $((SESSIONS + 1000))
 negotiation_timeout = "120s"
+admin_socket = "$WORK/admin.sock"
 CFG
 B=target/release/tcpmux-bench
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
@@ -64,6 +67,12 @@ run() { # label binary
   sleep 1
   $B short --connect "127.0.0.1:$MUX" --service daytime --connections 8 --duration "$SECS" --label "$1 $POLLERS pollers"
   wait $POLLER || true
+  (end=$((SECONDS + SECS + 2)); while [ $SECONDS -lt $end ]; do
+     target/release/tcpmux admin --socket "$WORK/admin.sock" --json show sessions > /dev/null; done) &
+  local admin=$!; PIDS+=($admin)
+  sleep 0.5
+  $B short --connect "127.0.0.1:$MUX" --service daytime --connections 8 --duration "$SECS" --label "$1 show sessions in a loop"
+  wait $admin || true
   kill $idle $daemon 2>/dev/null || true
   wait $idle $daemon 2>/dev/null || true
 }
