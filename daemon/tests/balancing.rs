@@ -150,6 +150,29 @@ fn a_backend_that_keeps_refusing_is_ejected_and_then_refused_at_once() {
     }
 }
 
+/// Of `clients` asking `app` to echo `ping` (sent with the request line),
+/// how many did not get `+` and their ping back.
+fn failed_pings(daemon: &Daemon, clients: usize) -> usize {
+    let mut failed = 0;
+    for _ in 0..clients {
+        let mut stream = daemon.connect();
+        stream.write_all(b"app\r\nping").unwrap();
+        // The client keeps its side open, as one waiting for an answer does.
+        let mut reply = [0u8; 7];
+        let mut got = 0;
+        while got < reply.len() {
+            match stream.read(&mut reply[got..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        if reply[..got] != *b"+\r\nping" {
+            failed += 1;
+        }
+    }
+    failed
+}
+
 #[test]
 fn a_backend_that_accepts_and_resets_is_ejected_like_one_that_refuses() {
     let good = common::echo_backend();
@@ -166,23 +189,7 @@ fn a_backend_that_accepts_and_resets_is_ejected_like_one_that_refuses() {
     let mut daemon = Daemon::with_config(&format!(
         "[service.app]\nbalance = \"round-robin\"\nproxy = [\"{good}\", \"{bad_addr}\"]\n"
     ));
-    let mut failed = 0;
-    for _ in 0..100 {
-        let mut stream = daemon.connect();
-        stream.write_all(b"app\r\nping").unwrap();
-        // The client keeps its side open, as one waiting for an answer does.
-        let mut reply = [0u8; 7];
-        let mut got = 0;
-        while got < reply.len() {
-            match stream.read(&mut reply[got..]) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => got += n,
-            }
-        }
-        if reply[..got] != *b"+\r\nping" {
-            failed += 1;
-        }
-    }
+    let failed = failed_pings(&daemon, 100);
     // Three in a row eject it for 10 s: no more clients are sent there.
     assert!(
         failed <= 3,
@@ -359,22 +366,7 @@ fn a_backend_that_resets_before_the_clients_early_bytes_is_ejected_after_three()
     let mut daemon = Daemon::with_config(&format!(
         "[service.app]\nbalance = \"round-robin\"\nproxy = [\"{good}\", \"{bad_addr}\"]\n"
     ));
-    let mut failed = 0;
-    for _ in 0..60 {
-        let mut stream = daemon.connect();
-        stream.write_all(b"app\r\nping").unwrap();
-        let mut reply = [0u8; 7];
-        let mut got = 0;
-        while got < reply.len() {
-            match stream.read(&mut reply[got..]) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => got += n,
-            }
-        }
-        if reply[..got] != *b"+\r\nping" {
-            failed += 1;
-        }
-    }
+    let failed = failed_pings(&daemon, 60);
     assert!(
         failed <= 3,
         "{failed} of 60 clients reached the resetting backend"

@@ -42,6 +42,9 @@ const IDLE: Duration = Duration::from_secs(300);
 pub async fn serve(listener: Listener, shared: Arc<Shared>, listening: Listening) {
     let mut errors = AcceptErrors::new("admin");
     let mut operators = JoinSet::new();
+    // Whose each running task is, so that its slot goes back even if it
+    // panicked.
+    let mut owners = std::collections::HashMap::new();
     let mut slots = Slots::default();
     let mut refusals = Refusals::default();
     loop {
@@ -60,18 +63,17 @@ pub async fn serve(listener: Listener, shared: Arc<Shared>, listening: Listening
                         continue;
                     }
                     let (shared, listening) = (Arc::clone(&shared), Arc::clone(&listening));
-                    operators.spawn(async move {
-                        operator(stream, uid, shared, listening).await;
-                        uid
-                    });
+                    let task = operators.spawn(operator(stream, uid, shared, listening));
+                    owners.insert(task.id(), uid);
                 }
                 Ok(_) => {}
                 Err(e) => errors.failed(&listener.local_addr(), &e).await,
             },
-            Some(ended) = operators.join_next() => {
-                // A task that panicked is counted as root's: its slot is
-                // given back wherever it was, at worst to the reserve.
-                slots.give_back(ended.unwrap_or(0));
+            Some(ended) = operators.join_next_with_id() => {
+                let id = ended.map_or_else(|e| e.id(), |(id, ())| id);
+                if let Some(uid) = owners.remove(&id) {
+                    slots.give_back(uid);
+                }
             }
         }
     }
