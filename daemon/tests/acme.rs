@@ -521,3 +521,25 @@ fn a_storage_directory_others_may_write_is_refused() {
         "may be written by every user (mode 0777)",
     );
 }
+
+#[test]
+fn account_credentials_with_a_bad_key_name_their_file() {
+    let dir = common::scratch_dir();
+    let storage = dir.join("acme");
+    std::fs::create_dir(&storage).unwrap();
+    std::fs::set_permissions(&storage, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let port = free_port();
+    let directory = format!("https://localhost:{port}/dir");
+    let file = storage.join(format!("account-https___localhost_{port}_dir.json"));
+    std::fs::write(
+        &file,
+        format!(r#"{{"id": "https://localhost:{port}/acct/1", "key_pkcs8": "AAAA", "directory": "{directory}"}}"#),
+    )
+    .unwrap();
+    let mut daemon = acme_daemon(&directory, &storage, "5s");
+    let failed = waited(&mut daemon, "acme: could not obtain a certificate");
+    assert!(
+        failed.contains(&file.display().to_string()) && failed.contains("invalid key bytes"),
+        "{failed}"
+    );
+}
