@@ -446,7 +446,7 @@ fn five_upgrades_and_five_reloads_under_load_lose_nothing() {
     );
     // The last daemon, idle again, holds what the first one held at start,
     // plus the extra address's listener, the duplicate it keeps of it for a
-    // successor and its accept loop's set of answered clients (net/closer.rs):
+    // successor and its accept loop's set of answered clients (net/lingering.rs):
     // nothing leaked across the upgrades and sessions.
     let last = previous.expect("a successor");
     let expected = baseline + 3;

@@ -2,12 +2,12 @@
 //! command per line in (`command.rs`), one JSON object per line out
 //! (`run.rs`). Only root, the daemon's own user and `admin_uids` may connect
 //! (SO_PEERCRED); every command is one log line naming the uid. The same
-//! data, read-only, feeds the dashboard (`status.rs`).
+//! data, read-only, feeds the dashboard (`dashboard.rs`).
 
 mod command;
+mod dashboard;
 mod run;
 mod slots;
-mod status;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,8 +18,8 @@ use tokio::net::UnixStream;
 use tokio::task::JoinSet;
 
 pub use command::MAX_LINE;
+pub use dashboard::status;
 pub use run::ListenerRow;
-pub use status::status;
 
 use crate::model::Peer;
 use crate::net::accept_errors::AcceptErrors;

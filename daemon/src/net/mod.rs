@@ -7,9 +7,8 @@
 pub(crate) mod accept_errors;
 pub(crate) mod buffers;
 pub(crate) mod close;
-pub(crate) mod closer;
 pub(crate) mod conn;
-pub(crate) mod handshakes;
+pub(crate) mod lingering;
 pub mod listener;
 pub(crate) mod pair;
 pub(crate) mod peek;
@@ -18,6 +17,7 @@ pub(crate) mod relay;
 pub(crate) mod sendfile;
 pub(crate) mod stream;
 pub(crate) mod tls;
+pub(crate) mod tls_threads;
 pub(crate) mod unix_socket;
 
 /// A connected TCP pair for unit tests: our end as the daemon sees it, and

@@ -58,7 +58,7 @@ fn cipher_name(suite: rustls::CipherSuite) -> String {
 /// Runs the server handshake on `stream`, whose ClientHello has arrived
 /// whole ([`wait_for_hello`], or detection's peek) and is `hello` as parsed:
 /// the configuration for the name it asks for and whether it offers ACME's
-/// protocol, the handshake itself on the handshake pool (`handshakes.rs`),
+/// protocol, the handshake itself on the TLS threads (`tls_threads.rs`),
 /// which hands back an established session. The error says why it failed.
 pub async fn accept(
     stream: Stream,
@@ -69,7 +69,7 @@ pub async fn accept(
     let acme = hello.is_some_and(|h| h.alpn.iter().any(|p| p.as_bytes() == ACME_TLS_ALPN));
     let config = Arc::clone(configs.for_hello(name, acme));
     let accept = tokio_rustls::TlsAcceptor::from(config).accept(stream);
-    let stream = super::handshakes::run(accept).await?;
+    let stream = super::tls_threads::run(accept).await?;
     let session = stream.get_ref().1;
     let mut client = TlsClient {
         version: session

@@ -22,8 +22,8 @@ use super::upgrade::encoded;
 use crate::config::Config;
 use crate::hub::Adopted;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
-use crate::net::handshakes;
 use crate::net::listener::{BindError, Listener};
+use crate::net::tls_threads;
 use crate::ops::{lag, metrics_endpoint};
 use crate::state::Shared;
 use tcpmux_proto::upgrade::Frame;
@@ -127,7 +127,7 @@ impl Live {
         // so that a handshake crosses no thread; a detecting listener's stay
         // here, since most of its clients may be plain.
         let runtime = (options.tls.is_some() && options.detect.is_none())
-            .then(handshakes::tls_runtime)
+            .then(tls_threads::tls_runtime)
             .flatten();
         let options: SharedOptions = Arc::new(RwLock::new(Arc::new(options)));
         let fd = listener.as_fd().try_clone_to_owned().ok();

@@ -14,7 +14,7 @@ use tracing::instrument::WithSubscriber;
 use crate::admission::Admission;
 use crate::model::ListenOptions;
 use crate::net::accept_errors::AcceptErrors;
-use crate::net::closer::{sweep_period, Closer};
+use crate::net::lingering::{sweep_period, Lingering};
 use crate::net::listener::{Arrival, Listener};
 use crate::session::{self, AtAccept};
 use crate::state::Shared;
@@ -85,8 +85,8 @@ pub(super) async fn accept_loop(
             tracing::warn!(address = %listener.local_addr(), error = %e, "cannot register the listener with the TLS threads' runtime; served as it is");
         }
     }
-    let mut closer = match Closer::new() {
-        Ok(closer) => Some(closer),
+    let mut lingering = match Lingering::new() {
+        Ok(lingering) => Some(lingering),
         Err(e) => {
             tracing::warn!(address = %listener.local_addr(), error = %e, "cannot make the set of answered sockets; every client gets a session");
             None
@@ -97,17 +97,17 @@ pub(super) async fn accept_loop(
     let mut errors = AcceptErrors::new("clients");
     let mut batch = 0u32;
     loop {
-        let waiting = closer.as_ref().is_some_and(|c| !c.is_empty());
+        let waiting = lingering.as_ref().is_some_and(|c| !c.is_empty());
         // Unbiased: neither a burst of clients nor of FINs holds the other up.
         let arrival = tokio::select! {
-            () = std::future::poll_fn(|cx| ready(&closer, cx)), if waiting => {
-                closer.as_mut().map(Closer::drain_ready);
+            () = std::future::poll_fn(|cx| ready(&lingering, cx)), if waiting => {
+                lingering.as_mut().map(Lingering::drain_ready);
                 None
             }
             () = &mut sweep, if waiting => {
                 let (now, drain) = (Instant::now(), drain());
-                if let Some(closer) = closer.as_mut() {
-                    closer.sweep(now, drain);
+                if let Some(lingering) = lingering.as_mut() {
+                    lingering.sweep(now, drain);
                 }
                 sweep.as_mut().reset((now + sweep_period(drain)).into());
                 None
@@ -123,7 +123,7 @@ pub(super) async fn accept_loop(
             Some(Ok(arrival)) => {
                 // The options in force now: a reload may have changed them.
                 let options = Arc::clone(&options.read().unwrap_or_else(|p| p.into_inner()));
-                match start(arrival, &options, &shared, closer.as_mut()) {
+                match start(arrival, &options, &shared, lingering.as_mut()) {
                     Ok(AtAccept::Answered) => {}
                     Ok(AtAccept::Session(accepted)) => {
                         let session = session::handle(Arc::clone(&shared), accepted, options);
@@ -158,8 +158,10 @@ fn spawn(sessions: &Sessions, session: impl Future<Output = ()> + Send + 'static
     }
 }
 
-fn ready(closer: &Option<Closer<Option<Admission>>>, cx: &mut Context<'_>) -> Poll<()> {
-    closer.as_ref().map_or(Poll::Pending, |c| c.poll_ready(cx))
+fn ready(lingering: &Option<Lingering<Option<Admission>>>, cx: &mut Context<'_>) -> Poll<()> {
+    lingering
+        .as_ref()
+        .map_or(Poll::Pending, |c| c.poll_ready(cx))
 }
 
 /// A new client answered now, or made a session.
@@ -167,7 +169,7 @@ fn start(
     arrival: Arrival,
     options: &ListenOptions,
     shared: &Arc<Shared>,
-    closer: Option<&mut Closer<Option<Admission>>>,
+    closer: Option<&mut Lingering<Option<Admission>>>,
 ) -> std::io::Result<AtAccept> {
     match (arrival, closer) {
         (Arrival::Tcp(incoming), Some(closer)) => {

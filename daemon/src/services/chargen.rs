@@ -60,7 +60,7 @@ pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
     conn.bytes_out += sent;
     conn.bytes_in += received;
     match result {
-        Err(e) if super::status::is_disconnect(&e) => Ok(()),
+        Err(e) if super::status_line::is_disconnect(&e) => Ok(()),
         other => other,
     }
 }
@@ -86,7 +86,7 @@ async fn through_tls(conn: &mut Metered<Conn>) -> io::Result<()> {
         () = discard => Ok(()),
     };
     match result {
-        Err(e) if super::status::is_disconnect(&e) => Ok(()),
+        Err(e) if super::status_line::is_disconnect(&e) => Ok(()),
         other => other,
     }
 }

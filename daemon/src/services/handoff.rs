@@ -30,7 +30,7 @@ use tcpmux_proto::handoff::{encode_client_frame, ClientFrame, FRAME_LEN};
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
-use super::status::refuse;
+use super::status_line::refuse;
 use crate::hub::{Acks, Hub, Registration};
 use crate::model::{ClientInfo, Service};
 use crate::net::conn::Conn;

@@ -15,7 +15,7 @@ pub mod help;
 mod isotime;
 mod proxy;
 mod sometext;
-mod status;
+mod status_line;
 mod time;
 
 use std::io;
@@ -31,7 +31,7 @@ use crate::net::stream::Metered;
 use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
 
-pub use status::{refuse, send_last};
+pub use status_line::{refuse, send_last};
 
 /// What a service may use of the daemon besides its connection: the handoff
 /// hub, the rendered counters (for `stats`), its own name's counts and the

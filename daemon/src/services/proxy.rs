@@ -7,7 +7,7 @@ use std::io;
 
 use tokio::io::AsyncWriteExt;
 
-use super::status::{accept, refuse};
+use super::status_line::{accept, refuse};
 use crate::admission::OwnConnections;
 use crate::model::{Balance, ClientInfo, Endpoint, HashKey, Proxy};
 use crate::net::conn::Conn;

@@ -1,7 +1,7 @@
 //! The accept loop's own answers. A TCPMUX client whose request line is in its
 //! socket when it is accepted, and whose answer is one line (a clock built-in,
 //! or a refusal), is answered by the loop on the spot: one read, one send
-//! with the FIN, and the loop's closer (net/closer.rs) waits for the client's
+//! with the FIN, and the loop's lingering set (net/lingering.rs) waits for the client's
 //! FIN. No task, no timer and no reactor registration, which is most of what a
 //! session costs beyond the kernel's work. Every other client becomes a
 //! session, with what was read put back in front of its input.
@@ -20,7 +20,7 @@ use super::answer::{busy_reason, is_own, may_serve, report, unknown_service, Ans
 use crate::admission::{Admission, Busy};
 use crate::model::{ClientInfo, ListenOptions, Peer, Service, ServiceKind};
 use crate::net::close::close_gracefully;
-use crate::net::closer::Closer;
+use crate::net::lingering::Lingering;
 use crate::net::listener::{Accepted, Incoming};
 use crate::net::stream::Stream;
 use crate::outcome::Outcome;
@@ -44,7 +44,7 @@ pub fn answer_at_accept(
     shared: &Arc<Shared>,
     incoming: Incoming,
     listen: &ListenOptions,
-    closer: &mut Closer<Option<Admission>>,
+    closer: &mut Lingering<Option<Admission>>,
 ) -> io::Result<AtAccept> {
     let started = Instant::now();
     // Detection, TLS and a PROXY header each have more to read first.
@@ -229,7 +229,7 @@ mod tests {
     #[tokio::test]
     async fn an_answer_the_socket_cannot_take_yet_is_sent_by_a_task() {
         let shared = Arc::new(Shared::new(crate::Config::default(), Counters::default()));
-        let mut closer = Closer::new().expect("epoll set");
+        let mut closer = Lingering::new().expect("epoll set");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let mut client =
             std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");

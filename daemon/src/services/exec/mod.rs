@@ -22,7 +22,7 @@ use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 use tokio::process::{Child, ChildStderr};
 
 use self::stderr::{drain, LineLog};
-use super::status::{accept, refuse};
+use super::status_line::{accept, refuse};
 use crate::admission::Counter;
 use crate::model::{ClientInfo, Exec, ExecReply, OnShutdown, Service};
 use crate::net::conn::Conn;

@@ -25,7 +25,7 @@ const KEPT_SLOTS: usize = 1024;
 /// quarter more.
 const SWEEPS: u32 = 4;
 
-/// How often [`Closer::sweep`] is to run for a drain timeout of `drain`.
+/// How often [`Lingering::sweep`] is to run for a drain timeout of `drain`.
 pub fn sweep_period(drain: Duration) -> Duration {
     (drain / SWEEPS).max(Duration::from_millis(1))
 }
@@ -41,21 +41,21 @@ struct Waiting<T> {
 
 /// The sockets an accept loop has answered and not yet closed, each with a
 /// `T` dropped at its close (its share of the connection limits).
-pub struct Closer<T> {
+pub struct Lingering<T> {
     epoll: AsyncFd<OwnedFd>,
     /// By descriptor number: the kernel hands out the lowest free ones.
     waiting: Vec<Option<Waiting<T>>>,
     count: usize,
 }
 
-impl<T> Closer<T> {
+impl<T> Lingering<T> {
     /// An empty set; must run inside the runtime.
-    pub fn new() -> io::Result<Closer<T>> {
+    pub fn new() -> io::Result<Lingering<T>> {
         let set = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         // SAFETY: the OwnedFd is the AsyncFd's, open and the same descriptor
         // for as long as the AsyncFd lives.
         let epoll = unsafe { AsyncFd::register(set) }?;
-        Ok(Closer {
+        Ok(Lingering {
             epoll,
             waiting: Vec::new(),
             count: 0,
@@ -202,7 +202,10 @@ mod tests {
     }
 
     /// Drains ready sockets until `done`, waiting on the set's readiness.
-    async fn drain_until(closer: &mut Closer<Arc<()>>, done: impl Fn(&Closer<Arc<()>>) -> bool) {
+    async fn drain_until(
+        closer: &mut Lingering<Arc<()>>,
+        done: impl Fn(&Lingering<Arc<()>>) -> bool,
+    ) {
         let waited = tokio::time::timeout(Duration::from_secs(20), async {
             while !done(closer) {
                 std::future::poll_fn(|cx| closer.poll_ready(cx)).await;
@@ -214,7 +217,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_socket_closes_once_its_client_half_closes_and_releases_what_it_held() {
-        let mut closer = Closer::new().unwrap();
+        let mut closer = Lingering::new().unwrap();
         let held = Arc::new(());
         let (ours, mut client) = answered().await;
         closer.add(ours, Arc::clone(&held), Instant::now());
@@ -224,13 +227,13 @@ mod tests {
         client.read_to_end(&mut rest).await.unwrap();
         client.write_all(b"bye").await.unwrap();
         client.shutdown().await.unwrap();
-        drain_until(&mut closer, Closer::is_empty).await;
+        drain_until(&mut closer, Lingering::is_empty).await;
         assert_eq!(Arc::strong_count(&held), 1);
     }
 
     #[tokio::test]
     async fn a_client_that_resets_is_closed() {
-        let mut closer = Closer::new().unwrap();
+        let mut closer = Lingering::new().unwrap();
         let held = Arc::new(());
         let (ours, client) = answered().await;
         closer.add(ours, Arc::clone(&held), Instant::now());
@@ -238,13 +241,13 @@ mod tests {
             .set_linger(Some(Duration::ZERO))
             .unwrap();
         drop(client);
-        drain_until(&mut closer, Closer::is_empty).await;
+        drain_until(&mut closer, Lingering::is_empty).await;
         assert_eq!(Arc::strong_count(&held), 1);
     }
 
     #[tokio::test]
     async fn a_client_that_keeps_sending_is_closed_past_the_drain_limit() {
-        let mut closer = Closer::new().unwrap();
+        let mut closer = Lingering::new().unwrap();
         let (ours, mut client) = answered().await;
         closer.add(ours, Arc::new(()), Instant::now());
         let sender = tokio::spawn(async move {
@@ -259,14 +262,14 @@ mod tests {
             }
             sent
         });
-        drain_until(&mut closer, Closer::is_empty).await;
+        drain_until(&mut closer, Lingering::is_empty).await;
         let sent = sender.await.unwrap();
         assert!(sent >= DRAIN_LIMIT, "closed after {sent} bytes");
     }
 
     #[tokio::test]
     async fn a_silent_client_is_closed_once_the_drain_timeout_has_passed() {
-        let mut closer = Closer::new().unwrap();
+        let mut closer = Lingering::new().unwrap();
         let held = Arc::new(());
         let (ours, mut client) = answered().await;
         let since = Instant::now();
@@ -309,7 +312,7 @@ mod tests {
             rustix::process::setrlimit(rustix::process::Resource::Nofile, raised)
                 .expect("room for the test's descriptors");
         }
-        let mut closer = Closer::new().unwrap();
+        let mut closer = Lingering::new().unwrap();
         let since = Instant::now();
         let drain = Duration::from_secs(2);
         // Two sockets past KEPT_SLOTS; the higher one's client closes first.
