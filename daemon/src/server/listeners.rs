@@ -5,9 +5,7 @@
 //! while the sessions they accepted go on.
 
 use std::io;
-use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use tokio::net::UnixStream;
@@ -15,9 +13,8 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::instrument::WithSubscriber;
 
-use super::bind::{bind_unix_socket, UnixSocket};
+use super::roles::{restage, Place, Role, Single};
 use super::sessions::{accept_loop, Sessions, SharedOptions};
-use super::single::{close, handed, restage, Shown, Single};
 use super::upgrade::encoded;
 use crate::config::Config;
 use crate::hub::Adopted;
@@ -55,10 +52,8 @@ impl Tcpmux {
 pub(super) struct Live {
     accepting: JoinSet<()>,
     tcpmux: Vec<Tcpmux>,
-    metrics: Option<Single<SocketAddr>>,
-    control: Option<Single<PathBuf>>,
-    upgrade: Option<Single<PathBuf>>,
-    admin: Option<Single<PathBuf>>,
+    /// Each role's socket, by `Role::index`.
+    singles: [Option<Single>; 4],
     /// What `show listeners` on the admin socket reports, kept current.
     listening: crate::admin::Listening,
     /// Where successors on any upgrade socket are passed (the run loop).
@@ -74,11 +69,9 @@ pub(super) struct Live {
 /// closes them (and removes their Unix socket files).
 pub(super) struct Staged {
     tcpmux: Vec<(ListenSpec, Listener)>,
-    /// `Some(None)`: the endpoint is to close.
-    metrics: Option<Option<Listener>>,
-    control: Option<Option<Listener>>,
-    upgrade: Option<Option<Listener>>,
-    admin: Option<Option<Listener>>,
+    /// By `Role::index`: `None` keeps the socket, `Some(None)` closes it,
+    /// `Some(Some(..))` replaces it.
+    singles: [Option<Option<Listener>>; 4],
 }
 
 impl Live {
@@ -86,10 +79,7 @@ impl Live {
         Live {
             accepting: JoinSet::new(),
             tcpmux: Vec::new(),
-            metrics: None,
-            control: None,
-            upgrade: None,
-            admin: None,
+            singles: [None, None, None, None],
             listening: crate::admin::Listening::default(),
             upgrade_requests: None,
             follow_file,
@@ -175,12 +165,46 @@ impl Live {
         }
     }
 
-    pub(super) fn serve_metrics(
+    /// Starts serving `role`'s socket, configured at `place`; `adopted` are
+    /// the handoff registrations a predecessor handed over (for the
+    /// control socket).
+    pub(super) fn serve(
         &mut self,
-        configured: SocketAddr,
+        role: Role,
+        place: Place,
         listener: Listener,
         shared: &Arc<Shared>,
+        adopted: Vec<Adopted>,
     ) {
+        let fd = listener.as_fd().try_clone_to_owned().ok();
+        let task = match role {
+            Role::Metrics => self.serve_metrics(listener, shared),
+            Role::Control => self.serve_control(listener, shared, adopted),
+            Role::Upgrade => match self.serve_upgrades(listener) {
+                Some(task) => task,
+                None => return,
+            },
+            Role::Admin => self.serve_admin(listener, shared),
+        };
+        self.singles[role.index()] = Some(Single {
+            configured: place,
+            task,
+            fd,
+        });
+        if role == Role::Admin {
+            self.publish();
+        }
+    }
+
+    /// Closes `role`'s socket, if it has one.
+    fn close(&mut self, role: Role) {
+        if let Some(old) = self.singles[role.index()].take() {
+            tracing::info!(address = %old.configured.shown(), "{} closed", role.what());
+            old.task.abort();
+        }
+    }
+
+    fn serve_metrics(&mut self, listener: Listener, shared: &Arc<Shared>) -> AbortHandle {
         tracing::info!(address = %listener.local_addr(), "metrics endpoint");
         let (counters, state, hosts) = (Arc::clone(shared), Arc::clone(shared), Arc::clone(shared));
         let listening = Arc::clone(&self.listening);
@@ -189,26 +213,18 @@ impl Live {
             status: Box::new(move || crate::admin::status(&state, &listening).to_string()),
             hosts: Box::new(move || hosts.settings().metrics_hosts.clone()),
         });
-        let fd = listener.as_fd().try_clone_to_owned().ok();
-        let task = self
-            .accepting
-            .spawn(metrics_endpoint::serve(listener, pages));
-        self.metrics = Some(Single {
-            configured,
-            task,
-            fd,
-        });
+        self.accepting
+            .spawn(metrics_endpoint::serve(listener, pages))
     }
 
     /// Serves the handoff control socket; `adopted` are registrations handed
     /// over by a predecessor.
-    pub(super) fn serve_control(
+    fn serve_control(
         &mut self,
-        path: PathBuf,
         listener: Listener,
         shared: &Arc<Shared>,
         adopted: Vec<Adopted>,
-    ) {
+    ) -> AbortHandle {
         tracing::info!(address = %listener.local_addr(), "handoff control socket");
         let source = Arc::clone(shared);
         let current = move || {
@@ -218,15 +234,8 @@ impl Live {
         let hub = Arc::clone(&shared.hub);
         // In the hub before this daemon says it serves.
         let adopted = crate::hub::adopt_all(adopted, &shared.settings().registry, &hub);
-        let fd = listener.as_fd().try_clone_to_owned().ok();
-        let task = self
-            .accepting
-            .spawn(crate::hub::control_loop(listener, hub, current, adopted));
-        self.control = Some(Single {
-            configured: path,
-            task,
-            fd,
-        });
+        self.accepting
+            .spawn(crate::hub::control_loop(listener, hub, current, adopted))
     }
 
     /// Where successors are to be passed, on this upgrade socket and any a
@@ -235,36 +244,23 @@ impl Live {
         self.upgrade_requests = Some(requests);
     }
 
-    /// Serves successors on the upgrade socket, passing them to the run loop.
-    pub(super) fn serve_upgrades(&mut self, path: PathBuf, listener: Listener) {
-        let Some(requests) = self.upgrade_requests.clone() else {
-            return;
-        };
+    /// Serves successors on the upgrade socket, passing them to the run
+    /// loop; `None` before the run loop said where.
+    fn serve_upgrades(&mut self, listener: Listener) -> Option<AbortHandle> {
+        let requests = self.upgrade_requests.clone()?;
         tracing::info!(address = %listener.local_addr(), "upgrade socket");
-        let fd = listener.as_fd().try_clone_to_owned().ok();
-        let task = self
-            .accepting
-            .spawn(super::upgrade::accept_upgrades(listener, requests));
-        self.upgrade = Some(Single {
-            configured: path,
-            task,
-            fd,
-        });
+        Some(
+            self.accepting
+                .spawn(super::upgrade::accept_upgrades(listener, requests)),
+        )
     }
 
     /// Serves the admin socket.
-    pub(super) fn serve_admin(&mut self, path: PathBuf, listener: Listener, shared: &Arc<Shared>) {
+    fn serve_admin(&mut self, listener: Listener, shared: &Arc<Shared>) -> AbortHandle {
         tracing::info!(address = %listener.local_addr(), "admin socket");
-        let fd = listener.as_fd().try_clone_to_owned().ok();
         let serving =
             crate::admin::serve(listener, Arc::clone(shared), Arc::clone(&self.listening));
-        let task = self.accepting.spawn(serving);
-        self.admin = Some(Single {
-            configured: path,
-            task,
-            fd,
-        });
-        self.publish();
+        self.accepting.spawn(serving)
     }
 
     /// Puts the sockets in service where `show listeners` reads them.
@@ -295,26 +291,11 @@ impl Live {
                 }
             })
             .collect();
-        rows.extend(
-            self.metrics
-                .as_ref()
-                .map(|s| row("metrics", s.configured.shown())),
-        );
-        rows.extend(
-            self.control
-                .as_ref()
-                .map(|s| row("handoff control", s.configured.shown())),
-        );
-        rows.extend(
-            self.upgrade
-                .as_ref()
-                .map(|s| row("upgrade", s.configured.shown())),
-        );
-        rows.extend(
-            self.admin
-                .as_ref()
-                .map(|s| row("admin", s.configured.shown())),
-        );
+        for role in Role::ALL {
+            if let Some(single) = &self.singles[role.index()] {
+                rows.push(row(role.kind(), single.configured.shown()));
+            }
+        }
         *self.listening.lock().unwrap_or_else(|p| p.into_inner()) = rows;
     }
 
@@ -329,10 +310,11 @@ impl Live {
                 sockets.push((encoded(&Frame::Listen(&addr))?, fd.try_clone()?));
             }
         }
-        sockets.extend(handed(&self.metrics, |a| Frame::Metrics(a))?);
-        sockets.extend(handed(&self.control, |p| Frame::Control(p))?);
-        sockets.extend(handed(&self.upgrade, |p| Frame::Upgrade(p))?);
-        sockets.extend(handed(&self.admin, |p| Frame::Admin(p))?);
+        for role in Role::ALL {
+            if let Some(single) = &self.singles[role.index()] {
+                sockets.extend(single.handed(role)?);
+            }
+        }
         Ok(sockets)
     }
 
@@ -346,40 +328,12 @@ impl Live {
                 }
             }
         }
-        let current = self.metrics.as_ref().map(|m| m.configured);
-        let metrics = restage(current, config.metrics_listen, |addr| {
-            Listener::bind(&ListenAddr::Tcp(addr))
-        })?;
-        let current = self.control.as_ref().map(|c| c.configured.clone());
-        let control = restage(current, config.handoff_socket.clone(), |path| {
-            bind_unix_socket(&path, UnixSocket::Control, None, false)
-        })?;
-        let current = self.upgrade.as_ref().map(|u| u.configured.clone());
-        let upgrade = restage(current, config.upgrade_socket.clone(), |path| {
-            bind_unix_socket(&path, UnixSocket::Upgrade, None, false)
-        })?;
-        let admin = self.restage_admin(config)?;
-        Ok(Staged {
-            tcpmux,
-            metrics,
-            control,
-            upgrade,
-            admin,
-        })
-    }
-
-    /// The admin socket `config` asks for: kept, closed, or bound anew; and
-    /// replaced in place, never chmodded, when `admin_uids` changes who may
-    /// connect (its file's mode), so a reload touches no file by its path.
-    fn restage_admin(&self, config: &Config) -> Result<Option<Option<Listener>>, BindError> {
-        let current = self.admin.as_ref().map(|a| a.configured.clone());
-        let wanted = config.admin.as_ref().map(|a| a.socket.clone());
-        let kind = UnixSocket::admin(config.admin.as_ref());
-        let same_path = current.is_some() && current == wanted;
-        let current = current.filter(|path| !(same_path && kind.differs_at(path)));
-        restage(current, wanted, |path| {
-            bind_unix_socket(&path, kind, config.run_as, same_path)
-        })
+        let mut singles = [None, None, None, None];
+        for role in Role::ALL {
+            let current = self.singles[role.index()].as_ref().map(|s| &s.configured);
+            singles[role.index()] = restage(role, current, config)?;
+        }
+        Ok(Staged { tcpmux, singles })
     }
 
     /// Puts `staged` in service and closes what `config` no longer has.
@@ -391,28 +345,13 @@ impl Live {
         sessions: &Sessions,
     ) {
         self.commit_tcpmux(staged.tcpmux, config, shared, sessions);
-        if let Some(metrics) = staged.metrics {
-            close(&mut self.metrics, "metrics endpoint");
-            if let (Some(listener), Some(addr)) = (metrics, config.metrics_listen) {
-                self.serve_metrics(addr, listener, shared);
-            }
-        }
-        if let Some(control) = staged.control {
-            close(&mut self.control, "handoff control socket");
-            if let (Some(listener), Some(path)) = (control, &config.handoff_socket) {
-                self.serve_control(path.clone(), listener, shared, Vec::new());
-            }
-        }
-        if let Some(upgrade) = staged.upgrade {
-            close(&mut self.upgrade, "upgrade socket");
-            if let (Some(listener), Some(path)) = (upgrade, &config.upgrade_socket) {
-                self.serve_upgrades(path.clone(), listener);
-            }
-        }
-        if let Some(admin) = staged.admin {
-            close(&mut self.admin, "admin socket");
-            if let (Some(listener), Some(admin_config)) = (admin, &config.admin) {
-                self.serve_admin(admin_config.socket.clone(), listener, shared);
+        for (role, staged) in Role::ALL.into_iter().zip(staged.singles) {
+            let Some(replacement) = staged else {
+                continue;
+            };
+            self.close(role);
+            if let (Some(listener), Some(place)) = (replacement, role.wanted(config)) {
+                self.serve(role, place, listener, shared, Vec::new());
             }
         }
         self.publish();

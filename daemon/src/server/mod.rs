@@ -9,8 +9,8 @@
 mod bind;
 mod error;
 mod listeners;
+mod roles;
 mod sessions;
-mod single;
 #[cfg(test)]
 mod tests;
 pub mod upgrade;
@@ -34,6 +34,7 @@ use crate::state::Shared;
 use bind::{adopt, adopt_or_bind, bind_unix_socket, single, take, Bound, UnixSocket};
 pub use error::RunError;
 use listeners::Live;
+use roles::{Place, Role};
 use sessions::Sessions;
 pub use upgrade::{take_over, Handed, UpgradeError};
 
@@ -214,10 +215,22 @@ impl Server {
         let sessions = Sessions::default();
         let mut live = Live::new(self.follow_file, self.options_follow_file);
         if let Some((addr, listener)) = self.metrics {
-            live.serve_metrics(addr, listener, &shared);
+            live.serve(
+                Role::Metrics,
+                Place::Tcp(addr),
+                listener,
+                &shared,
+                Vec::new(),
+            );
         }
         if let Some((path, listener)) = self.control {
-            live.serve_control(path, listener, &shared, self.adopted);
+            live.serve(
+                Role::Control,
+                Place::Unix(path),
+                listener,
+                &shared,
+                self.adopted,
+            );
         }
         for (configured, listener, options) in self.listeners {
             live.serve_tcpmux(configured, listener, options, &shared, &sessions);
@@ -225,10 +238,22 @@ impl Server {
         let (upgrade_requests, mut upgrades) = mpsc::channel(1);
         live.pass_upgrades_to(upgrade_requests);
         if let Some((path, listener)) = self.upgrade {
-            live.serve_upgrades(path, listener);
+            live.serve(
+                Role::Upgrade,
+                Place::Unix(path),
+                listener,
+                &shared,
+                Vec::new(),
+            );
         }
         if let Some((path, listener)) = self.admin {
-            live.serve_admin(path, listener, &shared);
+            live.serve(
+                Role::Admin,
+                Place::Unix(path),
+                listener,
+                &shared,
+                Vec::new(),
+            );
         }
         live.publish();
         let took_over = self.predecessor.is_some();
