@@ -32,23 +32,6 @@ pub(super) fn adopt_or_bind(
     }
 }
 
-/// One of the sockets the daemon has at most one of, if `wanted`: the one
-/// handed over for the same address, else a new one. One handed over for
-/// another address is closed.
-pub(super) fn single<A: PartialEq>(
-    handed: &mut Option<(A, OwnedFd)>,
-    wanted: Option<A>,
-    bind: impl FnOnce(&A) -> Result<Listener, BindError>,
-) -> Result<Option<(A, Listener)>, RunError> {
-    let handed = handed.take();
-    let Some(wanted) = wanted else {
-        return Ok(None);
-    };
-    let fd = handed.filter(|(at, _)| *at == wanted).map(|(_, fd)| fd);
-    let listener = adopt_or_bind(fd, || bind(&wanted))?;
-    Ok(Some((wanted, listener)))
-}
-
 /// Listeners from systemd; each keeps the options of the configured address it
 /// matches, if any.
 pub(super) fn adopt(

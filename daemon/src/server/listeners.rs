@@ -13,9 +13,8 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::instrument::WithSubscriber;
 
-use super::roles::{restage, Place, Role, Single};
+use super::roles::{encoded, restage, Place, Role, Single, Socket};
 use super::sessions::{accept_loop, Sessions, SharedOptions};
-use super::upgrade::encoded;
 use crate::config::Config;
 use crate::hub::Adopted;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
@@ -302,7 +301,7 @@ impl Live {
     /// Every socket in service, for a successor: its frame (what it was
     /// configured as) and a descriptor of its own, for the exchange that
     /// runs beside this loop.
-    pub(super) fn sockets(&self) -> io::Result<Vec<super::upgrade::Socket>> {
+    pub(super) fn sockets(&self) -> io::Result<Vec<Socket>> {
         let mut sockets = Vec::new();
         for live in &self.tcpmux {
             if let Some(fd) = &live.fd {

@@ -16,7 +16,6 @@ mod tests;
 pub mod upgrade;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -31,7 +30,7 @@ use crate::ops::{logging, systemd};
 use crate::pool::{discovery, health};
 pub use crate::state::Counters;
 use crate::state::Shared;
-use bind::{adopt, adopt_or_bind, bind_unix_socket, single, take, Bound, UnixSocket};
+use bind::{adopt, adopt_or_bind, take, Bound};
 pub use error::RunError;
 use listeners::Live;
 use roles::{Place, Role};
@@ -43,8 +42,8 @@ pub struct Server {
     shared: Arc<Shared>,
     /// Each with the address as configured (port 0 stays 0) and its options.
     listeners: Vec<Bound>,
-    control: Option<(PathBuf, Listener)>,
-    metrics: Option<(SocketAddr, Listener)>,
+    /// Each role's socket (by `Role::index`), with where it was configured.
+    singles: [Option<(Place, Listener)>; 4],
     /// What a reload reads.
     config_path: Option<PathBuf>,
     /// Whether a reload applies the file's `listen`: not when the command
@@ -52,8 +51,6 @@ pub struct Server {
     follow_file: bool,
     /// Whether listener options follow the file on reload: not when `--listen` gave plain addresses.
     options_follow_file: bool,
-    upgrade: Option<(PathBuf, Listener)>,
-    admin: Option<(PathBuf, Listener)>,
     /// The predecessor waiting for this one's READY, when started by `--upgrade`.
     predecessor: Option<std::os::unix::net::UnixStream>,
     /// Handoff registrations the predecessor handed over.
@@ -136,34 +133,22 @@ impl Server {
         } else {
             adopt(inherited, &config.listen)?
         };
-        let control = single(&mut handed.control, config.handoff_socket.clone(), |path| {
-            bind_unix_socket(path, UnixSocket::Control, None, false)
-        })?;
-        let upgrade = single(&mut handed.upgrade, config.upgrade_socket.clone(), |path| {
-            bind_unix_socket(path, UnixSocket::Upgrade, None, false)
-        })?;
-        let admin_path = config.admin.as_ref().map(|a| a.socket.clone());
-        let admin_kind = UnixSocket::admin(config.admin.as_ref());
-        // A predecessor's admin socket for other users than this file's is
-        // replaced in place rather than adopted.
-        let replacing = handed.admin.as_ref().is_some_and(|(path, _)| {
-            Some(path) == admin_path.as_ref() && admin_kind.differs_at(path)
-        });
-        if replacing {
-            handed.admin = None;
+        let mut singles = [None, None, None, None];
+        let mut bind = |role: Role, handed: &mut Handed| -> Result<(), RunError> {
+            let predecessors = handed.singles[role.index()].take();
+            singles[role.index()] = roles::adopt_or_bind(role, predecessors, &config)?;
+            Ok(())
+        };
+        for role in [Role::Control, Role::Upgrade, Role::Admin] {
+            bind(role, &mut handed)?;
         }
-        let admin = single(&mut handed.admin, admin_path, |path| {
-            bind_unix_socket(path, admin_kind, config.run_as, replacing)
-        })?;
         // Everything privileged (binding port 1, creating sockets in /run) is done.
         if let Some((uid, gid)) = config.run_as {
             drop_privileges(uid, gid, config.registry.has_transparent_proxy())?;
         }
         // Only now may the process have a second thread.
         logging::start_writer();
-        let metrics = single(&mut handed.metrics, config.metrics_listen, |addr| {
-            Listener::bind(&ListenAddr::Tcp(*addr))
-        })?;
+        bind(Role::Metrics, &mut handed)?;
         let shared = Arc::new(Shared::new(config, counters));
         upgrade::restore(&shared, std::mem::take(&mut handed.carried));
         // What the predecessor served and this configuration does not is
@@ -171,13 +156,10 @@ impl Server {
         Ok(Server {
             shared,
             listeners,
-            control,
-            metrics,
+            singles,
             config_path,
             follow_file,
             options_follow_file,
-            upgrade,
-            admin,
             predecessor,
             adopted: std::mem::take(&mut handed.backends),
             worker: 0,
@@ -202,7 +184,8 @@ impl Server {
 
     /// The metrics endpoint's address, if there is one.
     pub fn metrics_addr(&self) -> Option<ListenAddr> {
-        self.metrics.as_ref().map(|(_, l)| l.local_addr())
+        let metrics = self.singles[Role::Metrics.index()].as_ref();
+        metrics.map(|(_, l)| l.local_addr())
     }
 
     /// Serves until `shutdown` completes, reloading the configuration file on
@@ -214,46 +197,17 @@ impl Server {
         let shared = self.shared;
         let sessions = Sessions::default();
         let mut live = Live::new(self.follow_file, self.options_follow_file);
-        if let Some((addr, listener)) = self.metrics {
-            live.serve(
-                Role::Metrics,
-                Place::Tcp(addr),
-                listener,
-                &shared,
-                Vec::new(),
-            );
-        }
-        if let Some((path, listener)) = self.control {
-            live.serve(
-                Role::Control,
-                Place::Unix(path),
-                listener,
-                &shared,
-                self.adopted,
-            );
+        let (upgrade_requests, mut upgrades) = mpsc::channel(1);
+        live.pass_upgrades_to(upgrade_requests);
+        let mut adopted = Some(self.adopted);
+        for (role, single) in Role::ALL.into_iter().zip(self.singles) {
+            if let Some((place, listener)) = single {
+                let adopted = adopted.take().filter(|_| role == Role::Control);
+                live.serve(role, place, listener, &shared, adopted.unwrap_or_default());
+            }
         }
         for (configured, listener, options) in self.listeners {
             live.serve_tcpmux(configured, listener, options, &shared, &sessions);
-        }
-        let (upgrade_requests, mut upgrades) = mpsc::channel(1);
-        live.pass_upgrades_to(upgrade_requests);
-        if let Some((path, listener)) = self.upgrade {
-            live.serve(
-                Role::Upgrade,
-                Place::Unix(path),
-                listener,
-                &shared,
-                Vec::new(),
-            );
-        }
-        if let Some((path, listener)) = self.admin {
-            live.serve(
-                Role::Admin,
-                Place::Unix(path),
-                listener,
-                &shared,
-                Vec::new(),
-            );
         }
         live.publish();
         let took_over = self.predecessor.is_some();

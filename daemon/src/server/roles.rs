@@ -9,11 +9,11 @@ use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use tcpmux_proto::upgrade::Frame;
+use tcpmux_proto::upgrade::{self, Frame, FRAME};
 use tokio::task::AbortHandle;
 
 use super::bind::{bind_unix_socket, UnixSocket};
-use super::upgrade::encoded;
+use super::error::RunError;
 use crate::config::Config;
 use crate::model::ListenAddr;
 use crate::net::listener::{BindError, Listener};
@@ -123,6 +123,26 @@ impl Role {
         bind_unix_socket(path, kind, owner, replacing)
     }
 
+    /// The role a successor's `frame` hands over, and where its socket was
+    /// configured (as shown), if the frame is one of these.
+    pub(super) fn of_frame<'f>(frame: &Frame<'f>) -> Option<(Role, &'f str)> {
+        match *frame {
+            Frame::Metrics(at) => Some((Role::Metrics, at)),
+            Frame::Control(at) => Some((Role::Control, at)),
+            Frame::Upgrade(at) => Some((Role::Upgrade, at)),
+            Frame::Admin(at) => Some((Role::Admin, at)),
+            _ => None,
+        }
+    }
+
+    /// Its place as `shown` writes it; `None` for an address that is none.
+    pub(super) fn place(self, shown: &str) -> Option<Place> {
+        match self {
+            Role::Metrics => shown.parse().ok().map(Place::Tcp),
+            _ => Some(Place::Unix(shown.into())),
+        }
+    }
+
     /// The frame that hands its socket at `shown` to a successor.
     pub(super) fn frame(self, shown: &str) -> Frame<'_> {
         match self {
@@ -132,6 +152,14 @@ impl Role {
             Role::Admin => Frame::Admin(shown),
         }
     }
+}
+
+/// One socket for a successor: its frame, and a descriptor of it.
+pub(super) type Socket = ([u8; FRAME], OwnedFd);
+
+/// `frame`'s bytes, or an I/O error where it cannot be made (a path too long).
+pub(super) fn encoded(frame: &Frame<'_>) -> io::Result<[u8; FRAME]> {
+    upgrade::encode(frame).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
 /// A role's socket in service.
@@ -144,13 +172,32 @@ pub(super) struct Single {
 
 impl Single {
     /// Its frame and a descriptor of its own, for a successor.
-    pub(super) fn handed(&self, role: Role) -> io::Result<Option<super::upgrade::Socket>> {
+    pub(super) fn handed(&self, role: Role) -> io::Result<Option<Socket>> {
         let Some(fd) = &self.fd else {
             return Ok(None);
         };
         let shown = self.configured.shown();
         Ok(Some((encoded(&role.frame(&shown))?, fd.try_clone()?)))
     }
+}
+
+/// `role`'s socket for `config`, if it wants one: the one a predecessor
+/// `handed` over for the same place (unless the role must replace it
+/// there: an admin socket for other users than this file's), else a new
+/// one. One handed over for another place is closed.
+pub(super) fn adopt_or_bind(
+    role: Role,
+    handed: Option<(Place, OwnedFd)>,
+    config: &Config,
+) -> Result<Option<(Place, Listener)>, RunError> {
+    let Some(wanted) = role.wanted(config) else {
+        return Ok(None);
+    };
+    let here = handed.filter(|(at, _)| *at == wanted).map(|(_, fd)| fd);
+    let replacing = here.is_some() && role.replaced_in_place(&wanted, config);
+    let adopted = here.filter(|_| !replacing);
+    let listener = super::bind::adopt_or_bind(adopted, || role.bind(&wanted, config, replacing))?;
+    Ok(Some((wanted, listener)))
 }
 
 /// What a reload does to a role's socket: `None` keeps it, `Some(None)`

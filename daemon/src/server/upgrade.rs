@@ -14,7 +14,6 @@
 
 use std::io::{self, IoSlice, IoSliceMut, Write};
 use std::mem::MaybeUninit;
-use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
@@ -31,6 +30,7 @@ use tokio::sync::mpsc;
 
 use tcpmux_proto::upgrade::{self, Frame, FrameError, FRAME, VERSION};
 
+use super::roles::{encoded, Place, Role, Socket};
 use crate::hub::{Adopted, Hub};
 use crate::model::{AdminState, Endpoint, ListenAddr};
 use crate::net::accept_errors::AcceptErrors;
@@ -62,10 +62,8 @@ pub enum UpgradeError {
 #[derive(Default)]
 pub struct Handed {
     pub(super) tcpmux: Vec<(ListenAddr, OwnedFd)>,
-    pub(super) metrics: Option<(SocketAddr, OwnedFd)>,
-    pub(super) control: Option<(PathBuf, OwnedFd)>,
-    pub(super) upgrade: Option<(PathBuf, OwnedFd)>,
-    pub(super) admin: Option<(PathBuf, OwnedFd)>,
+    /// Each role's socket (by `Role::index`), with where it was configured.
+    pub(super) singles: [Option<(Place, OwnedFd)>; 4],
     /// Handoff backends' registrations, with their control connections.
     pub(super) backends: Vec<Adopted>,
     /// What an operator set at run time in the running daemon.
@@ -110,12 +108,12 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
             (_, None) => return Err(UpgradeError::NoSocket(frame.kind())),
         };
         let bad = || UpgradeError::Protocol(FrameError::Malformed);
+        if let Some((role, at)) = Role::of_frame(&frame) {
+            handed.singles[role.index()] = Some((role.place(at).ok_or_else(bad)?, fd));
+            continue;
+        }
         match frame {
             Frame::Listen(addr) => handed.tcpmux.push((addr.parse().map_err(|_| bad())?, fd)),
-            Frame::Metrics(addr) => handed.metrics = Some((addr.parse().map_err(|_| bad())?, fd)),
-            Frame::Control(path) => handed.control = Some((path.into(), fd)),
-            Frame::Upgrade(path) => handed.upgrade = Some((path.into(), fd)),
-            Frame::Admin(path) => handed.admin = Some((path.into(), fd)),
             Frame::Backend(r) => handed.backends.push(Adopted {
                 names: r.names.iter().map(|n| (*n).to_owned()).collect(),
                 uid: r.uid,
@@ -124,6 +122,7 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
                 control: fd,
                 acks: r.acks,
             }),
+            Frame::Metrics(_) | Frame::Control(_) | Frame::Upgrade(_) | Frame::Admin(_) => {}
             Frame::Disabled(_) | Frame::Member(_) => {}
             Frame::End(_) => return Ok((stream, handed)),
         }
@@ -213,11 +212,6 @@ pub(super) fn restore(shared: &Shared, carried: Vec<Carried>) {
     tracing::info!(settings = count, "upgrade: run-time settings carried over");
 }
 
-/// `frame`'s bytes, or an I/O error where it cannot be made (a path too long).
-pub(super) fn encoded(frame: &Frame<'_>) -> io::Result<[u8; FRAME]> {
-    upgrade::encode(frame).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
-}
-
 /// Tells the old daemon that the successor serves.
 pub fn ready(mut stream: StdUnixStream) {
     let _ = stream.write_all(b"READY\n");
@@ -279,9 +273,6 @@ pub(super) async fn accept_upgrades(listener: Listener, requests: mpsc::Sender<U
         }
     }
 }
-
-/// One socket for a successor: its frame, and a descriptor of it.
-pub(super) type Socket = ([u8; FRAME], OwnedFd);
 
 /// A running exchange with a successor.
 pub(super) type Exchange = tokio::task::JoinHandle<io::Result<bool>>;
