@@ -57,11 +57,33 @@ pub(super) struct Live {
     listening: crate::admin::Listening,
     /// Where successors on any upgrade socket are passed (the run loop).
     upgrade_requests: Option<mpsc::Sender<UnixStream>>,
-    /// Whether a reloaded file's `listen` applies: not when the command line
-    /// (`--listen`), systemd or `--workers` chose the sockets.
-    follow_file: bool,
-    /// Whether their options do (not for `--listen`'s addresses).
-    options_follow_file: bool,
+    /// Who chose the TCPMUX listeners, and so what a reload applies to them.
+    chosen_by: ChosenBy,
+}
+
+/// Who chose the TCPMUX listeners' sockets, which says what a reloaded
+/// file's `listen` does to them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ChosenBy {
+    /// The file: its `listen` applies, sockets and options.
+    File,
+    /// systemd or `--workers`, which bound them: they stay, and their
+    /// options follow the file (a renewed certificate, a new upstream).
+    Inheritance,
+    /// `--listen`: plain addresses, nothing of the file's applies.
+    CommandLine,
+}
+
+impl ChosenBy {
+    /// For a daemon given `inherited` sockets (systemd, `--workers`) and a
+    /// configuration that says whether `--listen` replaced its `listen`.
+    pub(super) fn of(inherited: bool, config: &Config) -> ChosenBy {
+        match (config.listen_from_command_line, inherited) {
+            (true, _) => ChosenBy::CommandLine,
+            (false, true) => ChosenBy::Inheritance,
+            (false, false) => ChosenBy::File,
+        }
+    }
 }
 
 /// Sockets bound for a new configuration and not serving yet; dropping them
@@ -74,20 +96,19 @@ pub(super) struct Staged {
 }
 
 impl Live {
-    pub(super) fn new(follow_file: bool, options_follow_file: bool) -> Live {
+    pub(super) fn new(chosen_by: ChosenBy) -> Live {
         Live {
             accepting: JoinSet::new(),
             tcpmux: Vec::new(),
             singles: [None, None, None, None],
             listening: crate::admin::Listening::default(),
             upgrade_requests: None,
-            follow_file,
-            options_follow_file,
+            chosen_by,
         }
     }
 
     pub(super) fn follows_file(&self) -> bool {
-        self.follow_file
+        self.chosen_by == ChosenBy::File
     }
 
     /// Starts serving a TCPMUX listener configured as `configured`.
@@ -320,7 +341,7 @@ impl Live {
     /// Binds what `config` adds to the sockets in service, changing nothing.
     pub(super) fn stage(&self, config: &Config) -> Result<Staged, BindError> {
         let mut tcpmux = Vec::new();
-        if self.follow_file {
+        if self.follows_file() {
             for spec in &config.listen {
                 if !self.tcpmux.iter().any(|live| live.configured == spec.addr) {
                     tcpmux.push((spec.clone(), Listener::bind(&spec.addr)?));
@@ -363,7 +384,7 @@ impl Live {
         shared: &Arc<Shared>,
         sessions: &Sessions,
     ) {
-        if self.follow_file {
+        if self.follows_file() {
             self.tcpmux.retain(|live| {
                 let spec = config.listen.iter().find(|s| s.addr == live.configured);
                 match spec {
@@ -379,7 +400,7 @@ impl Live {
                 let options = spec.options;
                 self.serve_tcpmux((spec.addr, spec.name), listener, options, shared, sessions);
             }
-        } else if self.options_follow_file {
+        } else if self.chosen_by == ChosenBy::Inheritance {
             // The sockets stay (systemd or --workers chose them), but
             // their options follow the file: a renewed certificate, a new
             // upstream to trust.

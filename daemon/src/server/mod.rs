@@ -32,7 +32,7 @@ pub use crate::state::Counters;
 use crate::state::Shared;
 use bind::{adopt, adopt_or_bind, take, Bound};
 pub use error::RunError;
-use listeners::Live;
+use listeners::{ChosenBy, Live};
 use roles::{Place, Role};
 use sessions::Sessions;
 pub use upgrade::{take_over, Handed, UpgradeError};
@@ -46,11 +46,8 @@ pub struct Server {
     singles: [Option<(Place, Listener)>; 4],
     /// What a reload reads.
     config_path: Option<PathBuf>,
-    /// Whether a reload applies the file's `listen`: not when the command
-    /// line, systemd or `--workers` chose the sockets.
-    follow_file: bool,
-    /// Whether listener options follow the file on reload: not when `--listen` gave plain addresses.
-    options_follow_file: bool,
+    /// Who chose the TCPMUX listeners, and so what a reload applies to them.
+    chosen_by: ChosenBy,
     /// The predecessor waiting for this one's READY, when started by `--upgrade`.
     predecessor: Option<std::os::unix::net::UnixStream>,
     /// Handoff registrations the predecessor handed over.
@@ -117,8 +114,7 @@ impl Server {
         config_path: Option<PathBuf>,
         counters: Counters,
     ) -> Result<Server, RunError> {
-        let follow_file = inherited.is_empty() && !config.listen_from_command_line;
-        let options_follow_file = !config.listen_from_command_line;
+        let chosen_by = ChosenBy::of(!inherited.is_empty(), &config);
         let listeners = if inherited.is_empty() {
             config
                 .listen
@@ -158,8 +154,7 @@ impl Server {
             listeners,
             singles,
             config_path,
-            follow_file,
-            options_follow_file,
+            chosen_by,
             predecessor,
             adopted: std::mem::take(&mut handed.backends),
             worker: 0,
@@ -196,7 +191,7 @@ impl Server {
         crate::services::prepare();
         let shared = self.shared;
         let sessions = Sessions::default();
-        let mut live = Live::new(self.follow_file, self.options_follow_file);
+        let mut live = Live::new(self.chosen_by);
         let (upgrade_requests, mut upgrades) = mpsc::channel(1);
         live.pass_upgrades_to(upgrade_requests);
         let mut adopted = Some(self.adopted);
