@@ -41,6 +41,6 @@ unsafe impl GlobalAlloc for Counting {
 
 /// Heap bytes allocated on this thread and not yet freed (freed elsewhere
 /// counts against the thread that frees).
-pub fn live() -> isize {
+pub(crate) fn live() -> isize {
     LIVE.with(Cell::get)
 }

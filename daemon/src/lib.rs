@@ -20,6 +20,8 @@
 //! - [`server`]: binding, the accept loops, reload and shutdown.
 //! - [`cli`]: the command line, for the binary and the man page.
 
+#![warn(unreachable_pub)]
+
 pub mod cli;
 pub mod config;
 pub mod model;

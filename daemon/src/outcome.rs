@@ -11,7 +11,7 @@ use crate::net::proxy_protocol::HeaderError;
 
 /// How a connection ended.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The service ran; `backend` names the proxy backend that served it.
     Served {
         backend: Option<Endpoint>,
@@ -50,7 +50,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The metric label: a few fixed words.
-    pub fn category(&self) -> &'static str {
+    pub(crate) fn category(&self) -> &'static str {
         match self {
             Outcome::Served { .. } | Outcome::HandedOff { .. } | Outcome::Exited { .. } => "served",
             Outcome::Help => "help",
@@ -67,7 +67,7 @@ impl Outcome {
 
     /// Whether the connection never named a registered service, so its metric
     /// goes under `-` (clients cannot grow the label set).
-    pub fn unnamed(&self) -> bool {
+    pub(crate) fn unnamed(&self) -> bool {
         matches!(
             self,
             Outcome::UnknownService
@@ -82,7 +82,7 @@ impl Outcome {
     }
 
     /// The proxy backend that served the client, if any.
-    pub fn backend(&self) -> Option<&Endpoint> {
+    pub(crate) fn backend(&self) -> Option<&Endpoint> {
         match self {
             Outcome::Served { backend } | Outcome::Killed { backend } => backend.as_ref(),
             _ => None,

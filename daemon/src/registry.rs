@@ -187,7 +187,7 @@ impl Registry {
 }
 
 /// The loopback ranges, the default audience of `stats`.
-pub fn loopback() -> Vec<Cidr> {
+pub(crate) fn loopback() -> Vec<Cidr> {
     ["127.0.0.0/8", "::1/128"]
         .iter()
         .filter_map(|r| r.parse().ok())
@@ -196,7 +196,7 @@ pub fn loopback() -> Vec<Cidr> {
 
 /// The HELP answer (RFC 1078) for `names`: one per CRLF line, no status line.
 /// Rendered once per registry, so serving it is a single write.
-pub fn render_help<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
+pub(crate) fn render_help<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
     let mut text = Vec::new();
     for name in names {
         text.extend_from_slice(name.as_bytes());
@@ -206,7 +206,7 @@ pub fn render_help<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
 }
 
 /// The built-ins keyed by their own names, to start a configuration from.
-pub fn default_services() -> BTreeMap<ServiceName, Service> {
+pub(crate) fn default_services() -> BTreeMap<ServiceName, Service> {
     Builtin::ALL
         .into_iter()
         .filter_map(|builtin| {

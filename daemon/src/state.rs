@@ -16,7 +16,7 @@ use crate::registry::Registry;
 /// The part of the configuration a reload replaces. A session takes a snapshot
 /// when it starts and keeps it to the end, so a reload never changes a running
 /// session.
-pub struct Settings {
+pub(crate) struct Settings {
     pub registry: Arc<Registry>,
     /// Per-service counts, the same for a name in every settings and worker.
     pub usage: Usage,
@@ -93,7 +93,7 @@ pub struct Counters {
 }
 
 /// What every connection of one event loop shares.
-pub struct Shared {
+pub(crate) struct Shared {
     settings: RwLock<Arc<Settings>>,
     /// Live handoff registrations.
     pub hub: Arc<Hub>,
@@ -115,12 +115,12 @@ pub struct Shared {
 /// and weights) is frozen while an upgrade carries it to a successor: a
 /// change acknowledged after it was carried would be lost there.
 #[derive(Debug, Default)]
-pub struct Changes(std::sync::Mutex<bool>);
+pub(crate) struct Changes(std::sync::Mutex<bool>);
 
 impl Changes {
     /// Runs `change` unless the state is frozen. Under the lock, so that a
     /// [`Changes::freeze`] returns only after every change begun before it.
-    pub fn apply<T>(&self, change: impl FnOnce() -> T) -> Result<T, &'static str> {
+    pub(crate) fn apply<T>(&self, change: impl FnOnce() -> T) -> Result<T, &'static str> {
         let frozen = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if *frozen {
             return Err("upgrade in progress: the run-time state is being handed to the new daemon; try again when it serves");
@@ -129,17 +129,17 @@ impl Changes {
     }
 
     /// From now on every change is refused, until [`Changes::thaw`].
-    pub fn freeze(&self) {
+    pub(crate) fn freeze(&self) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
     }
 
-    pub fn thaw(&self) {
+    pub(crate) fn thaw(&self) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = false;
     }
 }
 
 impl Shared {
-    pub fn new(config: Config, counters: Counters) -> Shared {
+    pub(crate) fn new(config: Config, counters: Counters) -> Shared {
         Shared {
             settings: RwLock::new(Arc::new(Settings::new(config, &counters.usage))),
             hub: Arc::new(Hub::default()),
@@ -154,20 +154,20 @@ impl Shared {
     }
 
     /// The settings in force now.
-    pub fn settings(&self) -> Arc<Settings> {
+    pub(crate) fn settings(&self) -> Arc<Settings> {
         Arc::clone(&self.settings.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Puts `config` in force for new connections; running sessions keep theirs,
     /// and still count against the new caps of their service's name.
-    pub fn replace_settings(&self, config: Config) {
+    pub(crate) fn replace_settings(&self, config: Config) {
         let settings = Arc::new(Settings::new(config, &self.usage));
         *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
     }
 
     /// Each service's connections finished and bytes moved so far, live
     /// relays included, for [`History`].
-    pub fn traffic_totals(&self) -> Totals {
+    pub(crate) fn traffic_totals(&self) -> Totals {
         let mut totals = self.metrics.finished();
         for (service, bytes) in self.sessions.relayed_by_service() {
             totals.entry(service).or_default().1 += bytes;
@@ -176,7 +176,7 @@ impl Shared {
     }
 
     /// The counters in the Prometheus text format.
-    pub fn render_metrics(&self) -> String {
+    pub(crate) fn render_metrics(&self) -> String {
         let settings = self.settings();
         let mut backends = Vec::new();
         let mut queues = Vec::new();

@@ -28,12 +28,12 @@ const DAY: i64 = 86_400;
 /// The keepers of the slots the configuration in force names. A slot that
 /// stays across a reload keeps its keeper (an order under way goes on).
 #[derive(Default)]
-pub struct Keepers(Vec<(Arc<AcmeCert>, JoinHandle<()>)>);
+pub(crate) struct Keepers(Vec<(Arc<AcmeCert>, JoinHandle<()>)>);
 
 impl Keepers {
     /// Keeps exactly `slots`: stops the keepers of slots no longer named,
     /// starts one for each new slot.
-    pub fn follow(&mut self, slots: &[Arc<AcmeCert>]) {
+    pub(crate) fn follow(&mut self, slots: &[Arc<AcmeCert>]) {
         self.0.retain(|(slot, task)| {
             let named = slots.iter().any(|s| Arc::ptr_eq(s, slot));
             if !named {

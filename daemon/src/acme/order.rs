@@ -20,7 +20,7 @@ use crate::model::{AcmeCert, AcmeSettings};
 
 /// Why an order did not end with a certificate.
 #[derive(Debug, thiserror::Error)]
-pub enum AcmeError {
+pub(super) enum AcmeError {
     /// The CA refused, failed, or did not answer: where, at which step, and
     /// every cause in the chain (not just hyper's "client error (Connect)").
     #[error("{step} at {directory}: {detail}")]
@@ -43,7 +43,7 @@ pub enum AcmeError {
 const PATIENCE: Duration = Duration::from_secs(120);
 
 /// A certificate the CA issued: its chain and the new key, in one PEM.
-pub struct Issued {
+pub(super) struct Issued {
     pub pem: String,
 }
 
@@ -87,7 +87,7 @@ fn causes(error: &dyn std::error::Error) -> String {
 
 /// Orders a certificate for `slot`'s names with `account`: the chain and
 /// its key, not yet stored nor served.
-pub async fn obtain(slot: &AcmeCert, account: &Account) -> Result<Issued, AcmeError> {
+pub(super) async fn obtain(slot: &AcmeCert, account: &Account) -> Result<Issued, AcmeError> {
     let settings = &slot.settings;
     let limit = settings.request_timeout;
     let identifiers: Vec<Identifier> = settings
@@ -162,7 +162,10 @@ async fn issue(order: &mut Order, slot: &AcmeCert) -> Result<(String, String), A
 /// The account for the settings' directory: the stored one, or a new one,
 /// stored before it is used so a crash does not lose it (the keeper keeps
 /// it in memory too, so a failed store costs no second registration).
-pub async fn account(settings: &AcmeSettings, storage: &Storage) -> Result<Account, AcmeError> {
+pub(super) async fn account(
+    settings: &AcmeSettings,
+    storage: &Storage,
+) -> Result<Account, AcmeError> {
     let limit = settings.request_timeout;
     let builder = || {
         let made = match &settings.directory_ca {

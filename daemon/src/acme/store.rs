@@ -16,13 +16,13 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 /// A file that could not be written or read, and why.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {source}", path.display())]
-pub struct StoreError {
+pub(super) struct StoreError {
     pub path: PathBuf,
     pub source: io::Error,
 }
 
 /// An open, checked storage directory.
-pub struct Storage {
+pub(super) struct Storage {
     path: PathBuf,
     dir: OwnedFd,
 }
@@ -30,7 +30,7 @@ pub struct Storage {
 impl Storage {
     /// Opens `path`, making it (0700) if it is missing, and checks that it is
     /// the daemon's alone.
-    pub fn open(path: &Path) -> Result<Storage, StoreError> {
+    pub(super) fn open(path: &Path) -> Result<Storage, StoreError> {
         let at = |source| StoreError {
             path: path.to_owned(),
             source,
@@ -60,7 +60,7 @@ impl Storage {
     }
 
     /// Replaces the file `name` with `bytes` (0600), or leaves it as it was.
-    pub fn write(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    pub(super) fn write(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
         let at = |source: io::Error| StoreError {
             path: self.path.join(name),
             source,
@@ -91,7 +91,7 @@ impl Storage {
     }
 
     /// The contents of `name`, `None` when there is no such file.
-    pub fn read(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    pub(super) fn read(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let opened = rustix::fs::openat(
             &self.dir,
             name,
@@ -119,7 +119,7 @@ impl Storage {
     }
 
     /// Removes `name` if it is there.
-    pub fn remove(&self, name: &str) {
+    pub(super) fn remove(&self, name: &str) {
         let _ = rustix::fs::unlinkat(&self.dir, name, AtFlags::empty());
     }
 }

@@ -4,11 +4,11 @@
 use crate::model::AdminState;
 
 /// The longest command line read; a longer one is refused.
-pub const MAX_LINE: usize = 4096;
+pub(crate) const MAX_LINE: usize = 4096;
 
 /// One admin command.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Command {
+pub(super) enum Command {
     Help,
     ShowServices,
     /// Every proxy service's members, or one service's.
@@ -41,7 +41,7 @@ pub enum Command {
 
 /// Why a line is not a command; the text says what would be.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CommandError {
+pub(super) enum CommandError {
     #[error("empty command; send help for the list")]
     Empty,
     #[error("unknown command {0:?}; send help for the list")]
@@ -53,7 +53,7 @@ pub enum CommandError {
 }
 
 /// The commands, one per line, for `help`.
-pub const HELP: &[&str] = &[
+pub(super) const HELP: &[&str] = &[
     "show services",
     "show backends [SERVICE]",
     "show listeners",
@@ -68,7 +68,7 @@ pub const HELP: &[&str] = &[
     "help",
 ];
 
-pub fn parse(line: &str) -> Result<Command, CommandError> {
+pub(super) fn parse(line: &str) -> Result<Command, CommandError> {
     let words: Vec<&str> = line.split_whitespace().collect();
     let owned = |w: &str| w.to_owned();
     match words.as_slice() {

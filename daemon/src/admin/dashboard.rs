@@ -17,7 +17,7 @@ const BUSIEST: usize = 10;
 
 /// The whole status object; docs/operations.md lists its fields, which only
 /// ever gain new ones.
-pub fn status(shared: &Shared, listening: &Mutex<Vec<ListenerRow>>) -> Value {
+pub(crate) fn status(shared: &Shared, listening: &Mutex<Vec<ListenerRow>>) -> Value {
     let settings = shared.settings();
     let history = shared.history.series();
     let mut services = services(shared, &settings);

@@ -17,9 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::task::JoinSet;
 
-pub use command::MAX_LINE;
-pub use dashboard::status;
-pub use run::ListenerRow;
+pub(crate) use command::MAX_LINE;
+pub(crate) use dashboard::status;
+pub(crate) use run::ListenerRow;
 
 use crate::model::Peer;
 use crate::net::accept_errors::AcceptErrors;
@@ -29,7 +29,7 @@ use crate::state::Shared;
 use slots::{Refusals, Slots};
 
 /// The sockets in service, kept current by the server for `show listeners`.
-pub type Listening = Arc<Mutex<Vec<ListenerRow>>>;
+pub(crate) type Listening = Arc<Mutex<Vec<ListenerRow>>>;
 
 /// A reply the client has not taken in this long ends its connection, so a
 /// client that never reads holds neither a slot nor its reply for long.
@@ -39,7 +39,7 @@ const IDLE: Duration = Duration::from_secs(300);
 
 /// Serves the admin socket until the task is dropped. A uid that may not
 /// use it is answered and closed at once, without a task or a slot.
-pub async fn serve(listener: Listener, shared: Arc<Shared>, listening: Listening) {
+pub(crate) async fn serve(listener: Listener, shared: Arc<Shared>, listening: Listening) {
     let mut errors = AcceptErrors::new("admin");
     let mut operators = JoinSet::new();
     // Whose each running task is, so that its slot goes back even if it

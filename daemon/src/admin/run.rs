@@ -16,7 +16,7 @@ use crate::state::{Settings, Shared};
 
 /// One listening socket, as `show listeners` reports it.
 #[derive(Clone, Debug)]
-pub struct ListenerRow {
+pub(crate) struct ListenerRow {
     /// `tcpmux`, `metrics`, `handoff control`, `upgrade` or `admin`.
     pub kind: &'static str,
     pub address: String,
@@ -27,7 +27,11 @@ pub struct ListenerRow {
 }
 
 /// Runs `command`; `listeners` are the sockets in service now.
-pub fn run(command: &Command, shared: &Shared, listeners: &[ListenerRow]) -> Result<Value, String> {
+pub(super) fn run(
+    command: &Command,
+    shared: &Shared,
+    listeners: &[ListenerRow],
+) -> Result<Value, String> {
     let settings = shared.settings();
     match command {
         Command::Help => Ok(json!({ "commands": HELP })),

@@ -13,7 +13,7 @@ use crate::model::{Queue, QueueFigures};
 
 /// Shared by every connection that counts against it.
 #[derive(Clone, Debug, Default)]
-pub struct Counter(Arc<Shared>);
+pub(crate) struct Counter(Arc<Shared>);
 
 #[derive(Debug, Default)]
 struct Shared {
@@ -35,7 +35,7 @@ struct Shared {
 
 /// One unit of a [`Counter`]; dropping it gives the unit back.
 #[derive(Debug)]
-pub struct Slot(Arc<Shared>);
+pub(crate) struct Slot(Arc<Shared>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -45,7 +45,7 @@ impl Drop for Slot {
 
 /// Why no unit was had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Busy {
+pub(crate) enum Busy {
     /// The cap is reached and there is no queue.
     Full,
     /// The queue holds `queue_max` clients already.
@@ -97,7 +97,7 @@ impl Shared {
 
 impl Counter {
     /// Takes a unit unless `max` are already taken.
-    pub fn acquire(&self, max: Option<usize>) -> Option<Slot> {
+    pub(crate) fn acquire(&self, max: Option<usize>) -> Option<Slot> {
         let taken = self.0.take(max.unwrap_or(usize::MAX));
         taken.then(|| Slot(Arc::clone(&self.0)))
     }
@@ -105,7 +105,7 @@ impl Counter {
     /// Sets the cap units are handed out under when clients wait; room it
     /// makes (a reload that raised it, a member back in service) goes to
     /// the clients in line, first first.
-    pub fn set_cap(&self, max: Option<usize>) {
+    pub(crate) fn set_cap(&self, max: Option<usize>) {
         self.0.cap.store(max.unwrap_or(usize::MAX), SeqCst);
         self.0.serve_line();
     }
@@ -114,7 +114,7 @@ impl Counter {
     /// the cap is reached. Clients already waiting go first: a newcomer
     /// takes a unit only when nobody is in line. Cancel-safe: a client that
     /// goes away leaves the queue (the caller drops this future).
-    pub async fn acquire_queued(
+    pub(crate) async fn acquire_queued(
         &self,
         max: Option<usize>,
         queue: Option<&Queue>,
@@ -172,11 +172,11 @@ impl Counter {
         }
     }
 
-    pub fn get(&self) -> usize {
+    pub(crate) fn get(&self) -> usize {
         self.0.used.load(SeqCst)
     }
 
-    pub fn queue(&self) -> QueueFigures {
+    pub(crate) fn queue(&self) -> QueueFigures {
         QueueFigures {
             waiting: self.0.waiting.load(SeqCst),
             served: self.0.served.load(SeqCst),

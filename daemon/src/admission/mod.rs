@@ -17,11 +17,11 @@ use crate::model::{Limits, Peer, ServiceKind};
 use crate::registry::Registry;
 
 mod counter;
-pub use counter::{Busy, Counter, Slot};
+pub(crate) use counter::{Busy, Counter, Slot};
 
 /// Why a connection was not admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     DaemonFull,
     AddressFull,
     AddressTooFast,
@@ -40,7 +40,7 @@ impl fmt::Display for Refusal {
 /// What one service name has in use now. Shared by every session of that name,
 /// across reloads, for as long as the name stays configured.
 #[derive(Debug, Default)]
-pub struct ServiceCounts {
+pub(crate) struct ServiceCounts {
     /// Sessions open, against the service's `max_connections`.
     pub connections: Counter,
     /// Programs running, against an exec service's `max_instances`.
@@ -55,7 +55,7 @@ pub struct ServiceCounts {
 impl ServiceCounts {
     /// How many clients `service` serves at once now: its cap with only
     /// the backends in service counted.
-    pub fn cap(&self, service: &crate::model::Service) -> Option<usize> {
+    pub(crate) fn cap(&self, service: &crate::model::Service) -> Option<usize> {
         match &service.kind {
             ServiceKind::Proxy(proxy) => service.cap_with(self.pool.capacity(proxy)),
             _ => service.connection_cap(),
@@ -74,20 +74,20 @@ impl ServiceCounts {
 }
 
 /// The counts of every service in a registry, by name.
-pub type Usage = HashMap<ServiceName, Arc<ServiceCounts>>;
+pub(crate) type Usage = HashMap<ServiceName, Arc<ServiceCounts>>;
 
 /// Every name's counts, kept across reloads and shared by every worker: a name
 /// keeps its counts for the daemon's life, so the sessions started before a
 /// reload (or on another worker) count against the caps after it.
 #[derive(Default)]
-pub struct UsageTable(Mutex<Usage>);
+pub(crate) struct UsageTable(Mutex<Usage>);
 
 impl UsageTable {
     /// The counts of `registry`'s names, created for names never seen before.
     /// What an operator set at run time for a service or member the registry
     /// no longer has is forgotten, and logged: were the name to come back,
     /// it starts from its configuration.
-    pub fn for_registry(&self, registry: &Registry) -> Usage {
+    pub(crate) fn for_registry(&self, registry: &Registry) -> Usage {
         let mut table = lock(&self.0);
         for (name, counts) in table.iter() {
             if registry.lookup(name).is_none() {
@@ -116,7 +116,7 @@ impl UsageTable {
 /// the local end, its local address the remote end) is the daemon talking to
 /// itself (a proxy pointed back at its own port), which would
 /// otherwise turn one client into as many connections as it sends names.
-pub struct OwnConnections {
+pub(crate) struct OwnConnections {
     /// How many are registered: the common case, none, costs no lock.
     count: AtomicUsize,
     addresses: Mutex<HashSet<(SocketAddr, SocketAddr)>>,
@@ -138,7 +138,7 @@ impl Default for OwnConnections {
 }
 
 /// One registered outgoing connection; dropping it forgets it.
-pub struct Own<'a> {
+pub(crate) struct Own<'a> {
     set: &'a OwnConnections,
     key: (SocketAddr, SocketAddr),
 }
@@ -154,7 +154,7 @@ impl Drop for Own<'_> {
 impl OwnConnections {
     /// Remembers an outgoing connection from `local` to `remote`. (Both
     /// addresses: one local port may serve connections to different hosts.)
-    pub fn register(&self, local: SocketAddr, remote: SocketAddr) -> Own<'_> {
+    pub(crate) fn register(&self, local: SocketAddr, remote: SocketAddr) -> Own<'_> {
         if lock(&self.addresses).insert((local, remote)) {
             self.count.fetch_add(1, Ordering::AcqRel);
         }
@@ -165,21 +165,21 @@ impl OwnConnections {
     }
 
     /// Notes that a TCPMUX listener listens on `port`.
-    pub fn listening_on(&self, port: u16) {
+    pub(crate) fn listening_on(&self, port: u16) {
         let (word, bit) = (usize::from(port) / 64, port % 64);
         self.ports[word].fetch_or(1 << bit, Ordering::Relaxed);
     }
 
     /// Whether a connection to `port` may reach one of our listeners, and so
     /// must be registered before its first byte.
-    pub fn may_loop(&self, port: u16) -> bool {
+    pub(crate) fn may_loop(&self, port: u16) -> bool {
         let (word, bit) = (usize::from(port) / 64, port % 64);
         self.ports[word].load(Ordering::Relaxed) & (1 << bit) != 0
     }
 
     /// Whether a client at `peer`, connected to our `local` address, is one of
     /// our own outgoing connections.
-    pub fn contains(&self, peer: SocketAddr, local: SocketAddr) -> bool {
+    pub(crate) fn contains(&self, peer: SocketAddr, local: SocketAddr) -> bool {
         self.count.load(Ordering::Acquire) > 0 && lock(&self.addresses).contains(&(peer, local))
     }
 }
@@ -229,7 +229,7 @@ impl Buckets {
 
 /// The daemon-wide admission state.
 #[derive(Default)]
-pub struct Gate {
+pub(crate) struct Gate {
     pub active: Counter,
     /// The most connections open at once since [`Gate::take_peak`] last looked.
     peak: AtomicUsize,
@@ -238,7 +238,7 @@ pub struct Gate {
 }
 
 /// A connection's admission; dropping it releases its share of every limit.
-pub struct Admission {
+pub(crate) struct Admission {
     _active: Slot,
     address: Option<(IpAddr, Arc<Gate>)>,
 }
@@ -267,7 +267,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Gate {
     /// The most connections open at once since the last call, and the number
     /// open now, from which the next call's high starts.
-    pub fn take_peak(&self) -> (usize, usize) {
+    pub(crate) fn take_peak(&self) -> (usize, usize) {
         let now = self.active.get();
         (self.peak.swap(now, Ordering::Relaxed).max(now), now)
     }
@@ -276,7 +276,7 @@ impl Gate {
     /// per-address limits come once the client's address is known
     /// ([`Admission::admit_address`]): after a trusted PROXY header, the
     /// announced one.
-    pub fn admit(&self, limits: &Limits) -> Result<Admission, Refusal> {
+    pub(crate) fn admit(&self, limits: &Limits) -> Result<Admission, Refusal> {
         let active = self
             .active
             .acquire(limits.max_connections)
@@ -304,7 +304,7 @@ impl Gate {
 impl Admission {
     /// Counts the connection against `peer`'s address: its rate and its cap. A
     /// Unix-socket peer has no address to count. Called once per connection.
-    pub fn admit_address(
+    pub(crate) fn admit_address(
         &mut self,
         gate: &Arc<Gate>,
         peer: &Peer,

@@ -9,7 +9,7 @@ use super::raw::RawConfig;
 
 /// The names a browser may reach the dashboard by when `metrics_hosts` is
 /// not set (IP literals always may).
-pub const DEFAULT_HOSTS: [&str; 1] = ["localhost"];
+pub(super) const DEFAULT_HOSTS: [&str; 1] = ["localhost"];
 
 pub(super) fn metrics_listen(
     src: Source<'_>,

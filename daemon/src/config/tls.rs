@@ -20,7 +20,7 @@ use crate::registry::Registry;
 
 /// The ALPN protocol a TLS listener offers (clients that send none are
 /// accepted as well).
-pub const ALPN: &[u8] = b"tcpmux";
+pub(super) const ALPN: &[u8] = b"tcpmux";
 
 /// Reads `raw`'s files. Relative paths are relative to the configuration file.
 pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {

@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 /// One backend's deliveries waiting for their `ACK`.
 #[derive(Debug, Default)]
-pub struct Acks {
+pub(crate) struct Acks {
     next: AtomicU64,
     pending: Mutex<BTreeMap<u64, (OwnedFd, Instant)>>,
     /// A delivery was added: the watcher's next deadline may be earlier.
@@ -23,35 +23,35 @@ pub struct Acks {
 
 impl Acks {
     /// Deliveries sent and not yet acknowledged.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.lock().len()
     }
 
     /// The number the next client frame carries.
-    pub fn next_seq(&self) -> u64 {
+    pub(crate) fn next_seq(&self) -> u64 {
         self.next.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Keeps `socket` (a duplicate of the client's) until `seq` is
     /// acknowledged, or `within` passes.
-    pub fn expect(&self, seq: u64, socket: OwnedFd, within: Duration) {
+    pub(crate) fn expect(&self, seq: u64, socket: OwnedFd, within: Duration) {
         self.lock().insert(seq, (socket, Instant::now() + within));
         self.added.notify_one();
     }
 
     /// The backend holds `seq`'s socket: ours is closed. False for a number
     /// that is not waiting (already expired, or never sent).
-    pub fn acked(&self, seq: u64) -> bool {
+    pub(crate) fn acked(&self, seq: u64) -> bool {
         self.lock().remove(&seq).is_some()
     }
 
     /// When the oldest waiting delivery expires.
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.lock().values().map(|(_, due)| *due).min()
     }
 
     /// Shuts down every delivery due by `now`; how many.
-    pub fn expire(&self, now: Instant) -> usize {
+    pub(crate) fn expire(&self, now: Instant) -> usize {
         let mut pending = self.lock();
         let overdue: Vec<u64> = pending
             .iter()
@@ -67,7 +67,7 @@ impl Acks {
     }
 
     /// Resolves when a delivery is added (or was, since the last call).
-    pub async fn added(&self) {
+    pub(crate) async fn added(&self) {
         self.added.notified().await;
     }
 

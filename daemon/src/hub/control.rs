@@ -25,7 +25,7 @@ use crate::registry::Registry;
 /// every registration with it. Registrations are checked against the
 /// configuration in force when they arrive: `current` gives its registry and
 /// the control socket's limits.
-pub async fn control_loop(
+pub(crate) async fn control_loop(
     listener: Listener,
     hub: Arc<Hub>,
     current: impl Fn() -> (Arc<Registry>, ControlLimits),
@@ -143,7 +143,7 @@ async fn backend_session(
 }
 
 /// A registration in the hub, watched for its backend's EOF.
-pub struct Enlisted {
+pub(crate) struct Enlisted {
     id: u64,
     registration: Arc<Registration>,
 }
@@ -259,7 +259,7 @@ async fn read_acks(control: &UnixStream, acks: &Acks, pid: i32) {
 }
 
 /// A backend registration handed over by a predecessor daemon.
-pub struct Adopted {
+pub(crate) struct Adopted {
     pub names: Vec<String>,
     pub uid: u32,
     pub gid: u32,
@@ -272,7 +272,7 @@ pub struct Adopted {
 /// Takes over, at once (before the successor says READY), the registrations
 /// handed over that `registry` still allows; the others are closed, so their
 /// backends see EOF and may register again.
-pub fn adopt_all(adopted: Vec<Adopted>, registry: &Registry, hub: &Hub) -> Vec<Enlisted> {
+pub(crate) fn adopt_all(adopted: Vec<Adopted>, registry: &Registry, hub: &Hub) -> Vec<Enlisted> {
     adopted
         .into_iter()
         .filter_map(|backend| {

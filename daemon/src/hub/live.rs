@@ -17,7 +17,7 @@ struct Registered {
 
 /// One backend's registration: what it serves, who it is, and its control
 /// connection (a successor daemon takes it over on an upgrade).
-pub struct Registration {
+pub(crate) struct Registration {
     pub names: Vec<ServiceName>,
     pub uid: u32,
     pub gid: u32,
@@ -29,7 +29,7 @@ pub struct Registration {
 
 /// The live registrations, shared by the control loop and the sessions.
 #[derive(Default)]
-pub struct Hub {
+pub(crate) struct Hub {
     backends: Mutex<HashMap<ServiceName, Vec<Registered>>>,
     next_id: AtomicUsize,
     turn: AtomicUsize,
@@ -37,12 +37,12 @@ pub struct Hub {
 
 impl Hub {
     /// Whether any backend serves `name` now.
-    pub fn is_live(&self, name: &ServiceName) -> bool {
+    pub(crate) fn is_live(&self, name: &ServiceName) -> bool {
         self.lock().get(name).is_some_and(|list| !list.is_empty())
     }
 
     /// `name`'s backends, starting with the next in round-robin order.
-    pub fn candidates(&self, name: &ServiceName) -> Vec<Arc<Registration>> {
+    pub(crate) fn candidates(&self, name: &ServiceName) -> Vec<Arc<Registration>> {
         let backends = self.lock();
         let Some(list) = backends.get(name).filter(|l| !l.is_empty()) else {
             return Vec::new();
@@ -57,7 +57,7 @@ impl Hub {
     }
 
     /// Every registration, once each.
-    pub fn registrations(&self) -> Vec<Arc<Registration>> {
+    pub(crate) fn registrations(&self) -> Vec<Arc<Registration>> {
         let mut seen = std::collections::BTreeMap::new();
         for registered in self.lock().values().flatten() {
             seen.entry(registered.id)
@@ -67,7 +67,7 @@ impl Hub {
     }
 
     /// Registered backends per name, for the metrics.
-    pub fn counts(&self) -> Vec<(String, usize)> {
+    pub(crate) fn counts(&self) -> Vec<(String, usize)> {
         let mut counts: Vec<_> = self
             .lock()
             .iter()

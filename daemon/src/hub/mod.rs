@@ -8,6 +8,6 @@ mod acks;
 mod control;
 mod live;
 
-pub use acks::Acks;
-pub use control::{adopt_all, control_loop, Adopted};
-pub use live::{Hub, Registration};
+pub(crate) use acks::Acks;
+pub(crate) use control::{adopt_all, control_loop, Adopted};
+pub(crate) use live::{Hub, Registration};

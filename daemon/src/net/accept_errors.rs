@@ -12,7 +12,7 @@ use crate::model::ListenAddr;
 /// The pause after a failure that waiting can cure (descriptors or memory
 /// run out) or that we do not know: long enough not to spin, short enough
 /// that clients barely notice once it is over.
-pub const PAUSE: Duration = Duration::from_millis(100);
+pub(crate) const PAUSE: Duration = Duration::from_millis(100);
 
 /// At most one warning per loop in this time; the ones held back are counted
 /// in the next.
@@ -20,7 +20,7 @@ const WARN_EVERY: Duration = Duration::from_secs(1);
 
 /// What a failed accept means for the loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// One client's connection went wrong before it was accepted (it reset,
     /// or the network under it did: accept(2)'s "treat like EAGAIN" list).
     /// The next is unaffected: accept again at once.
@@ -32,7 +32,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub fn of(e: &io::Error) -> Failure {
+    pub(crate) fn of(e: &io::Error) -> Failure {
         let Some(errno) = Errno::from_io_error(e) else {
             return Failure::Other;
         };
@@ -59,7 +59,7 @@ impl Failure {
 }
 
 /// One accept loop's failures: what it is (for the log) and when it last warned.
-pub struct AcceptErrors {
+pub(crate) struct AcceptErrors {
     role: &'static str,
     warned: Option<Instant>,
     held_back: u64,
@@ -68,7 +68,7 @@ pub struct AcceptErrors {
 impl AcceptErrors {
     /// `role` names the loop in its log lines: "clients", "handoff control",
     /// "upgrade", "metrics".
-    pub fn new(role: &'static str) -> AcceptErrors {
+    pub(crate) fn new(role: &'static str) -> AcceptErrors {
         AcceptErrors {
             role,
             warned: None,
@@ -78,7 +78,7 @@ impl AcceptErrors {
 
     /// Handles a failed accept on `address`: logs it and waits as its kind
     /// asks, before the loop accepts again.
-    pub async fn failed(&mut self, address: &ListenAddr, e: &io::Error) {
+    pub(crate) async fn failed(&mut self, address: &ListenAddr, e: &io::Error) {
         let failure = Failure::of(e);
         if failure == Failure::Client {
             tracing::debug!(listener = self.role, %address, error = %e, "accept failed for one client");

@@ -27,14 +27,14 @@ thread_local! {
 /// Buffers of this thread lent and not yet returned: what tests check an idle
 /// session holds.
 #[cfg(test)]
-pub fn lent_out() -> usize {
+pub(crate) fn lent_out() -> usize {
     OUT.with(|out| out.get())
 }
 
 /// Bytes in this thread's free lists: kept for the next reader, not held by
 /// any session.
 #[cfg(test)]
-pub fn kept_buffers() -> isize {
+pub(crate) fn kept_buffers() -> isize {
     FREE.with(|free| free.borrow().iter().map(|b| b.len() as isize).sum())
 }
 
@@ -42,7 +42,7 @@ pub fn kept_buffers() -> isize {
 pub struct Lent(Vec<u8>);
 
 /// Lends a buffer of `len` bytes, reused when one of that length is free.
-pub fn lend(len: usize) -> Lent {
+pub(crate) fn lend(len: usize) -> Lent {
     let reused = FREE.with(|free| {
         let mut free = free.borrow_mut();
         let at = free.iter().position(|b| b.len() == len)?;
@@ -74,7 +74,7 @@ impl Drop for Lent {
 /// Reads from any stream (a TLS session, a relay's half) into a buffer lent
 /// for one poll at a time: while the read has to wait, the buffer is back in
 /// the free list, so a waiting reader holds none. 0 bytes means EOF.
-pub async fn read_lent<R: AsyncRead + Unpin>(
+pub(crate) async fn read_lent<R: AsyncRead + Unpin>(
     reader: &mut R,
     len: usize,
 ) -> io::Result<(Lent, usize)> {

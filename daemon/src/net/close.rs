@@ -15,7 +15,10 @@ pub(crate) const DRAIN_LIMIT: usize = 256 * 1024;
 /// Flushes, shuts down the write side, then drains input until EOF, `DRAIN_LIMIT`
 /// bytes or `drain` elapsed, whichever comes first. Errors mean the client is gone,
 /// which is the goal, so they end the close quietly.
-pub async fn close_gracefully<S: AsyncRead + AsyncWrite + Unpin>(conn: &mut S, drain: Duration) {
+pub(crate) async fn close_gracefully<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut S,
+    drain: Duration,
+) {
     if conn.shutdown().await.is_err() {
         return;
     }

@@ -18,7 +18,7 @@ use crate::model::{ServerConfigs, TlsClient};
 
 /// A client connection.
 #[derive(Debug)]
-pub enum Conn {
+pub(crate) enum Conn {
     Plain(Stream),
     Tls(Box<TlsConn>),
     /// Bytes read past the request line (a client that did not wait for
@@ -30,7 +30,7 @@ pub enum Conn {
 
 /// Input already read from a connection, ahead of what is still in it.
 #[derive(Debug)]
-pub struct Early {
+pub(crate) struct Early {
     bytes: Vec<u8>,
     /// How much of `bytes` has been read again.
     at: usize,
@@ -41,7 +41,7 @@ pub struct Early {
 impl Conn {
     /// The socket itself, when the client speaks plaintext on it and every
     /// byte it sent is still there.
-    pub fn plain(&self) -> Option<&Stream> {
+    pub(crate) fn plain(&self) -> Option<&Stream> {
         match self {
             Conn::Plain(stream) => Some(stream),
             Conn::Tls(_) | Conn::Early(_) | Conn::Gone => None,
@@ -50,7 +50,7 @@ impl Conn {
 
     /// The plaintext socket under any bytes read ahead, for writing to it
     /// directly (a status line sent before a handoff).
-    pub fn socket(&self) -> Option<&Stream> {
+    pub(crate) fn socket(&self) -> Option<&Stream> {
         match self {
             Conn::Early(early) => early.then.plain(),
             other => other.plain(),
@@ -61,7 +61,7 @@ impl Conn {
     /// a TLS client's connection ends with no close_notify (true); a plain
     /// one has nothing else to say than its FIN, which the graceful close
     /// sends (false).
-    pub async fn cut(&mut self) -> bool {
+    pub(crate) async fn cut(&mut self) -> bool {
         match self {
             Conn::Tls(tls) => tls.cut().await.is_ok(),
             Conn::Early(early) => Box::pin(early.then.cut()).await,
@@ -71,7 +71,7 @@ impl Conn {
 
     /// Puts `bytes`, read past the negotiation, back in front of the
     /// connection's input; a `Vec` is kept as it is, not copied.
-    pub fn unread(&mut self, bytes: impl Into<Vec<u8>>) {
+    pub(crate) fn unread(&mut self, bytes: impl Into<Vec<u8>>) {
         let bytes = bytes.into();
         if bytes.is_empty() {
             return;
@@ -98,7 +98,7 @@ impl Conn {
 
     /// Takes the bytes read ahead, leaving the connection they came on
     /// (whose socket a relay may then splice).
-    pub fn take_early(&mut self) -> Vec<u8> {
+    pub(crate) fn take_early(&mut self) -> Vec<u8> {
         match std::mem::replace(self, Conn::Gone) {
             Conn::Early(early) => {
                 let Early {
@@ -120,7 +120,7 @@ impl Conn {
     /// Turns a plain connection into a TLS one: the server handshake, once
     /// the ClientHello is whole (`hello`, when detection has already parsed
     /// it).
-    pub async fn start_tls(
+    pub(crate) async fn start_tls(
         &mut self,
         configs: ServerConfigs,
         mut hello: Option<ClientHello>,
@@ -141,7 +141,7 @@ impl Conn {
     /// Copies pending input into `buf` without consuming it, once more than
     /// `seen` bytes are waiting, `buf` is full or the client has ended its
     /// side ([`Stream::peek_beyond`]; plaintext on a TLS session).
-    pub async fn peek_beyond(&mut self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
+    pub(crate) async fn peek_beyond(&mut self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
         match self {
             Conn::Plain(stream) => stream.peek_beyond(buf, seen).await,
             Conn::Tls(tls) => tls.peek_beyond(buf, seen).await,
@@ -195,7 +195,7 @@ impl Early {
 impl Metered<Conn> {
     /// Waits for input holding no buffer, then reads it into one lent for the
     /// moment (`buffers`); 0 bytes means EOF.
-    pub async fn read_lent(&mut self, len: usize) -> io::Result<(Lent, usize)> {
+    pub(crate) async fn read_lent(&mut self, len: usize) -> io::Result<(Lent, usize)> {
         let conn = self.get_mut();
         conn.settle();
         let (buf, n) = match conn {

@@ -26,7 +26,7 @@ const KEPT_SLOTS: usize = 1024;
 const SWEEPS: u32 = 4;
 
 /// How often [`Lingering::sweep`] is to run for a drain timeout of `drain`.
-pub fn sweep_period(drain: Duration) -> Duration {
+pub(crate) fn sweep_period(drain: Duration) -> Duration {
     (drain / SWEEPS).max(Duration::from_millis(1))
 }
 
@@ -41,7 +41,7 @@ struct Waiting<T> {
 
 /// The sockets an accept loop has answered and not yet closed, each with a
 /// `T` dropped at its close (its share of the connection limits).
-pub struct Lingering<T> {
+pub(crate) struct Lingering<T> {
     epoll: AsyncFd<OwnedFd>,
     /// By descriptor number: the kernel hands out the lowest free ones.
     waiting: Vec<Option<Waiting<T>>>,
@@ -50,7 +50,7 @@ pub struct Lingering<T> {
 
 impl<T> Lingering<T> {
     /// An empty set; must run inside the runtime.
-    pub fn new() -> io::Result<Lingering<T>> {
+    pub(crate) fn new() -> io::Result<Lingering<T>> {
         let set = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         // SAFETY: the OwnedFd is the AsyncFd's, open and the same descriptor
         // for as long as the AsyncFd lives.
@@ -62,14 +62,14 @@ impl<T> Lingering<T> {
         })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.count == 0
     }
 
     /// Waits for `socket`'s FIN (its answer and ours are sent), then closes
     /// it and drops `held`; does so now if it cannot be watched. `since`:
     /// when the connection was accepted, from which the drain timeout runs.
-    pub fn add(&mut self, socket: OwnedFd, held: T, since: Instant) {
+    pub(crate) fn add(&mut self, socket: OwnedFd, held: T, since: Instant) {
         let Ok(slot) = usize::try_from(socket.as_raw_fd()) else {
             return;
         };
@@ -92,13 +92,13 @@ impl<T> Lingering<T> {
 
     /// Ready when some waiting socket has something to read (its FIN, most
     /// likely).
-    pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
         self.epoll.poll_read_ready(cx).map(drop)
     }
 
     /// Reads what the ready sockets sent and closes those whose client has
     /// closed (or reset, or sent more than it may); at most one batch.
-    pub fn drain_ready(&mut self) {
+    pub(crate) fn drain_ready(&mut self) {
         // On the stack: an epoll event holds a pointer, so a set that kept
         // them could not move between threads with its loop.
         let mut events = [MaybeUninit::<epoll::Event>::uninit(); EVENTS];
@@ -134,7 +134,7 @@ impl<T> Lingering<T> {
 
     /// Called every [`sweep_period`]: closes the sockets whose
     /// client has not closed within `drain` (`close_drain_timeout`).
-    pub fn sweep(&mut self, now: Instant, drain: Duration) {
+    pub(crate) fn sweep(&mut self, now: Instant, drain: Duration) {
         for slot in 0..self.waiting.len() {
             let due = self.waiting[slot]
                 .as_ref()

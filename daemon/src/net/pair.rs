@@ -15,7 +15,7 @@ use super::stream::Metered;
 
 /// A socketpair: the end to give away (blocking, as programs and backends
 /// expect), and the daemon's end for [`relay`].
-pub fn pair() -> io::Result<(OwnedFd, UnixStream)> {
+pub(crate) fn pair() -> io::Result<(OwnedFd, UnixStream)> {
     let (theirs, ours) = UnixStream::pair()?;
     Ok((OwnedFd::from(theirs), ours))
 }
@@ -24,7 +24,7 @@ pub fn pair() -> io::Result<(OwnedFd, UnixStream)> {
 /// closed it), then ends the client's stream (with close_notify over TLS).
 /// The client's EOF is passed on as a half-close, so the program or backend
 /// reads the end of its input.
-pub async fn relay(conn: &mut Metered<Conn>, ours: UnixStream) -> io::Result<()> {
+pub(crate) async fn relay(conn: &mut Metered<Conn>, ours: UnixStream) -> io::Result<()> {
     ours.set_nonblocking(true)?;
     let ours = tokio::net::UnixStream::from_std(ours)?;
     let (mut from_program, mut to_program) = ours.into_split();

@@ -9,13 +9,13 @@ use super::stream::Stream;
 
 /// The largest ClientHello accepted (post-quantum key shares make them 2 to
 /// 10 KiB; 64 KiB is the most a handshake message here may declare).
-pub const MAX_HELLO: usize = 64 * 1024;
+pub(crate) const MAX_HELLO: usize = 64 * 1024;
 /// Bytes peeked for a ClientHello: the message and its record headers, even
 /// in small records.
-pub const HELLO_PEEK: usize = MAX_HELLO + 8 * 1024;
+pub(crate) const HELLO_PEEK: usize = MAX_HELLO + 8 * 1024;
 
 /// What peeking until a parser decides produced.
-pub enum Parsed<T, E> {
+pub(crate) enum Parsed<T, E> {
     Done(T),
     Failed(E),
     /// `cap` bytes seen and the parser still wants more.
@@ -25,7 +25,7 @@ pub enum Parsed<T, E> {
 }
 
 /// Peeks (up to `cap` bytes) until `parse` decides on what has arrived.
-pub async fn peek_parsed<T, E>(
+pub(crate) async fn peek_parsed<T, E>(
     stream: &Stream,
     buf: &mut Vec<u8>,
     cap: usize,
@@ -51,7 +51,7 @@ pub async fn peek_parsed<T, E>(
 /// which keeps them anyway, and are peeked again, with what came, once the
 /// kernel's count says more came. A client that sends part of an opening and
 /// stalls costs no buffer here at all.
-pub async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
+pub(crate) async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) -> io::Result<bool> {
     let seen = buf.len();
     if seen >= cap {
         return Ok(false);

@@ -7,18 +7,18 @@
 use std::net::SocketAddr;
 
 use tcpmux_proto::proxy_header::{self};
-pub use tcpmux_proto::proxy_header::{Announced, HeaderError};
+pub(crate) use tcpmux_proto::proxy_header::{Announced, HeaderError};
 
 use crate::model::{ProxyVersion, TlsClient};
 
 /// The most header bytes accepted from an upstream. v1 is at most 107 bytes; a
 /// v2 header may carry TLVs, and every cloud load balancer's fit in 4 KiB. A v2
 /// header declaring more is refused as soon as its first 16 bytes arrive.
-pub const MAX_HEADER: usize = 4096;
+pub(crate) const MAX_HEADER: usize = 4096;
 
 /// The header announcing a connection from `source` to `destination` (v1
 /// `PROXY UNKNOWN` or v2 LOCAL without both addresses of one family).
-pub fn encode(
+pub(crate) fn encode(
     version: ProxyVersion,
     source: Option<SocketAddr>,
     destination: Option<SocketAddr>,
@@ -29,7 +29,7 @@ pub fn encode(
 /// [`encode`] for a client that came over TLS: a v2 header also carries
 /// PP2_TYPE_SSL with the TLS version and the verified certificate's name as
 /// PP2_SUBTYPE_SSL_CN, as HAProxy sends them.
-pub fn encode_tls(
+pub(crate) fn encode_tls(
     version: ProxyVersion,
     source: Option<SocketAddr>,
     destination: Option<SocketAddr>,
@@ -46,6 +46,6 @@ pub fn encode_tls(
 /// The header at the start of `input`: `Ok(None)` means more bytes are needed;
 /// `Ok(Some((announced, length)))` that the first `length` bytes were the header
 /// and the rest belongs to the TCPMUX request.
-pub fn decode(input: &[u8]) -> Result<Option<(Announced, usize)>, HeaderError> {
+pub(crate) fn decode(input: &[u8]) -> Result<Option<(Announced, usize)>, HeaderError> {
     proxy_header::decode(input, MAX_HEADER)
 }

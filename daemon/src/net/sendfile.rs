@@ -19,7 +19,7 @@ use super::stream::Stream;
 /// Bytes that never change, in memory and, where the kernel allows, in a sealed
 /// memfd for sendfile.
 #[derive(Debug)]
-pub struct FixedBytes {
+pub(crate) struct FixedBytes {
     bytes: Vec<u8>,
     file: Option<OwnedFd>,
 }
@@ -27,7 +27,7 @@ pub struct FixedBytes {
 impl FixedBytes {
     /// Copies `bytes` into a sealed memfd named `name`. Without memfd (an old or
     /// confined kernel), the bytes are still served, by write(2).
-    pub fn new(name: &str, bytes: Vec<u8>) -> FixedBytes {
+    pub(crate) fn new(name: &str, bytes: Vec<u8>) -> FixedBytes {
         let file = match sealed_memfd(name, &bytes) {
             Ok(file) => Some(file),
             Err(e) => {
@@ -40,11 +40,11 @@ impl FixedBytes {
 
     /// The same bytes served by write(2) only: for short answers, where the
     /// page references of sendfile cost more than the copy they save.
-    pub fn in_memory(bytes: Vec<u8>) -> FixedBytes {
+    pub(crate) fn in_memory(bytes: Vec<u8>) -> FixedBytes {
         FixedBytes { bytes, file: None }
     }
 
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         &self.bytes
     }
 
@@ -52,7 +52,7 @@ impl FixedBytes {
     /// the log counts them even when the client leaves halfway). At most `turn`
     /// bytes go out per system call, and the task yields after each, so that one
     /// fast reader cannot starve the other connections.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         stream: &Stream,
         start: usize,
@@ -130,7 +130,7 @@ async fn send_some(
 /// The errors with which the kernel refuses splice(2) or sendfile(2) for a pair
 /// of descriptors (rather than failing a transfer it started): the cue to move
 /// the bytes by plain reads and writes instead.
-pub fn zero_copy_unsupported(e: &io::Error) -> bool {
+pub(crate) fn zero_copy_unsupported(e: &io::Error) -> bool {
     matches!(
         Errno::from_io_error(e),
         Some(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP)

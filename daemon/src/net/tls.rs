@@ -18,7 +18,7 @@ use crate::model::{certificate_names, ServerConfigs, TlsClient, ACME_TLS_ALPN};
 
 /// A server-side TLS session over a client socket, with the plaintext read
 /// ahead by `peek` kept for the next read.
-pub struct TlsConn {
+pub(crate) struct TlsConn {
     stream: TlsStream<Stream>,
     /// Plaintext read ahead by a peek and not yet consumed.
     ahead: Vec<u8>,
@@ -60,7 +60,7 @@ fn cipher_name(suite: rustls::CipherSuite) -> String {
 /// the configuration for the name it asks for and whether it offers ACME's
 /// protocol, the handshake itself on the TLS threads (`tls_threads.rs`),
 /// which hands back an established session. The error says why it failed.
-pub async fn accept(
+pub(crate) async fn accept(
     stream: Stream,
     configs: ServerConfigs,
     hello: Option<&ClientHello>,
@@ -120,7 +120,7 @@ impl TlsConn {
     /// shut, with no close_notify before it, so the client sees the cut
     /// (a truncated answer), not a clean end. Records already queued go
     /// first.
-    pub async fn cut(&mut self) -> io::Result<()> {
+    pub(crate) async fn cut(&mut self) -> io::Result<()> {
         tokio::io::AsyncWriteExt::flush(&mut self.stream).await?;
         self.stream.get_ref().0.shutdown_write()
     }
@@ -130,7 +130,7 @@ impl TlsConn {
     /// or `buf` is full, or the client has ended (then `ended`). Records are
     /// read ahead into `ahead` as needed, so a caller that peeks again
     /// without consuming gets more, or the end, never the same bytes at once.
-    pub async fn peek_beyond(&mut self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
+    pub(crate) async fn peek_beyond(&mut self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
         while self.ahead.len() <= seen && self.ahead.len() < buf.len() && !self.ended {
             let mut record = vec![0u8; buf.len() - self.ahead.len()];
             let n = self.stream.read(&mut record).await?;
@@ -224,7 +224,7 @@ impl io::Write for BeforeFin<'_, '_> {
 
 /// TLS to a proxy's backend over `stream`, its certificate verified as
 /// `tls` says (`backend_tls`).
-pub async fn connect_backend(
+pub(crate) async fn connect_backend(
     stream: Stream,
     tls: &crate::model::BackendTls,
 ) -> io::Result<tokio_rustls::client::TlsStream<Stream>> {

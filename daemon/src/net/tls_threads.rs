@@ -68,7 +68,7 @@ fn runtime() -> Option<&'static Runtime> {
 
 /// The runtime a `tls` listener's accept loop and sessions run on (`None`:
 /// the TLS threads could not start; then the event loop's).
-pub fn tls_runtime() -> Option<tokio::runtime::Handle> {
+pub(crate) fn tls_runtime() -> Option<tokio::runtime::Handle> {
     runtime().map(|runtime| runtime.handle().clone())
 }
 
@@ -102,7 +102,7 @@ impl<T> Drop for AbortOnDrop<T> {
 /// client's Finished included, and a failure's cleanup (the reset read, the session's buffers freed, the socket
 /// closed), which done on the loop cost it 13 µs per client, 25 ms in one
 /// stretch when a burst's clients all gave up at once.
-pub async fn run<IO>(accept: Accept<IO>) -> io::Result<TlsStream<IO>>
+pub(crate) async fn run<IO>(accept: Accept<IO>) -> io::Result<TlsStream<IO>>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

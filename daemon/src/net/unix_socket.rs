@@ -38,7 +38,7 @@ impl FileId {
 
 /// What a socket file is made with.
 #[derive(Clone, Copy, Debug)]
-pub struct SocketFile {
+pub(crate) struct SocketFile {
     /// Its permission bits: who may connect (connecting needs write).
     pub mode: u32,
     /// Its owner and group, when not the process's own (root binding for a
@@ -50,7 +50,7 @@ pub struct SocketFile {
 /// owner set. An existing file at `path` is replaced atomically, so the
 /// caller decides first whether one may be (a stale socket, or our own being
 /// replaced). Fails if `path`'s directory is not writable by this process.
-pub fn bind(
+pub(crate) fn bind(
     path: &Path,
     file: SocketFile,
 ) -> io::Result<(std::os::unix::net::UnixListener, FileId)> {
@@ -98,7 +98,7 @@ pub fn bind(
 }
 
 /// A socket file left by a daemon that died can be replaced; a live one cannot.
-pub fn remove_stale_socket(path: &Path) -> Result<(), String> {
+pub(crate) fn remove_stale_socket(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::FileTypeExt;
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return Ok(());

@@ -9,16 +9,16 @@ use std::time::Duration;
 use serde::Serialize;
 
 /// How often a sample is taken.
-pub const INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const INTERVAL: Duration = Duration::from_secs(5);
 /// Samples kept: five minutes.
-pub const POINTS: usize = 60;
+pub(crate) const POINTS: usize = 60;
 
 /// A service's running totals: connections finished, and bytes moved both
 /// ways (finished sessions' bytes plus what live relays moved so far).
-pub type Totals = BTreeMap<String, (u64, u64)>;
+pub(crate) type Totals = BTreeMap<String, (u64, u64)>;
 
 /// Rates per service, oldest first.
-pub struct History {
+pub(crate) struct History {
     inner: Mutex<Inner>,
     /// When the daemon started, for its uptime.
     pub started: std::time::Instant,
@@ -41,7 +41,7 @@ struct Inner {
 
 /// One service's rates, one value per sample, oldest first.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Series {
+pub(crate) struct Series {
     pub connections_per_second: VecDeque<f64>,
     pub bytes_per_second: VecDeque<f64>,
 }
@@ -49,7 +49,7 @@ pub struct Series {
 impl History {
     /// Records `now`, the totals taken `elapsed` after the previous ones. A
     /// total that went down (a service removed and added again) counts from 0.
-    pub fn sample(&self, now: Totals, elapsed: Duration) {
+    pub(crate) fn sample(&self, now: Totals, elapsed: Duration) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let seconds = elapsed.as_secs_f64().max(0.001);
         if let Some(last) = inner.last.take() {
@@ -67,7 +67,7 @@ impl History {
     }
 
     /// Every service's rates.
-    pub fn series(&self) -> BTreeMap<String, Series> {
+    pub(crate) fn series(&self) -> BTreeMap<String, Series> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.series.clone()
     }
@@ -82,7 +82,7 @@ fn push(values: &mut VecDeque<f64>, value: f64) {
 
 /// Samples `totals()` into `history` every [`INTERVAL`], for ever; spawn it
 /// once per daemon.
-pub async fn keep(history: std::sync::Arc<History>, totals: impl Fn() -> Totals) {
+pub(crate) async fn keep(history: std::sync::Arc<History>, totals: impl Fn() -> Totals) {
     let mut ticks = tokio::time::interval(INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last = tokio::time::Instant::now();

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often each loop's timer is set.
-pub const PERIOD: Duration = Duration::from_millis(100);
+pub(crate) const PERIOD: Duration = Duration::from_millis(100);
 /// Lateness that is worth a warning.
-pub const WARN_OVER: Duration = Duration::from_millis(100);
+pub(crate) const WARN_OVER: Duration = Duration::from_millis(100);
 /// At most one warning per loop this often.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 /// Upper bounds of the histogram's buckets, in seconds.
@@ -42,7 +42,7 @@ impl Histogram {
 
 /// Which loop: a worker's event loop, by index, or the TLS threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Loop {
+pub(crate) enum Loop {
     Worker(usize),
     Tls,
 }
@@ -58,7 +58,7 @@ impl std::fmt::Display for Loop {
 
 /// Every loop's histogram: the workers' by index, then the TLS threads'.
 #[derive(Debug, Default)]
-pub struct Lag {
+pub(crate) struct Lag {
     workers: Mutex<BTreeMap<Loop, Histogram>>,
     /// Whether a watch runs on the TLS threads (one per daemon, whichever
     /// worker's listener started it).
@@ -68,19 +68,19 @@ pub struct Lag {
 impl Lag {
     /// `true` once: for the first caller, which is to start the TLS
     /// threads' watch.
-    pub fn first_to_watch_tls(&self) -> bool {
+    pub(crate) fn first_to_watch_tls(&self) -> bool {
         !self
             .tls_watched
             .swap(true, std::sync::atomic::Ordering::AcqRel)
     }
 
-    pub fn record(&self, worker: Loop, lag: Duration) {
+    pub(crate) fn record(&self, worker: Loop, lag: Duration) {
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         workers.entry(worker).or_default().record(lag.as_secs_f64());
     }
 
     /// The histogram family, one series per worker.
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         let name = "tcpmuxd_event_loop_lag_seconds";
         let _ = writeln!(
             out,
@@ -106,7 +106,7 @@ impl Lag {
 
 /// One loop's lateness in brief, for the dashboard.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct LoopLag {
+pub(crate) struct LoopLag {
     /// The worker's index, or `tls`.
     pub worker: String,
     pub samples: u64,
@@ -118,7 +118,7 @@ pub struct LoopLag {
 
 impl Lag {
     /// Every loop's lag in brief.
-    pub fn summary(&self) -> Vec<LoopLag> {
+    pub(crate) fn summary(&self) -> Vec<LoopLag> {
         let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         workers
             .iter()
@@ -147,7 +147,7 @@ impl Lag {
 
 /// Sets a timer every [`PERIOD`] on the calling loop for ever and records how
 /// late each fires; spawn it on the loop it is to watch.
-pub async fn watch(lag_of_loops: Arc<Lag>, worker: Loop) {
+pub(crate) async fn watch(lag_of_loops: Arc<Lag>, worker: Loop) {
     let mut warned: Option<Instant> = None;
     loop {
         let due = Instant::now() + PERIOD;

@@ -19,7 +19,7 @@ struct Counts {
 
 /// Connection counts by (service, outcome, routed), and byte totals.
 #[derive(Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// service → outcome → count; nested so that recording looks the service up
     /// without allocating (a new key is allocated once per service name).
     connections: Mutex<BTreeMap<String, Counts>>,
@@ -35,7 +35,7 @@ impl Metrics {
     /// Records a finished connection. `service` must be a registered name or `-`,
     /// never what a client typed, so clients cannot grow the label set.
     /// `routed` says how it reached the service (tcpmux, sni, ssh, http, silent).
-    pub fn record(
+    pub(crate) fn record(
         &self,
         service: &str,
         outcome: &'static str,
@@ -55,13 +55,13 @@ impl Metrics {
     }
 
     /// Counts a completed TLS handshake.
-    pub fn handshake(&self, resumed: bool) {
+    pub(crate) fn handshake(&self, resumed: bool) {
         self.handshakes[usize::from(resumed)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Every service's finished connections and the bytes they moved (both
     /// ways), for the dashboard's rates.
-    pub fn finished(&self) -> BTreeMap<String, (u64, u64)> {
+    pub(crate) fn finished(&self) -> BTreeMap<String, (u64, u64)> {
         let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         map.iter()
             .map(|(service, counts)| {
@@ -73,7 +73,7 @@ impl Metrics {
 
     /// `service`'s finished connections by outcome (`served`, `refused`, ...),
     /// however they were routed.
-    pub fn totals(&self, service: &str) -> BTreeMap<&'static str, u64> {
+    pub(crate) fn totals(&self, service: &str) -> BTreeMap<&'static str, u64> {
         let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         let mut totals = BTreeMap::new();
         let outcomes = map.get(service).map(|c| &c.outcomes);
@@ -84,7 +84,7 @@ impl Metrics {
     }
 
     /// The exposition text, with `active` connections and live handoff backends.
-    pub fn render(
+    pub(crate) fn render(
         &self,
         active: usize,
         handoff: &[(String, usize)],
@@ -168,7 +168,7 @@ impl Metrics {
 
 /// One proxy backend's figures, for the per-backend families.
 #[derive(Clone, Debug, Default)]
-pub struct BackendLine {
+pub(crate) struct BackendLine {
     pub service: String,
     pub backend: String,
     pub up: bool,
@@ -299,7 +299,7 @@ fn render_backends(out: &mut String, backends: &[BackendLine]) {
 
 /// The `# HELP` and `# TYPE` lines that open a metric family.
 /// When each certificate the TLS listeners serve expires, by its first name.
-pub fn render_certificates(out: &mut String, certificates: &[(String, i64)]) {
+pub(crate) fn render_certificates(out: &mut String, certificates: &[(String, i64)]) {
     if certificates.is_empty() {
         return;
     }

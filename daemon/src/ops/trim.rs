@@ -19,7 +19,7 @@ const WAVE: usize = 1024;
 /// `counts` gives the most open at once since it was last called (a
 /// high-water mark, so a wave between two looks still counts) and the number
 /// open now.
-pub async fn after_waves(counts: impl Fn() -> (usize, usize)) {
+pub(crate) async fn after_waves(counts: impl Fn() -> (usize, usize)) {
     let mut wave = Wave::default();
     let mut tick = tokio::time::interval(CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

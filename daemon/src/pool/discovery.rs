@@ -19,7 +19,7 @@ use crate::model::{Backend, Dns, Endpoint, Member, Proxy, Weighted};
 
 /// A resolver for `dns`: /etc/resolv.conf's name servers, or `resolvers`;
 /// /etc/hosts first either way, so `localhost:5432` needs no DNS server.
-pub fn resolver(dns: &Dns) -> TokioResolver {
+pub(crate) fn resolver(dns: &Dns) -> TokioResolver {
     let provider = TokioConnectionProvider::default();
     let mut builder = if dns.resolvers.is_empty() {
         TokioResolver::builder_tokio().unwrap_or_else(|error| {
@@ -54,7 +54,7 @@ struct Answer {
 
 /// Looks up `proxy`'s DNS backends as their answers expire and publishes the
 /// members to `pool`, until a reload gives the pool other backends.
-pub async fn follow(
+pub(crate) async fn follow(
     service: String,
     proxy: Arc<Proxy>,
     pool: Arc<Pool>,

@@ -15,7 +15,7 @@ use crate::model::{AdminState, BackendTls, Endpoint, HealthCheck, Proxy};
 use crate::net::stream::Stream;
 
 /// Checks `proxy`'s members until the task is dropped.
-pub async fn check_loop(service: String, proxy: Arc<Proxy>, pool: Arc<Pool>) {
+pub(crate) async fn check_loop(service: String, proxy: Arc<Proxy>, pool: Arc<Pool>) {
     let Some(check) = proxy.health_check.clone().map(Arc::new) else {
         return;
     };

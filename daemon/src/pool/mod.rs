@@ -4,9 +4,9 @@
 //! name and survives reloads, like its other counts; `health.rs` and
 //! `discovery.rs` are the tasks that keep it current.
 
-pub mod discovery;
+pub(crate) mod discovery;
 mod hashing;
-pub mod health;
+pub(crate) mod health;
 mod known;
 mod overrides;
 
@@ -25,7 +25,7 @@ use crate::ops::metrics::BackendLine;
 
 /// One service's pool state.
 #[derive(Debug)]
-pub struct Pool {
+pub(crate) struct Pool {
     turn: AtomicUsize,
     random: AtomicU64,
     members: watch::Sender<Arc<Members>>,
@@ -41,7 +41,7 @@ pub struct Pool {
 
 /// What an operator set for one backend at run time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Override {
+pub(crate) struct Override {
     pub state: AdminState,
     /// Replaces the configured (or SRV) weight.
     pub weight: Option<u32>,
@@ -62,7 +62,7 @@ impl Default for Pool {
 
 /// The pool's members, and the configuration they were found for.
 #[derive(Debug, Default)]
-pub struct Members {
+pub(crate) struct Members {
     /// The configuration they were found for: members found for other
     /// backends (before a reload) are not this one's.
     config: Option<Arc<Proxy>>,
@@ -83,7 +83,7 @@ impl Members {
 }
 
 /// One connection held by a backend; dropping it gives the count back.
-pub struct Held(Arc<AtomicUsize>);
+pub(crate) struct Held(Arc<AtomicUsize>);
 
 impl Drop for Held {
     fn drop(&mut self) {
@@ -101,7 +101,7 @@ impl Pool {
     /// backends that need no DNS, ready at once unless some do. Returns the
     /// members whose run-time settings it forgot: configured ones the new
     /// backends lack (and, without DNS, any not among them).
-    pub fn configure(&self, proxy: &Arc<Proxy>) -> Vec<Endpoint> {
+    pub(crate) fn configure(&self, proxy: &Arc<Proxy>) -> Vec<Endpoint> {
         let current = Arc::clone(&self.members.borrow());
         if current.are_for(proxy) {
             // Kept, now under the new configuration's pointer.
@@ -138,7 +138,7 @@ impl Pool {
 
     /// DNS found `list` for `proxy`; false when the pool is no longer
     /// `proxy`'s (a reload replaced it) and the lookups should stop.
-    pub fn publish(&self, proxy: &Proxy, list: Vec<Member>) -> bool {
+    pub(crate) fn publish(&self, proxy: &Proxy, list: Vec<Member>) -> bool {
         let current = Arc::clone(&self.members.borrow());
         if !current.are_for(proxy) {
             return false;
@@ -182,14 +182,14 @@ impl Pool {
     }
 
     /// The members now, if they are `proxy`'s and found.
-    pub fn current(&self, proxy: &Proxy) -> Option<Arc<Members>> {
+    pub(crate) fn current(&self, proxy: &Proxy) -> Option<Arc<Members>> {
         let members = self.members.borrow();
         (members.ready && members.are_for(proxy)).then(|| Arc::clone(&members))
     }
 
     /// The members for a new client of `proxy`, waiting up to `wait` for the
     /// first DNS answers after a start or reload.
-    pub async fn members(&self, proxy: &Proxy, wait: Duration) -> Option<Arc<Members>> {
+    pub(crate) async fn members(&self, proxy: &Proxy, wait: Duration) -> Option<Arc<Members>> {
         if let Some(members) = self.current(proxy) {
             return Some(members);
         }
@@ -202,14 +202,14 @@ impl Pool {
     }
 
     /// Counts a connection against `endpoint`.
-    pub fn hold(&self, endpoint: &Endpoint) -> Held {
+    pub(crate) fn hold(&self, endpoint: &Endpoint) -> Held {
         let count = Arc::clone(lock(&self.active).entry(endpoint.clone()).or_default());
         count.fetch_add(1, Ordering::AcqRel);
         Held(count)
     }
 
     /// Counts a connection against `endpoint` unless it holds `max` already.
-    pub fn try_hold(&self, endpoint: &Endpoint, max: Option<usize>) -> Option<Held> {
+    pub(crate) fn try_hold(&self, endpoint: &Endpoint, max: Option<usize>) -> Option<Held> {
         let held = self.hold(endpoint);
         // Dropping `held` undoes the count.
         let within = max.map_or(true, |max| held.0.load(Ordering::Acquire) <= max);
@@ -237,7 +237,7 @@ impl Pool {
     /// configured sum while the members are not known, when none is in
     /// service (the client is then refused at once, not queued), or when DNS
     /// finds them.
-    pub fn capacity(&self, proxy: &Proxy) -> Option<usize> {
+    pub(crate) fn capacity(&self, proxy: &Proxy) -> Option<usize> {
         let configured = proxy.capacity();
         if configured.is_none() || proxy.follows_dns() {
             return configured;
@@ -270,7 +270,7 @@ impl Pool {
     /// list), usable ones only: empty when none is (the client is refused at
     /// once). Balanced over the best SRV priority that has a usable member;
     /// the others follow, by priority, for failover.
-    pub fn order(&self, balance: Balance, members: &Members, sticky: &[u8]) -> Vec<usize> {
+    pub(crate) fn order(&self, balance: Balance, members: &Members, sticky: &[u8]) -> Vec<usize> {
         let list = &members.list;
         let (mut usable, weights): (Vec<usize>, Vec<u32>) = {
             let now = Instant::now();
@@ -318,7 +318,7 @@ impl Pool {
     /// A client's connect to `endpoint` failed; enough in a row eject it.
     /// Once ejected, the first client after the cool-down is the probe: if it
     /// fails too, the backend is out again at once.
-    pub fn connect_failed(&self, service: &str, endpoint: &Endpoint) {
+    pub(crate) fn connect_failed(&self, service: &str, endpoint: &Endpoint) {
         self.update(endpoint, |known| {
             known.traffic.connect_failures += 1;
             known.health.failed(service, endpoint);
@@ -328,14 +328,20 @@ impl Pool {
     /// A client connected to `endpoint`. Its failure run ends only once the
     /// session shows the backend serves ([`Pool::relayed`]): a backend that
     /// accepts and then closes fails its clients as surely as one that refuses.
-    pub fn connected(&self, endpoint: &Endpoint) {
+    pub(crate) fn connected(&self, endpoint: &Endpoint) {
         self.update(endpoint, |known| known.traffic.connections += 1);
     }
 
     /// A finished relay through `endpoint`: its bytes, and whether the backend
     /// `failed` the client (quit before its first byte: a failure, like a
     /// refused connect) or served (its failure run is over).
-    pub fn relayed(&self, service: &str, endpoint: &Endpoint, relayed: &Relayed, failed: bool) {
+    pub(crate) fn relayed(
+        &self,
+        service: &str,
+        endpoint: &Endpoint,
+        relayed: &Relayed,
+        failed: bool,
+    ) {
         self.update(endpoint, |known| {
             known.traffic.bytes_in += relayed.client_to_backend;
             known.traffic.bytes_out += relayed.backend_to_client;
@@ -348,7 +354,7 @@ impl Pool {
     }
 
     /// Each member's figures, for the metrics.
-    pub fn lines(&self, service: &str, proxy: &Proxy) -> Vec<BackendLine> {
+    pub(crate) fn lines(&self, service: &str, proxy: &Proxy) -> Vec<BackendLine> {
         let Some(members) = self.current(proxy) else {
             return Vec::new();
         };
@@ -385,7 +391,14 @@ impl Pool {
 
     /// An active check of `endpoint` passed or failed; `rise` passes bring a
     /// down backend up, `fall` failures take an up one down.
-    pub fn checked(&self, service: &str, endpoint: &Endpoint, passed: bool, rise: u32, fall: u32) {
+    pub(crate) fn checked(
+        &self,
+        service: &str,
+        endpoint: &Endpoint,
+        passed: bool,
+        rise: u32,
+        fall: u32,
+    ) {
         self.update(endpoint, |known| {
             known
                 .health

@@ -7,7 +7,7 @@ use crate::model::{AdminState, Endpoint};
 
 impl Pool {
     /// What the operator set for `endpoint` (the defaults if nothing).
-    pub fn override_of(&self, endpoint: &Endpoint) -> Override {
+    pub(crate) fn override_of(&self, endpoint: &Endpoint) -> Override {
         lock(&self.overrides)
             .get(endpoint)
             .copied()
@@ -16,18 +16,18 @@ impl Pool {
 
     /// Every member an operator set something for, for a binary upgrade to
     /// carry.
-    pub fn overrides(&self) -> Vec<(Endpoint, Override)> {
+    pub(crate) fn overrides(&self) -> Vec<(Endpoint, Override)> {
         let overrides = lock(&self.overrides);
         overrides.iter().map(|(e, o)| (e.clone(), *o)).collect()
     }
 
     /// Sets `endpoint`'s administrative state (`drain`, `maint`, `ready`).
-    pub fn set_state(&self, endpoint: &Endpoint, state: AdminState) {
+    pub(crate) fn set_state(&self, endpoint: &Endpoint, state: AdminState) {
         self.set(endpoint, |o| o.state = state);
     }
 
     /// Sets `endpoint`'s weight; `None` returns to the configured one.
-    pub fn set_weight(&self, endpoint: &Endpoint, weight: Option<u32>) {
+    pub(crate) fn set_weight(&self, endpoint: &Endpoint, weight: Option<u32>) {
         self.set(endpoint, |o| o.weight = weight);
     }
 
@@ -43,7 +43,7 @@ impl Pool {
 
     /// Drops the run-time settings of every endpoint `gone` says left;
     /// returns those endpoints.
-    pub fn forget(&self, gone: impl Fn(&Endpoint) -> bool) -> Vec<Endpoint> {
+    pub(crate) fn forget(&self, gone: impl Fn(&Endpoint) -> bool) -> Vec<Endpoint> {
         let mut forgotten = Vec::new();
         lock(&self.overrides).retain(|e, _| {
             let keep = !gone(e);

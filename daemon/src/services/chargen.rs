@@ -16,7 +16,7 @@ const PRINTABLE: usize = 95;
 
 /// Line `index` of the pattern: 72 characters starting `index` places into the
 /// printable set, then CRLF.
-pub fn pattern_line(index: usize) -> [u8; LINE_CHARS + 2] {
+pub(super) fn pattern_line(index: usize) -> [u8; LINE_CHARS + 2] {
     let mut line = [0u8; LINE_CHARS + 2];
     for (i, byte) in line[..LINE_CHARS].iter_mut().enumerate() {
         *byte = FIRST + ((index + i) % PRINTABLE) as u8;
@@ -45,11 +45,11 @@ fn cycle() -> &'static FixedBytes {
     })
 }
 
-pub fn prepare() {
+pub(super) fn prepare() {
     cycle();
 }
 
-pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
+pub(super) async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
     // Input is read and dropped: what the negotiation read ahead too, so the
     // socket is whole again for the fast path.
     conn.bytes_in += conn.get_mut().take_early().len() as u64;

@@ -8,7 +8,7 @@ use crate::net::stream::Metered;
 
 const CHUNK: usize = 64 * 1024;
 
-pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
+pub(super) async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
     while conn.read_lent(CHUNK).await?.1 != 0 {}
     Ok(())
 }

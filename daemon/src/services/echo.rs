@@ -11,7 +11,7 @@ use crate::net::stream::Metered;
 /// Most bytes taken per read: the size of a TLS record.
 const CHUNK: usize = 16 * 1024;
 
-pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
+pub(super) async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
     loop {
         let (buf, n) = conn.read_lent(CHUNK).await?;
         if n == 0 {

@@ -40,7 +40,7 @@ use crate::outcome::Outcome;
 
 /// How long a client waits for a backend with room for it, and an
 /// acknowledging backend may take to acknowledge it.
-pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const DELIVERY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a waiting client looks again while every backend is full.
 const RETRY: Duration = Duration::from_millis(5);
 
@@ -54,7 +54,7 @@ enum Offer {
 }
 
 /// `status`: the `+` line's message, for a TCPMUX client.
-pub async fn serve(
+pub(super) async fn serve(
     service: &Service,
     status: Option<&str>,
     hub: &Hub,

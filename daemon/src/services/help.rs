@@ -8,7 +8,7 @@ use crate::model::ServiceKind;
 use crate::registry::{render_help, Registry};
 
 /// The HELP answer for `registry` now.
-pub fn answer<'a>(registry: &'a Registry, hub: &Hub) -> Cow<'a, [u8]> {
+pub(crate) fn answer<'a>(registry: &'a Registry, hub: &Hub) -> Cow<'a, [u8]> {
     if !registry.has_handoff() {
         return Cow::Borrowed(registry.help_text());
     }

@@ -9,9 +9,9 @@ mod chargen;
 mod daytime;
 mod discard;
 mod echo;
-pub mod exec;
+pub(crate) mod exec;
 mod handoff;
-pub mod help;
+pub(crate) mod help;
 mod isotime;
 mod proxy;
 mod sometext;
@@ -31,12 +31,12 @@ use crate::net::stream::Metered;
 use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
 
-pub use status_line::{refuse, send_last};
+pub(crate) use status_line::{refuse, send_last};
 
 /// What a service may use of the daemon besides its connection: the handoff
 /// hub, the rendered counters (for `stats`), its own name's counts and the
 /// daemon's own connections.
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     pub hub: &'a Hub,
     /// The counters in the Prometheus text format, for `stats`.
     pub stats: &'a (dyn Fn() -> String + Sync),
@@ -51,7 +51,7 @@ pub struct Context<'a> {
 /// Builds the built-ins' fixed texts (and their memfds) before the first client,
 /// so no client waits for them and every descriptor the daemon keeps is open from
 /// the start.
-pub fn prepare() {
+pub(crate) fn prepare() {
     sometext::prepare();
     chargen::prepare();
 }
@@ -61,7 +61,7 @@ pub fn prepare() {
 /// a detecting listener (`tcpmux` false) speaks another protocol and gets no
 /// status line. Returns when the service is done with the connection; closing
 /// it gracefully is the caller's job.
-pub async fn serve(
+pub(crate) async fn serve(
     service: &Service,
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
@@ -126,12 +126,12 @@ fn one_shot_answer(builtin: Builtin, context: &Context<'_>, out: &mut Vec<u8>) -
 }
 
 /// Appends a one-line answer.
-pub type OneLine = fn(&mut Vec<u8>);
+pub(crate) type OneLine = fn(&mut Vec<u8>);
 
 /// How a built-in that answers with one short line and is done (the clocks)
 /// appends its answer; `None` for the others. The answers the accept loop may
 /// give itself (`session::at_accept`), since a new socket takes them whole.
-pub fn one_line_answer(builtin: Builtin) -> Option<OneLine> {
+pub(crate) fn one_line_answer(builtin: Builtin) -> Option<OneLine> {
     match builtin {
         Builtin::Daytime => Some(daytime::answer),
         Builtin::Time => Some(time::answer),

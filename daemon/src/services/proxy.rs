@@ -21,7 +21,7 @@ use crate::pool::{Held, Pool};
 /// `status`: the `+` line's message, for a TCPMUX client; `pool` the
 /// service's balancing state; `own` the daemon's own connections (where this
 /// one registers) and `live` the session's row (its backend and bytes).
-pub async fn serve(
+pub(super) async fn serve(
     proxy: &Proxy,
     (service, pool): (&str, &Pool),
     (own, live): (&OwnConnections, &LiveSession),

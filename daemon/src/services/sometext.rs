@@ -13,7 +13,7 @@ use crate::net::conn::Conn;
 use crate::net::stream::Metered;
 
 /// The seed's size, an odd number so that no buffer size divides it.
-pub const SOMETEXT_LEN: usize = 1_000_007;
+pub(super) const SOMETEXT_LEN: usize = 1_000_007;
 
 /// Most bytes one system call sends before the session yields to the others.
 const TURN: usize = 256 * 1024;
@@ -42,12 +42,12 @@ fn text() -> &'static FixedBytes {
     })
 }
 
-pub fn prepare() {
+pub(super) fn prepare() {
     text();
 }
 
 /// Straight to a plain socket, in turns; through the TLS session otherwise.
-pub async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
+pub(super) async fn serve(conn: &mut Metered<Conn>) -> io::Result<()> {
     // Input is read and dropped: what the negotiation read ahead too, so the
     // socket is whole again for the fast path.
     conn.bytes_in += conn.get_mut().take_early().len() as u64;

@@ -11,7 +11,7 @@ use crate::net::conn::Conn;
 use crate::net::stream::Metered;
 
 /// Sends the `+` line.
-pub async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::Result<()> {
+pub(super) async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::Result<()> {
     if message.is_empty() {
         // The usual line, without building it (every proxied client gets it).
         return conn.write_all(b"+\r\n").await;
@@ -23,7 +23,7 @@ pub async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::R
 
 /// Sends a `-` line, the last thing the client gets. A failure means the
 /// client is already gone; nothing to do.
-pub async fn refuse(conn: &mut Metered<Conn>, reason: &str) {
+pub(crate) async fn refuse(conn: &mut Metered<Conn>, reason: &str) {
     let mut line = Vec::new();
     encode_reply(false, reason, &mut line);
     // Boxed: any session may end in a refusal, so this future is part of
@@ -34,7 +34,7 @@ pub async fn refuse(conn: &mut Metered<Conn>, reason: &str) {
 /// Sends `bytes`, the last before the session's graceful close, which
 /// follows at once: on a plain socket they leave with the FIN, in one
 /// segment (`Stream::send_before_fin`).
-pub async fn send_last(conn: &mut Metered<Conn>, bytes: &[u8]) -> io::Result<()> {
+pub(crate) async fn send_last(conn: &mut Metered<Conn>, bytes: &[u8]) -> io::Result<()> {
     match conn.get_ref().socket() {
         Some(socket) => socket.send_before_fin(bytes).await?,
         None => return conn.write_all(bytes).await,
@@ -45,7 +45,7 @@ pub async fn send_last(conn: &mut Metered<Conn>, bytes: &[u8]) -> io::Result<()>
 
 /// Errors that only mean "the client went away", the normal end of an endless
 /// service such as chargen.
-pub fn is_disconnect(e: &io::Error) -> bool {
+pub(super) fn is_disconnect(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::BrokenPipe

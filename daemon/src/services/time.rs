@@ -3,6 +3,6 @@
 use crate::model::clock::{rfc868, unix_seconds};
 
 /// Appends the whole answer: the four bytes for now.
-pub fn answer(out: &mut Vec<u8>) {
+pub(super) fn answer(out: &mut Vec<u8>) {
     out.extend_from_slice(&rfc868(unix_seconds()));
 }

@@ -28,7 +28,7 @@ use crate::services::{one_line_answer, OneLine};
 use crate::state::{Settings, Shared};
 
 /// What the accept loop does with a new client.
-pub enum AtAccept {
+pub(crate) enum AtAccept {
     /// Answered; the closer has it.
     Answered,
     /// A session's to serve.
@@ -40,7 +40,7 @@ pub enum AtAccept {
 
 /// Answers `incoming` now if its request is in and its answer is one line;
 /// else registers it for a session.
-pub fn answer_at_accept(
+pub(crate) fn answer_at_accept(
     shared: &Arc<Shared>,
     incoming: Incoming,
     listen: &ListenOptions,

@@ -15,7 +15,7 @@ use std::time::Instant;
 use tcpmux_proto::{Decision, ServiceName};
 
 use self::answer::{busy_reason, is_own, may_serve, report, unknown_service, Answer, PROXY_LOOP};
-pub use self::at_accept::{answer_at_accept, AtAccept};
+pub(crate) use self::at_accept::{answer_at_accept, AtAccept};
 use self::negotiate::negotiate;
 use self::opening::{Negotiated, Reply};
 use crate::admission::{Busy, ServiceCounts, Slot};
@@ -30,7 +30,7 @@ use crate::services::{self, help, refuse, send_last};
 use crate::state::{Settings, Shared};
 
 /// Serves one accepted connection to its end, then logs and counts it.
-pub async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenOptions>) {
+pub(crate) async fn handle(shared: Arc<Shared>, accepted: Accepted, listen: Arc<ListenOptions>) {
     let started = Instant::now();
     let settings = shared.settings();
     // Counted from accept to close, so limits and the shutdown grace see it all.

@@ -20,7 +20,7 @@ use crate::model::RelayMode;
 
 /// Bytes moved each way.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Relayed {
+pub(crate) struct Relayed {
     pub client_to_backend: u64,
     pub backend_to_client: u64,
     /// The backend's direction ended (EOF or a read error) before it sent a
@@ -39,7 +39,11 @@ impl Relayed {
     /// (HAProxy's `observe layer4` counts that a failure too). A reset often
     /// surfaces first as an error writing to the backend, so a relay that
     /// failed with nothing from the backend asks `backend_ended`.
-    pub fn backend_failed(&self, failed: bool, backend_ended: impl FnOnce() -> bool) -> bool {
+    pub(crate) fn backend_failed(
+        &self,
+        failed: bool,
+        backend_ended: impl FnOnce() -> bool,
+    ) -> bool {
         let silent = self.backend_to_client == 0 && !self.client_finished;
         self.backend_quit || (silent && failed && backend_ended())
     }
@@ -75,7 +79,7 @@ const COPY_BUFFER: usize = 256 * 1024;
 /// the other socket, so half-closing protocols work end to end. The byte counts
 /// are returned whatever the result, for the log, and counted into `traffic`
 /// as they move.
-pub async fn relay(
+pub(crate) async fn relay(
     client: &Stream,
     backend: &Stream,
     mode: RelayMode,
@@ -108,7 +112,7 @@ pub async fn relay(
 /// ways through a 64 KiB buffer each, lent only while bytes are in flight
 /// (four TLS records written in one call: 2-4 % more throughput than one),
 /// EOF carried across as a shutdown (for TLS, close_notify then FIN).
-pub async fn relay_streams<A, B>(
+pub(crate) async fn relay_streams<A, B>(
     a: &mut A,
     b: &mut B,
     idle: Option<Duration>,

@@ -386,7 +386,7 @@ impl AsyncWrite for Stream {
 
 /// Counts the bytes that pass through a stream, for the per-connection log line.
 #[derive(Debug)]
-pub struct Metered<S> {
+pub(crate) struct Metered<S> {
     inner: S,
     pub bytes_in: u64,
     pub bytes_out: u64,
@@ -397,7 +397,7 @@ pub struct Metered<S> {
 }
 
 impl<S> Metered<S> {
-    pub fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S) -> Self {
         Self {
             inner,
             bytes_in: 0,
@@ -406,11 +406,11 @@ impl<S> Metered<S> {
         }
     }
 
-    pub fn get_ref(&self) -> &S {
+    pub(crate) fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    pub fn get_mut(&mut self) -> &mut S {
+    pub(crate) fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 }

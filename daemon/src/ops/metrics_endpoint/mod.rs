@@ -27,7 +27,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections served at once, so idle ones cannot take the descriptors
 /// `max_connections` was sized for: a newcomer ends the oldest one still
 /// sending its head, or is answered 503 when every one is past its head.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// How old the dashboard's data may be: every poller within it shares one.
 const SNAPSHOT_AGE: Duration = Duration::from_secs(1);
 
@@ -39,7 +39,7 @@ const POLICY: &str =
     "default-src 'none'; connect-src 'self'; style-src 'self'; script-src 'self'; img-src data:";
 
 /// What the endpoint renders on demand.
-pub struct Pages {
+pub(crate) struct Pages {
     /// The Prometheus exposition text.
     pub metrics: Box<dyn Fn() -> String + Send + Sync>,
     /// The dashboard's data, as JSON.
@@ -53,7 +53,7 @@ type Snapshot = tokio::sync::Mutex<Option<(Instant, Arc<String>)>>;
 
 /// Serves `pages` until the task is dropped, which ends the requests in
 /// progress with it.
-pub async fn serve(listener: Listener, pages: Arc<Pages>) {
+pub(crate) async fn serve(listener: Listener, pages: Arc<Pages>) {
     let mut requests = JoinSet::new();
     let mut errors = AcceptErrors::new("metrics");
     let snapshot = Arc::new(Snapshot::default());

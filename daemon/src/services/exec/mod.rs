@@ -34,7 +34,7 @@ const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Runs the program on the connection; `instances` counts the programs of this
 /// name that are running.
-pub async fn serve(
+pub(crate) async fn serve(
     exec: &Exec,
     service: &Service,
     status: Option<&str>,
@@ -248,7 +248,7 @@ fn command(
 }
 
 /// Summarises an exit for the log.
-pub fn describe(status: &ExitStatus) -> String {
+pub(crate) fn describe(status: &ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit {code}"),

@@ -8,12 +8,12 @@ use tokio::io::AsyncReadExt;
 use tokio::process::ChildStderr;
 
 /// Longest stderr line logged as one record; the rest of it is dropped.
-pub const MAX_LOG_LINE: usize = 4096;
+pub(super) const MAX_LOG_LINE: usize = 4096;
 /// Bytes read from the pipe at a time.
 const CHUNK: usize = 4096;
 
 /// Assembles lines from chunks and logs each, bounded.
-pub struct LineLog {
+pub(super) struct LineLog {
     service: String,
     pid: u32,
     line: Vec<u8>,
@@ -22,7 +22,7 @@ pub struct LineLog {
 }
 
 impl LineLog {
-    pub fn new(service: &str, pid: u32) -> LineLog {
+    pub(super) fn new(service: &str, pid: u32) -> LineLog {
         LineLog {
             service: service.to_owned(),
             pid,
@@ -32,7 +32,7 @@ impl LineLog {
     }
 
     /// Logs every line `bytes` completes and keeps the start of the next.
-    pub fn feed(&mut self, mut bytes: &[u8]) {
+    pub(super) fn feed(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             let end = bytes.iter().position(|&b| b == b'\n');
             let (part, rest) = match end {
@@ -54,7 +54,7 @@ impl LineLog {
     }
 
     /// Logs what is left of an unterminated last line.
-    pub fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         if !self.line.is_empty() || self.cut > 0 {
             self.emit();
         }
@@ -75,7 +75,7 @@ impl LineLog {
 }
 
 /// Reads `stderr` into `log` until EOF or a read error.
-pub async fn drain(stderr: &mut ChildStderr, log: &mut LineLog) {
+pub(super) async fn drain(stderr: &mut ChildStderr, log: &mut LineLog) {
     let mut chunk = vec![0u8; CHUNK];
     loop {
         match stderr.read(&mut chunk).await {
