@@ -24,6 +24,10 @@ use crate::net::relay::Relayed;
 use crate::ops::metrics::BackendLine;
 
 /// One service's pool state.
+///
+/// Lock order, where several are held: `known`, then `active`, then
+/// `overrides`; the `members` watch is read or replaced under `known`
+/// (so that what is known never names a member that left).
 #[derive(Debug)]
 pub(crate) struct Pool {
     turn: AtomicUsize,
