@@ -277,3 +277,32 @@ fn a_reload_that_raises_the_cap_serves_the_waiting_clients_first_in_order() {
     drop(first);
     assert_eq!(answer(&mut fourth), "+\r\n");
 }
+
+#[test]
+fn a_member_back_up_after_its_health_checks_serves_the_waiting_clients() {
+    let any = "127.0.0.1:0".parse().unwrap();
+    let b = common::tagged_echo(any, "B");
+    // A listens nowhere yet: its checks fail, it is down.
+    let a: std::net::SocketAddr = format!("127.0.0.1:{}", common::dns::free_port())
+        .parse()
+        .unwrap();
+    let daemon = Daemon::with_config(&format!(
+        "[service.line]\nproxy = [{{ address = \"{a}\", max_connections = 1 }}, \
+                                  {{ address = \"{b}\", max_connections = 1 }}]\n\
+         queue_timeout = \"60s\"\n\
+         health_check = {{ interval = \"100ms\", timeout = \"100ms\", rise = 1, fall = 1 }}\n"
+    ));
+    daemon.wait_for_figure(
+        &format!("tcpmuxd_backend_up{{service=\"line\",backend=\"{a}\"}}"),
+        |v| v == 0.0,
+    );
+    let mut first = ask(&daemon, "line");
+    assert_eq!(tag_after_plus(&mut first), "B");
+    let mut waiting = ask(&daemon, "line");
+    queue_length(&daemon, "line", 1.0);
+    // A comes up: its next check makes room, and the waiting client has it
+    // while the first still holds B.
+    let _a = common::tagged_echo(a, "A");
+    assert_eq!(tag_after_plus(&mut waiting), "A");
+    drop(first);
+}

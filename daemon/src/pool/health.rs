@@ -14,8 +14,15 @@ use super::Pool;
 use crate::model::{AdminState, BackendTls, Endpoint, HealthCheck, Proxy};
 use crate::net::stream::Stream;
 
-/// Checks `proxy`'s members until the task is dropped.
-pub(crate) async fn check_loop(service: String, proxy: Arc<Proxy>, pool: Arc<Pool>) {
+/// Checks `proxy`'s members until the task is dropped; `after_round` runs
+/// once each round's verdicts are in (a member back up is room for the
+/// clients waiting in the service's queue).
+pub(crate) async fn check_loop(
+    service: String,
+    proxy: Arc<Proxy>,
+    pool: Arc<Pool>,
+    after_round: impl Fn() + Send + 'static,
+) {
     let Some(check) = proxy.health_check.clone().map(Arc::new) else {
         return;
     };
@@ -49,6 +56,7 @@ pub(crate) async fn check_loop(service: String, proxy: Arc<Proxy>, pool: Arc<Poo
                 pool.checked(&service, &endpoint, passed, check.rise, check.fall);
             }
         }
+        after_round();
     }
 }
 

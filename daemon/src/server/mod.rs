@@ -343,10 +343,14 @@ fn pool_tasks(shared: &Shared) -> JoinSet<()> {
             ));
         }
         if proxy.health_check.is_some() {
+            // Room a member back up makes goes to the clients in line first.
+            let (counted, checked) = (Arc::clone(counts), service.clone());
+            let after_round = move || counted.connections.set_cap(counted.cap(&checked));
             tasks.spawn(health::check_loop(
                 name,
                 Arc::clone(proxy),
                 Arc::clone(&counts.pool),
+                after_round,
             ));
         }
     }
