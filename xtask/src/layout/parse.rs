@@ -18,6 +18,9 @@ pub(super) struct Parsed {
     pub(super) reexports: BTreeMap<String, Vec<String>>,
     /// Its declared child modules.
     pub(super) children: BTreeSet<String>,
+    /// The `static` items outside test code (not `thread_local!`), with
+    /// their lines.
+    pub(super) statics: Vec<(String, usize)>,
 }
 
 pub(super) fn parse(file: &Path) -> Result<Parsed, String> {
@@ -31,6 +34,7 @@ pub(super) fn parse(file: &Path) -> Result<Parsed, String> {
         paths: collect.paths,
         reexports: collect.reexports,
         children: collect.children,
+        statics: collect.statics,
     })
 }
 
@@ -40,6 +44,7 @@ struct Collect {
     paths: Vec<(Vec<String>, usize)>,
     reexports: BTreeMap<String, Vec<String>>,
     children: BTreeSet<String>,
+    statics: Vec<(String, usize)>,
 }
 
 fn is_test(attrs: &[syn::Attribute]) -> bool {
@@ -144,6 +149,12 @@ impl<'ast> Visit<'ast> for Collect {
         if !is_test(attrs) {
             syn::visit::visit_item(self, item);
         }
+    }
+
+    fn visit_item_static(&mut self, item: &'ast syn::ItemStatic) {
+        let line = item.static_token.span.start().line;
+        self.statics.push((item.ident.to_string(), line));
+        syn::visit::visit_item_static(self, item);
     }
 
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {

@@ -20,10 +20,14 @@ fn each_kind_of_breach_is_found() {
     let files = [
         ("src/lib.rs", "mod a;\nmod b;\nmod c;\nmod f;\n".to_owned()),
         ("src/a.rs", "use crate::b::B;\nuse crate::c::C;\npub struct A;\n".to_owned()),
-        ("src/b.rs", "pub struct B;\nfn f() { let _ = crate::a::A; }\n".to_owned()),
+        (
+            "src/b.rs",
+            "pub struct B;\nfn f() { let _ = crate::a::A; static SEEN: u8 = 0; }\n".to_owned(),
+        ),
         (
             "src/c.rs",
-            "pub struct C;\n#[cfg(test)]\nmod tests { use crate::a::A; }\n".to_owned(),
+            "pub struct C;\n#[cfg(test)]\nmod tests { use crate::a::A; static TEST_ONLY: u8 = 0; }\n"
+                .to_owned(),
         ),
         ("src/f/mod.rs", "mod x;\nmod y;\npub use x::X;\n".to_owned()),
         ("src/f/x.rs", "use super::y::Y;\npub struct X;\n".to_owned()),
@@ -42,7 +46,7 @@ fn each_kind_of_breach_is_found() {
     // a uses c and c's tests use a: not a cycle, test code does not count.
     let problems = check_dirs(&root, &["src"], "src").unwrap();
     std::fs::remove_dir_all(&root).unwrap();
-    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert_eq!(problems.len(), 4, "{problems:#?}");
     assert!(
         problems[0].starts_with("src/f/y.rs:2: fn g is 103 lines"),
         "{problems:#?}"
@@ -54,6 +58,11 @@ fn each_kind_of_breach_is_found() {
     );
     assert!(
         problems[2].starts_with("import cycle in f: x -> y (src/f/x.rs:1), y -> x (src/f/y.rs:"),
+        "{problems:#?}"
+    );
+    // A static in a function body counts; one in test code does not.
+    assert!(
+        problems[3].starts_with("daemon/src/b.rs:2: static SEEN holds state for the whole process"),
         "{problems:#?}"
     );
 }
