@@ -16,7 +16,7 @@ use std::time::Instant;
 use rustix::net::{RecvFlags, SendFlags};
 use tcpmux_proto::{encode_reply, Decision, Progress, RequestParser, ServiceName, MAX_NAME_LEN};
 
-use super::answer::{busy_reason, is_own, may_serve, report, unknown_service, Answer, PROXY_LOOP};
+use super::verdict::{busy_reason, is_own, may_serve, report, unknown_service, Answer, PROXY_LOOP};
 use crate::admission::{Admission, Busy};
 use crate::model::{ClientInfo, ListenOptions, Peer, Service, ServiceKind};
 use crate::net::close::close_gracefully;

@@ -3,21 +3,21 @@
 //! bytes begin (`negotiate.rs`, `detect.rs`), the answer, the service, a graceful
 //! close, and the one log line that tells what happened.
 
-mod answer;
 mod at_accept;
 mod detect;
 mod negotiate;
 mod opening;
+mod verdict;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use tcpmux_proto::{Decision, ServiceName};
 
-use self::answer::{busy_reason, is_own, may_serve, report, unknown_service, Answer, PROXY_LOOP};
 pub(crate) use self::at_accept::{answer_at_accept, AtAccept};
 use self::negotiate::negotiate;
 use self::opening::{Negotiated, Reply};
+use self::verdict::{busy_reason, is_own, may_serve, report, unknown_service, Answer, PROXY_LOOP};
 use crate::admission::{Busy, ServiceCounts, Slot};
 use crate::model::{ClientInfo, ListenOptions, Peer, Service};
 use crate::net::close::close_gracefully;

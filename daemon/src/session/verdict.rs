@@ -1,6 +1,7 @@
-//! What a session and an answer given at accept share: how a connection
-//! ended (`Answer`), the checks before a named service runs, and the one log
-//! line and metric that report it.
+//! The verdict on a connection, what a session and an answer given at
+//! accept share: the checks before a named service runs, how the
+//! connection ended (`Answer`), and the one log line and metric that report
+//! it.
 
 use std::time::Instant;
 
