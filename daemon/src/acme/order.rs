@@ -55,18 +55,35 @@ async fn ask<T>(
     limit: Duration,
     request: impl std::future::Future<Output = Result<T, instant_acme::Error>>,
 ) -> Result<T, AcmeError> {
-    let fail = |detail: String| AcmeError::Ca {
+    within(settings, step, limit, request)
+        .await?
+        .map_err(|e| ca(settings, step, causes(&e)))
+}
+
+/// `request` within `limit`: its own result, or the timeout as the CA's
+/// failure at `step`.
+async fn within<T>(
+    settings: &AcmeSettings,
+    step: &'static str,
+    limit: Duration,
+    request: impl std::future::Future<Output = Result<T, instant_acme::Error>>,
+) -> Result<Result<T, instant_acme::Error>, AcmeError> {
+    tokio::time::timeout(limit, request).await.map_err(|_| {
+        let waited = limit.as_secs_f64();
+        ca(
+            settings,
+            step,
+            format!("no answer within {waited}s (request_timeout)"),
+        )
+    })
+}
+
+/// The CA at `settings`' directory failed `step`, for the reason `detail`.
+fn ca(settings: &AcmeSettings, step: &'static str, detail: String) -> AcmeError {
+    AcmeError::Ca {
         directory: settings.directory.clone(),
         step,
         detail,
-    };
-    match tokio::time::timeout(limit, request).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(fail(causes(&e))),
-        Err(_) => Err(fail(format!(
-            "no answer within {}s (request_timeout)",
-            limit.as_secs_f64()
-        ))),
     }
 }
 
@@ -172,11 +189,7 @@ pub(super) async fn account(
             Some(ca) => Account::builder_with_root(ca),
             None => Account::builder(),
         };
-        made.map_err(|e| AcmeError::Ca {
-            directory: settings.directory.clone(),
-            step: "the HTTPS client",
-            detail: causes(&e),
-        })
+        made.map_err(|e| ca(settings, "the HTTPS client", causes(&e)))
     };
     let name = settings.account_name();
     let path = settings.storage.join(&name).display().to_string();
@@ -187,27 +200,16 @@ pub(super) async fn account(
         };
         let credentials: AccountCredentials =
             serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        let loading = builder()?.from_credentials(credentials);
         // A credentials file that parses but holds a bad key names the file.
-        return match tokio::time::timeout(limit, builder()?.from_credentials(credentials)).await {
-            Ok(Ok(account)) => Ok(account),
-            Ok(Err(
+        return match within(settings, "the directory", limit, loading).await? {
+            Ok(account) => Ok(account),
+            Err(
                 e @ (instant_acme::Error::KeyRejected
                 | instant_acme::Error::Crypto
                 | instant_acme::Error::Json(_)),
-            )) => Err(bad(causes(&e))),
-            Ok(Err(e)) => Err(AcmeError::Ca {
-                directory: settings.directory.clone(),
-                step: "the directory",
-                detail: causes(&e),
-            }),
-            Err(_) => Err(AcmeError::Ca {
-                directory: settings.directory.clone(),
-                step: "the directory",
-                detail: format!(
-                    "no answer within {}s (request_timeout)",
-                    limit.as_secs_f64()
-                ),
-            }),
+            ) => Err(bad(causes(&e))),
+            Err(e) => Err(ca(settings, "the directory", causes(&e))),
         };
     }
     let contact = settings.email.as_ref().map(|e| format!("mailto:{e}"));

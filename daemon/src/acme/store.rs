@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
+use crate::net::unix_socket::unguessable;
+
 /// A file that could not be written or read, and why.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {source}", path.display())]
@@ -43,16 +45,19 @@ impl Storage {
             .create(path)
             .map_err(at)?;
         }
-        let me = rustix::process::geteuid().as_raw();
-        if let Some(why) = crate::config::acme::unsafe_storage(path, Some(&[me])) {
-            return Err(at(io::Error::new(io::ErrorKind::PermissionDenied, why)));
-        }
         let dir = rustix::fs::open(
             path,
             OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::RDONLY | OFlags::NOFOLLOW,
             Mode::empty(),
         )
         .map_err(|e| at(e.into()))?;
+        // Checked through the descriptor every file is then written through,
+        // not by a path that could be swapped between the check and the use.
+        let stat = rustix::fs::fstat(&dir).map_err(|e| at(e.into()))?;
+        let me = rustix::process::geteuid().as_raw();
+        if let Some(why) = crate::config::acme::storage_fault(path, &stat, Some(&[me])) {
+            return Err(at(io::Error::new(io::ErrorKind::PermissionDenied, why)));
+        }
         Ok(Storage {
             path: path.to_owned(),
             dir,
@@ -65,7 +70,7 @@ impl Storage {
             path: self.path.join(name),
             source,
         };
-        let temporary = format!(".{name}.{}", random_hex().map_err(at)?);
+        let temporary = unguessable(&format!(".{name}.")).map_err(at)?;
         let written = self.write_new(&temporary, bytes).and_then(|()| {
             rustix::fs::renameat(&self.dir, temporary.as_str(), &self.dir, name)?;
             // The rename itself survives a crash once the directory is synced.
@@ -122,12 +127,6 @@ impl Storage {
     pub(super) fn remove(&self, name: &str) {
         let _ = rustix::fs::unlinkat(&self.dir, name, AtFlags::empty());
     }
-}
-
-fn random_hex() -> io::Result<String> {
-    let mut random = [0u8; 8];
-    rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())?;
-    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]

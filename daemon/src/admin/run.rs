@@ -138,16 +138,16 @@ pub(super) fn services(shared: &Shared, settings: &Settings) -> Vec<Value> {
         .collect()
 }
 
-fn proxy_of<'s>(
-    settings: &'s Settings,
-    name: &str,
-) -> Result<(&'s Arc<Proxy>, &'s Arc<ServiceCounts>), String> {
+/// The proxy service `name`: the service, its proxy settings, its counts.
+fn proxy_of<'s>(settings: &'s Settings, name: &str) -> Result<Proxied<'s>, String> {
     let (service, counts) = counts(settings, name)?;
     match &service.kind {
-        ServiceKind::Proxy(proxy) => Ok((proxy, counts)),
+        ServiceKind::Proxy(proxy) => Ok((service, proxy, counts)),
         _ => Err(format!("service {name} is not a proxy: it has no backends")),
     }
 }
+
+type Proxied<'s> = (&'s Service, &'s Arc<Proxy>, &'s Arc<ServiceCounts>);
 
 pub(super) fn backends(settings: &Settings, only: Option<&str>) -> Vec<Value> {
     let mut rows = Vec::new();
@@ -230,7 +230,7 @@ fn set_backend(
     backend: &str,
     change: impl FnOnce(&crate::pool::Pool, &crate::model::Endpoint),
 ) -> Result<Value, String> {
-    let (proxy, counts) = proxy_of(settings, service)?;
+    let (named, proxy, counts) = proxy_of(settings, service)?;
     let pool = &counts.pool;
     let members = pool
         .current(proxy)
@@ -252,7 +252,6 @@ fn set_backend(
     };
     change(pool, &member.endpoint);
     // A member back in service makes room: the clients in line get it first.
-    let (named, _) = self::counts(settings, service)?;
     counts.connections.set_cap(counts.cap(named));
     let row = pool
         .lines(service, proxy)
@@ -280,8 +279,8 @@ fn shutdown_backend(
     service: &str,
     backend: &str,
 ) -> Result<Value, String> {
-    let (proxy, counts) = proxy_of(settings, service)?;
-    let service = self::counts(settings, service)?.0.name.as_str();
+    let (named, proxy, counts) = proxy_of(settings, service)?;
+    let service = named.name.as_str();
     let killed = shared.sessions.kill_backend(service, backend);
     let member = counts
         .pool

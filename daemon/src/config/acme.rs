@@ -102,7 +102,7 @@ fn settings(base: &Path, raw: &RawAcme) -> Result<AcmeSettings, TlsError> {
         return fault("request_timeout must be greater than zero".into());
     }
     let storage = base.join(raw.storage.as_deref().unwrap_or(DEFAULT_STORAGE));
-    if let Some(why) = unsafe_storage(&storage, None) {
+    if let Some(why) = unsafe_storage(&storage) {
         return fault(why);
     }
     Ok(AcmeSettings {
@@ -172,13 +172,22 @@ fn checked(
     Ok((certified, expiry))
 }
 
-/// Why a storage directory may not hold keys, if it may not: writable by
-/// group or others, or (with `owners`, the daemon's uids) owned by another
-/// user than those or root. Only looks: a missing directory is fine (it is
-/// made 0700), and at load, before the daemon drops to its `user`, the
-/// owner is not yet known.
-pub fn unsafe_storage(dir: &Path, owners: Option<&[u32]>) -> Option<String> {
-    let stat = rustix::fs::stat(dir).ok()?;
+/// Why a storage directory may not hold keys, if it may not (see
+/// [`storage_fault`]). Only looks: a missing directory is fine (it is made
+/// 0700), and at load, before the daemon drops to its `user`, the owner is
+/// not yet known.
+pub fn unsafe_storage(dir: &Path) -> Option<String> {
+    storage_fault(dir, &rustix::fs::stat(dir).ok()?, None)
+}
+
+/// Why the directory at `dir` whose metadata is `stat` may not hold keys:
+/// writable by group or others, or (with `owners`, the daemon's uids) owned
+/// by another user than those or root.
+pub fn storage_fault(
+    dir: &Path,
+    stat: &rustix::fs::Stat,
+    owners: Option<&[u32]>,
+) -> Option<String> {
     let mode = stat.st_mode & 0o7777;
     if mode & 0o022 != 0 {
         return Some(format!(

@@ -66,7 +66,7 @@ pub(crate) fn bind(
         OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::RDONLY,
         Mode::empty(),
     )?;
-    let private = private_name()?;
+    let private = unguessable(".tcpmuxd-")?;
     rustix::fs::mkdirat(&parent_fd, private.as_str(), Mode::from_raw_mode(0o700))?;
     let made = Private {
         parent: &parent_fd,
@@ -152,12 +152,14 @@ impl Drop for Private<'_> {
     }
 }
 
-/// `.tcpmuxd-` and 12 random hex digits: no other user can guess it ahead.
-fn private_name() -> io::Result<String> {
-    let mut random = [0u8; 6];
+/// `prefix` and 16 random hex digits: a name no other user can guess
+/// ahead and plant (this module's private directories, the ACME store's
+/// temporary files).
+pub(crate) fn unguessable(prefix: &str) -> io::Result<String> {
+    let mut random = [0u8; 8];
     rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())?;
     let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!(".tcpmuxd-{hex}"))
+    Ok(format!("{prefix}{hex}"))
 }
 
 #[cfg(test)]
