@@ -186,6 +186,20 @@ impl Drop for Attacker {
     }
 }
 
+/// A daemon (the binary, as root) whose admin socket, open to `uids`, is
+/// in a directory every user may write; with what the attackers need.
+fn admin_under_attack(uids: &str) -> (Daemon, std::path::PathBuf) {
+    needs_root_and_setpriv();
+    common::require_program("/usr/bin/python3", "--version", "python3");
+    let dir = open_directory();
+    let socket = dir.join("admin.sock");
+    let config = format!(
+        "admin_socket = \"{}\"\nadmin_uids = {uids}\n",
+        socket.display()
+    );
+    (Daemon::binary(&config).keeping(dir), socket)
+}
+
 /// Connects to the socket as fast as it can for argv[2] seconds (bounded to
 /// 20,000 connections), sending a command on each and closing at once.
 const REFUSED_FLOOD: &str = r#"
@@ -207,14 +221,7 @@ while time.time() < end and count < 20000:
 #[test]
 #[ignore = "needs root (setpriv to another uid) and python3"]
 fn a_refused_uid_connecting_in_a_loop_never_locks_root_out() {
-    needs_root_and_setpriv();
-    common::require_program("/usr/bin/python3", "--version", "python3");
-    let dir = open_directory();
-    let socket = dir.join("admin.sock");
-    let daemon = Daemon::binary(&format!(
-        "admin_socket = \"{}\"\nadmin_uids = [65533]\n",
-        socket.display()
-    ));
+    let (daemon, socket) = admin_under_attack("[65533]");
     let started = std::time::Instant::now();
     let (attacker, ready) = Attacker::start(65534, REFUSED_FLOOD, &socket, &["6"]);
     assert_eq!(ready, "start");
@@ -278,14 +285,7 @@ time.sleep(60)
 #[test]
 #[ignore = "needs root (setpriv to other uids) and python3"]
 fn clients_that_never_read_lose_their_slots_and_root_still_gets_in() {
-    needs_root_and_setpriv();
-    common::require_program("/usr/bin/python3", "--version", "python3");
-    let dir = open_directory();
-    let socket = dir.join("admin.sock");
-    let daemon = Daemon::binary(&format!(
-        "admin_socket = \"{}\"\nadmin_uids = [65531, 65532, 65533]\n",
-        socket.display()
-    ));
+    let (daemon, socket) = admin_under_attack("[65531, 65532, 65533]");
     // Two uids, eight connections each: every slot of the non-root users.
     let (_one, ready) = Attacker::start(65533, NEVER_READS, &socket, &["8"]);
     assert_eq!(ready, "held");
