@@ -1,7 +1,7 @@
-//! `tcpmux admin`: sends one command line to a daemon's admin socket, reads
-//! its one-line JSON reply, and prints it as a table for people (or as it is
-//! with `--json`). Exit status: 0 done, 1 refused or unknown target, 3 the
-//! socket cannot be reached.
+//! `tcpmux admin`: sends one command to a daemon's admin socket, reads its
+//! one-line reply, and prints it as a table for people (or as it is with
+//! `--json`). Both sides speak `tcpmux_proto::admin`. Exit status: 0 done,
+//! 1 refused or unknown target, 3 the socket cannot be reached.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -9,34 +9,47 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use serde_json::Value;
+use tcpmux_proto::admin::{
+    BackendRow, HandoffRow, ListenerRow, Reply, Request, ServiceRow, SessionRow,
+};
 
 use super::args::AdminArgs;
 
 pub fn main(args: impl Iterator<Item = String>) -> ExitCode {
     let args = AdminArgs::parse_from(args);
-    let line = args.command.join(" ");
-    let reply = match ask(&args, &line) {
-        Ok(reply) => reply,
+    // Read here as the daemon would: a mistake is told without a connection.
+    let request = match Request::parse(&args.command.join(" ")) {
+        Ok(request) => request,
+        Err(e) => {
+            eprintln!("tcpmux admin: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let line = match ask(&args, &request.to_string()) {
+        Ok(line) => line,
         Err(e) => {
             eprintln!("tcpmux admin: {}: {e}", args.socket.display());
             return ExitCode::from(3);
         }
     };
-    let Ok(value) = serde_json::from_str::<Value>(&reply) else {
-        eprintln!("tcpmux admin: the daemon's reply is not JSON: {reply}");
-        return ExitCode::from(3);
+    let reply = match Reply::decode(&line) {
+        Ok(reply) => reply,
+        Err(e) => {
+            eprintln!(
+                "tcpmux admin: the daemon's reply is not one tcpmux admin reads ({e}): {line}"
+            );
+            return ExitCode::from(3);
+        }
     };
     if args.json {
-        println!("{}", reply.trim_end());
+        println!("{}", line.trim_end());
     }
-    if value["ok"] != Value::Bool(true) {
-        let error = value["error"].as_str().unwrap_or("refused");
+    if let Reply::Refused(error) = &reply {
         eprintln!("tcpmux admin: {error}");
         return ExitCode::from(1);
     }
     if !args.json {
-        print!("{}", render(&value));
+        print!("{}", render(&reply));
     }
     ExitCode::SUCCESS
 }
@@ -62,52 +75,39 @@ fn ask(args: &AdminArgs, line: &str) -> std::io::Result<String> {
 }
 
 /// The reply for people: a table for `show`, a line for a change.
-fn render(value: &Value) -> String {
-    let rows = |key: &str| value[key].as_array().cloned().unwrap_or_default();
-    if value.get("services").is_some() {
-        return services(&rows("services"));
+fn render(reply: &Reply) -> String {
+    match reply {
+        Reply::Help { commands, .. } => commands.iter().map(|c| format!("{c}\n")).collect(),
+        Reply::Services(rows) => services(rows),
+        Reply::Backends(rows) => backends(rows),
+        Reply::Backend(row) => backends(row.as_slice()),
+        Reply::Listeners(rows) => listeners(rows),
+        Reply::Handoff(rows) => handoff(rows),
+        Reply::Sessions(rows) => sessions(rows),
+        Reply::Killed(_) => "ended 1 session\n".into(),
+        Reply::ShutDown { killed, .. } => {
+            let plural = if *killed == 1 { "" } else { "s" };
+            format!("ended {killed} session{plural}\n")
+        }
+        Reply::Switched { service, state } => format!("{service}: {state}\n"),
+        Reply::Refused(error) => format!("{error}\n"),
     }
-    if value.get("backends").is_some() {
-        return backends(&rows("backends"));
-    }
-    if value.get("listeners").is_some() {
-        return listeners(&rows("listeners"));
-    }
-    if value.get("handoff").is_some() {
-        return handoff(&rows("handoff"));
-    }
-    if value.get("sessions").is_some() {
-        return sessions(&rows("sessions"));
-    }
-    if let Some(killed) = value["killed"].as_u64() {
-        let plural = if killed == 1 { "" } else { "s" };
-        return format!("ended {killed} session{plural}\n");
-    }
-    if let Some(commands) = value["commands"].as_array() {
-        return commands
-            .iter()
-            .filter_map(Value::as_str)
-            .map(|c| format!("{c}\n"))
-            .collect();
-    }
-    if let Some(backend) = value.get("backend").filter(|b| b.is_object()) {
-        return backends(std::slice::from_ref(backend));
-    }
-    if let (Some(service), Some(state)) = (value["service"].as_str(), value["state"].as_str()) {
-        return format!("{service}: {state}\n");
-    }
-    format!("{value}\n")
 }
 
-/// A JSON value as a table cell.
-fn cell(value: &Value) -> String {
-    match value {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        Value::Bool(b) => if *b { "yes" } else { "no" }.into(),
-        Value::Array(items) if items.is_empty() => "-".into(),
-        Value::Array(items) => items.iter().map(cell).collect::<Vec<_>>().join(","),
-        other => other.to_string(),
+/// An optional value as a table cell.
+fn or_dash(value: Option<impl ToString>) -> String {
+    value.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+fn yes(flag: bool) -> String {
+    if flag { "yes" } else { "no" }.into()
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "-".into()
+    } else {
+        items.join(",")
     }
 }
 
@@ -141,59 +141,48 @@ fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// `state*` when an operator set it at run time.
-fn marked(row: &Value, key: &str) -> String {
-    let mark = if row["set_at_runtime"] == Value::Bool(true) {
-        "*"
+fn marked(state: String, set_at_runtime: bool) -> String {
+    if set_at_runtime {
+        format!("{state}*")
     } else {
-        ""
-    };
-    format!("{}{mark}", cell(&row[key]))
+        state
+    }
 }
 
-fn services(rows: &[Value]) -> String {
+fn services(rows: &[ServiceRow]) -> String {
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let totals = r["totals"].as_object().map_or_else(String::new, |t| {
-                t.iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            });
+            let totals: Vec<String> = r.totals.iter().map(|(k, v)| format!("{k}={v}")).collect();
             vec![
-                cell(&r["name"]),
-                cell(&r["kind"]),
-                marked(r, "state"),
-                cell(&r["active"]),
-                cell(&r["max_connections"]),
-                totals,
+                r.name.clone(),
+                r.kind.clone(),
+                marked(r.state.to_string(), r.set_at_runtime),
+                r.active.to_string(),
+                or_dash(r.max_connections),
+                totals.join(" "),
             ]
         })
         .collect();
-    table(&["NAME", "KIND", "STATE", "ACTIVE", "MAX", "TOTALS"], &body) + &footnote(rows)
+    let marked = rows.iter().any(|r| r.set_at_runtime);
+    table(&["NAME", "KIND", "STATE", "ACTIVE", "MAX", "TOTALS"], &body) + footnote(marked)
 }
 
-fn backends(rows: &[Value]) -> String {
+fn backends(rows: &[BackendRow]) -> String {
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            ["service", "backend"]
-                .iter()
-                .map(|k| cell(&r[*k]))
-                .chain([marked(r, "state")])
-                .chain(
-                    [
-                        "weight",
-                        "active",
-                        "connections",
-                        "failures",
-                        "last_check",
-                        "source",
-                    ]
-                    .iter()
-                    .map(|k| cell(&r[*k])),
-                )
-                .collect()
+            vec![
+                r.service.clone(),
+                r.backend.clone(),
+                marked(r.state.to_string(), r.set_at_runtime),
+                r.weight.to_string(),
+                r.active.to_string(),
+                r.connections.to_string(),
+                r.failures.to_string(),
+                r.last_check.map_or_else(|| "-".into(), |c| c.to_string()),
+                r.source.to_string(),
+            ]
         })
         .collect();
     let headers = [
@@ -207,21 +196,23 @@ fn backends(rows: &[Value]) -> String {
         "CHECK",
         "SOURCE",
     ];
-    table(&headers, &body) + &footnote(rows)
+    let marked = rows.iter().any(|r| r.set_at_runtime);
+    table(&headers, &body) + footnote(marked)
 }
 
-fn listeners(rows: &[Value]) -> String {
-    let keys = [
-        "kind",
-        "address",
-        "name",
-        "detect",
-        "tls",
-        "accept_proxy_from",
-    ];
+fn listeners(rows: &[ListenerRow]) -> String {
     let body: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| keys.iter().map(|k| cell(&r[*k])).collect())
+        .map(|r| {
+            vec![
+                r.kind.clone(),
+                r.address.clone(),
+                or_dash(r.name.as_ref()),
+                yes(r.detect),
+                yes(r.tls),
+                list(&r.accept_proxy_from),
+            ]
+        })
         .collect();
     table(
         &["KIND", "ADDRESS", "NAME", "DETECT", "TLS", "PROXY FROM"],
@@ -229,34 +220,41 @@ fn listeners(rows: &[Value]) -> String {
     )
 }
 
-fn handoff(rows: &[Value]) -> String {
-    let keys = ["pid", "uid", "names", "acks", "in_flight"];
+fn handoff(rows: &[HandoffRow]) -> String {
     let body: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| keys.iter().map(|k| cell(&r[*k])).collect())
+        .map(|r| {
+            vec![
+                r.pid.to_string(),
+                r.uid.to_string(),
+                list(&r.names),
+                yes(r.acks),
+                r.in_flight.to_string(),
+            ]
+        })
         .collect();
     table(&["PID", "UID", "NAMES", "ACKS", "IN FLIGHT"], &body)
 }
 
-fn sessions(rows: &[Value]) -> String {
+fn sessions(rows: &[SessionRow]) -> String {
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let tls = match (r["tls"].as_str(), r["cert"].as_str()) {
+            let tls = match (&r.tls, &r.cert) {
                 (Some(version), Some(cert)) => format!("{version} {cert}"),
-                (Some(version), None) => version.to_owned(),
+                (Some(version), None) => version.clone(),
                 _ => "-".into(),
             };
             vec![
-                cell(&r["id"]),
-                cell(&r["client"]),
-                cell(&r["listener"]),
-                cell(&r["service"]),
-                cell(&r["routed"]),
-                age(r["age"].as_f64().unwrap_or(0.0)),
-                size(r["bytes_in"].as_u64().unwrap_or(0)),
-                size(r["bytes_out"].as_u64().unwrap_or(0)),
-                cell(&r["backend"]),
+                r.id.to_string(),
+                r.client.clone(),
+                r.listener.clone(),
+                or_dash(r.service.as_ref()),
+                r.routed.clone(),
+                age(r.age),
+                size(r.bytes_in),
+                size(r.bytes_out),
+                or_dash(r.backend.as_ref()),
                 tls,
             ]
         })
@@ -293,14 +291,11 @@ fn size(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-fn footnote(rows: &[Value]) -> String {
-    if rows
-        .iter()
-        .any(|r| r["set_at_runtime"] == Value::Bool(true))
-    {
-        "* set at run time (a restart returns to the file)\n".into()
+fn footnote(marked: bool) -> &'static str {
+    if marked {
+        "* set at run time (a restart returns to the file)\n"
     } else {
-        String::new()
+        ""
     }
 }
 
@@ -336,7 +331,7 @@ mod tests {
 
     #[test]
     fn a_backend_set_at_run_time_is_marked() {
-        let reply: Value = serde_json::from_str(
+        let reply = Reply::decode(
             r#"{"ok":true,"backend":{"service":"web","backend":"10.0.0.1:80","state":"drain","weight":1,"active":2,"connections":9,"failures":0,"last_check":null,"source":"config","set_at_runtime":true}}"#,
         )
         .unwrap();

@@ -10,9 +10,14 @@ use tcpmux::ServiceName;
 
 #[derive(Parser, Debug)]
 #[command(
+    name = "tcpmux",
     version,
     about = "Connect to a TCPMUX (RFC 1078) service by name and relay stdin/stdout",
-    after_help = "Exit status: 0 done, 1 the server refused the service, 2 usage error, 3 could not connect, TLS failed (a refused certificate too) or the connection failed."
+    after_help = "Also:\n  tcpmux forward LOCAL=SERVICE...  serve local ports as TCPMUX services, for clients that \
+                  cannot send a name (tcpmux forward --help, man tcpmux-forward)\n  \
+                  tcpmux admin COMMAND...          control a running tcpmuxd through its admin socket \
+                  (tcpmux admin --help, man tcpmux-admin)\n\n\
+                  Exit status: 0 done, 1 the server refused the service, 2 usage error, 3 could not connect, TLS failed (a refused certificate too) or the connection failed."
 )]
 pub struct Args {
     /// Server host name or address.
@@ -61,6 +66,8 @@ pub struct Args {
 #[derive(Parser, Debug)]
 #[command(
     name = "tcpmux forward",
+    bin_name = "tcpmux forward",
+    version,
     about = "Forward local ports to TCPMUX services: every connection to LOCAL is \
              relayed to SERVICE on the TCPMUX server"
 )]
@@ -90,18 +97,28 @@ pub fn parse_route(text: &str) -> Result<(SocketAddr, ServiceName), String> {
     Ok((local, service))
 }
 
+/// The commands, from the protocol's own list, so the help never lags it.
+fn admin_help() -> String {
+    let commands: String = tcpmux_proto::admin::HELP
+        .iter()
+        .map(|c| format!("  {c}\n"))
+        .collect();
+    format!(
+        "Commands:\n{commands}\nExit status: 0 done, 1 refused or unknown target, \
+         3 cannot reach the socket."
+    )
+}
+
 /// `tcpmux admin`: the daemon's admin socket from the command line.
 #[derive(Parser)]
 #[command(
     name = "tcpmux admin",
+    bin_name = "tcpmux admin",
+    version,
     about = "Control a running tcpmuxd through its admin socket (admin_socket): show its \
              services, backends, listeners and handoff backends; drain a backend or put it \
              in maintenance, change its weight, disable a service",
-    after_help = "Commands:\n  show services\n  show backends [SERVICE]\n  show listeners\n  \
-                  show handoff\n  set backend SERVICE ADDRESS state ready|drain|maint\n  \
-                  set backend SERVICE ADDRESS weight N|config\n  disable service NAME\n  \
-                  enable service NAME\n\nExit status: 0 done, 1 refused or unknown target, \
-                  3 cannot reach the socket."
+    after_help = admin_help()
 )]
 pub struct AdminArgs {
     /// The daemon's admin socket (its `admin_socket`).

@@ -6,6 +6,8 @@
 //!
 //! - [`model`]: what a service, a listener and an access rule are.
 //! - `registry`: names to services, and the HELP text.
+//! - [`keys`]: the live key material every parse and worker shares: TLS
+//!   session-ticket keys, the ACME certificates' slots.
 //! - [`config`]: the TOML file, checked and turned into a [`Config`].
 //! - [`net`]: sockets: listeners, the stream type, PROXY headers, the relay.
 //! - [`ops`]: metrics, logging, systemd, the privilege drop.
@@ -24,6 +26,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod keys;
 pub mod model;
 pub mod net;
 pub mod ops;

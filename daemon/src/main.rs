@@ -11,7 +11,7 @@ use tcpmuxd::cli::Args;
 use tcpmuxd::net::listener::{prebind, Prebound};
 use tcpmuxd::ops::log_format::{self, LogFormat, Prioritized, QuotedFields};
 use tcpmuxd::ops::{access_log, descriptors, logging, privileges, systemd};
-use tcpmuxd::server::Counters;
+use tcpmuxd::server::DaemonState;
 use tcpmuxd::{Config, Server};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
@@ -29,10 +29,16 @@ fn daemon_main() -> ExitCode {
     let args = Args::parse();
     init_logging(args.log_format);
 
+    // The key material every configuration of this daemon is parsed with.
+    let daemon = DaemonState::default();
     if let Some(path) = &args.check_config {
-        return match Config::load(path) {
+        return match Config::load(path, daemon.keys()) {
             Ok(config) => {
-                for warning in &config.warnings {
+                for warning in config
+                    .warnings
+                    .iter()
+                    .chain(&config.missing_socket_directories())
+                {
                     eprintln!("tcpmuxd: warning: {warning}");
                 }
                 if let Some(warning) =
@@ -63,15 +69,20 @@ fn daemon_main() -> ExitCode {
     }
 
     let mut config = match &args.config {
-        Some(path) => match Config::load(path) {
+        Some(path) => match Config::load(path, daemon.keys()) {
             Ok(config) => config,
             Err(e) => return fail(e),
         },
         None => Config::default(),
     };
-    if !args.listen.is_empty() {
+    // `--listen` replaces the file's addresses, now and at every reload.
+    let given = Given {
+        path: args.config.clone(),
+        listen: !args.listen.is_empty(),
+    };
+    if given.listen {
         let addrs = args.listen.into_iter().flat_map(|l| l.0);
-        config.override_listen(addrs.map(Into::into).collect());
+        config.listen = addrs.map(Into::into).collect();
     }
     for warning in &config.warnings {
         tracing::warn!("{warning}");
@@ -91,36 +102,41 @@ fn daemon_main() -> ExitCode {
             return fail("--upgrade needs `upgrade_socket = \"/path\"` in the configuration, as the running daemon has it");
         };
         return match tcpmuxd::server::take_over(&socket) {
-            Ok(taken) => event_loop(config, args.config.clone(), Start::Upgrade(taken)),
+            Ok(taken) => event_loop(config, given, daemon, Start::Upgrade(Box::new(taken))),
             Err(e) => fail(e),
         };
     }
     if args.workers > 1 {
         return run_workers(
             config,
-            args.config.clone(),
+            given,
             inherited,
-            usize::from(args.workers),
+            // One state for every worker: limits, metrics and keys are the daemon's.
+            (usize::from(args.workers), daemon),
         );
     }
-    event_loop(
-        config,
-        args.config.clone(),
-        Start::Fresh(inherited, Counters::default(), 0),
-    )
+    event_loop(config, given, daemon, Start::Fresh(inherited, 0))
 }
 
 /// One event loop on the calling thread.
 /// Where an event loop's sockets come from.
 enum Start {
-    /// Bound here, or inherited from systemd or `--workers`' prebinding; the
-    /// daemon's counters, and which worker this is.
-    Fresh(Vec<Prebound>, Counters, usize),
+    /// Bound here, or inherited from systemd or `--workers`' prebinding, and
+    /// which worker this is.
+    Fresh(Vec<Prebound>, usize),
     /// Handed over by the daemon this one replaces.
-    Upgrade((std::os::unix::net::UnixStream, tcpmuxd::server::Handed)),
+    Upgrade(Box<(std::os::unix::net::UnixStream, tcpmuxd::server::Handed)>),
 }
 
-fn event_loop(config: Config, path: Option<PathBuf>, start: Start) -> ExitCode {
+/// What the command line says about the configuration: the file a reload
+/// reads, and whether `--listen` gave the TCPMUX addresses instead of it.
+#[derive(Clone)]
+struct Given {
+    path: Option<PathBuf>,
+    listen: bool,
+}
+
+fn event_loop(config: Config, given: Given, daemon: DaemonState, start: Start) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -135,16 +151,21 @@ fn event_loop(config: Config, path: Option<PathBuf>, start: Start) -> ExitCode {
         };
         // Said once per daemon, by its first loop, once privileges are
         // dropped (the drop keeps the capability when it is there to keep).
-        let first = matches!(start, Start::Fresh(_, _, 0) | Start::Upgrade(_));
+        let first = matches!(start, Start::Fresh(_, 0) | Start::Upgrade(_));
         let transparent = config.registry.has_transparent_proxy();
         let bound = match start {
-            Start::Fresh(inherited, counters, worker) => {
-                Server::bind_sharing(config, inherited, path, counters).map(|s| s.worker(worker))
+            Start::Fresh(inherited, worker) => {
+                Server::bind(config, inherited, given.path, daemon).map(|s| s.worker(worker))
             }
-            Start::Upgrade((predecessor, handed)) => {
-                Server::bind_upgrading(config, handed, predecessor, path)
+            Start::Upgrade(taken) => {
+                let (predecessor, handed) = *taken;
+                Server::bind_upgrading(config, handed, predecessor, given.path, daemon)
             }
         };
+        let bound = bound.map(|server| match given.listen {
+            true => server.listen_from_command_line(),
+            false => server,
+        });
         match bound {
             Ok(server) => {
                 if let Some(warning) = privileges::transparent_warning(transparent && first) {
@@ -198,9 +219,9 @@ fn signal_triggers() -> std::io::Result<(impl std::future::Future<Output = ()>, 
 /// its own sockets. Workers share only the settings they were started with.
 fn run_workers(
     mut config: Config,
-    path: Option<PathBuf>,
+    given: Given,
     inherited: Vec<Prebound>,
-    workers: usize,
+    (workers, daemon): (usize, DaemonState),
 ) -> ExitCode {
     if config.handoff_socket.is_some() {
         return fail("handoff services need a single event loop: run with --workers 1");
@@ -239,8 +260,6 @@ fn run_workers(
             return fail(e);
         }
     }
-    // One set of counters for every worker: limits and metrics are the daemon's.
-    let counters = Counters::default();
     let threads: Vec<_> = sets
         .into_iter()
         .enumerate()
@@ -251,10 +270,10 @@ fn run_workers(
             if index != 0 {
                 config.leave_daemon_sockets();
             }
-            let (path, counters) = (path.clone(), counters.clone());
+            let (given, daemon) = (given.clone(), daemon.clone());
             std::thread::Builder::new()
                 .name(format!("tcpmuxd-worker-{index}"))
-                .spawn(move || event_loop(config, path, Start::Fresh(set, counters, index)))
+                .spawn(move || event_loop(config, given, daemon, Start::Fresh(set, index)))
         })
         .collect();
     let mut status = ExitCode::SUCCESS;

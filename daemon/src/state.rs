@@ -7,9 +7,10 @@ use std::time::Duration;
 use crate::admission::{Gate, OwnConnections, Usage, UsageTable};
 use crate::config::Config;
 use crate::hub::Hub;
-use crate::model::{AcmeCert, ControlLimits, DefaultCert, Dns, Limits, ServiceKind};
+use crate::keys::{AcmeCert, Keys};
+use crate::model::{ControlLimits, DefaultCert, Dns, Limits, ServiceKind};
 use crate::ops::history::{History, Totals};
-use crate::ops::metrics::Metrics;
+use crate::ops::metrics::{earliest, Gauges, Metrics};
 use crate::ops::session_table::SessionTable;
 use crate::registry::Registry;
 
@@ -23,6 +24,7 @@ pub(crate) struct Settings {
     pub negotiation_timeout: Duration,
     pub close_drain_timeout: Duration,
     pub shutdown_grace: Duration,
+    pub shutdown_delay: Duration,
     pub limits: Limits,
     pub control_limits: ControlLimits,
     pub dns: Dns,
@@ -39,7 +41,7 @@ pub(crate) struct Settings {
 
 impl Settings {
     /// Settings from `config`, counting its names in `usage`.
-    fn new(config: Config, usage: &UsageTable) -> Settings {
+    fn new(config: Config, usage: &UsageTable, keys: &Keys) -> Settings {
         // One series per name: the first to expire, where listeners share it.
         let mut certificates: Vec<(String, i64)> = Vec::new();
         let served = || config.listen.iter().filter_map(|l| l.options.tls.as_ref());
@@ -48,9 +50,13 @@ impl Settings {
         }
         let mut acme: Vec<Arc<AcmeCert>> = Vec::new();
         for tls in served() {
-            if let DefaultCert::Acme(slot) = &tls.default {
-                if !acme.iter().any(|known| Arc::ptr_eq(known, slot)) {
-                    acme.push(Arc::clone(slot));
+            let held = match &tls.default {
+                DefaultCert::Acme(settings) => keys.acme(settings),
+                DefaultCert::Files { .. } => None,
+            };
+            if let Some(slot) = held {
+                if !acme.iter().any(|known| Arc::ptr_eq(known, &slot)) {
+                    acme.push(slot);
                 }
             }
         }
@@ -62,6 +68,7 @@ impl Settings {
             negotiation_timeout: config.negotiation_timeout,
             close_drain_timeout: config.close_drain_timeout,
             shutdown_grace: config.shutdown_grace,
+            shutdown_delay: config.shutdown_delay,
             limits: config.limits,
             control_limits: config.control_limits,
             dns: config.dns,
@@ -71,19 +78,14 @@ impl Settings {
     }
 }
 
-/// Adds `name`'s `expiry` to `certificates`, keeping the earliest per name.
-fn earliest(certificates: &mut Vec<(String, i64)>, name: String, expiry: i64) {
-    match certificates.iter_mut().find(|(n, _)| *n == name) {
-        Some(known) => known.1 = known.1.min(expiry),
-        None => certificates.push((name, expiry)),
-    }
-}
-
 /// What every worker of one daemon shares: the daemon-wide admission counts,
 /// every name's counts, the metrics and the session table, so that limits,
-/// `stats` and the admin socket are the daemon's, not one event loop's.
+/// `stats` and the admin socket are the daemon's, not one event loop's; and
+/// the key material its configurations are parsed with. Made once, before
+/// the first configuration is read; cloning shares it.
 #[derive(Clone, Default)]
-pub struct Counters {
+pub struct DaemonState {
+    keys: Keys,
     gate: Arc<Gate>,
     usage: Arc<UsageTable>,
     metrics: Arc<Metrics>,
@@ -109,6 +111,36 @@ pub(crate) struct Shared {
     pub history: Arc<History>,
     /// Whether an operator may change the run-time state now.
     pub changes: Changes,
+    /// What a reload parses the file with.
+    pub keys: Keys,
+    /// Starting, serving or stopping, for `/readyz`.
+    pub phase: Phase,
+}
+
+/// Where an event loop is in its life: `/readyz` says ready only while it
+/// serves, and 503 from the moment it is told to stop.
+#[derive(Debug, Default)]
+pub(crate) struct Phase(std::sync::atomic::AtomicU8);
+
+impl Phase {
+    const SERVING: u8 = 1;
+    const STOPPING: u8 = 2;
+
+    /// Every socket is served.
+    pub(crate) fn serving(&self) {
+        self.0
+            .store(Self::SERVING, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Told to stop: no more traffic should come.
+    pub(crate) fn stopping(&self) {
+        self.0
+            .store(Self::STOPPING, std::sync::atomic::Ordering::Release);
+    }
+
+    fn now(&self) -> u8 {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// The run-time state an operator sets (disabled services, members' states
@@ -117,13 +149,17 @@ pub(crate) struct Shared {
 #[derive(Debug, Default)]
 pub(crate) struct Changes(std::sync::Mutex<bool>);
 
+/// A change refused because the run-time state is frozen for an upgrade.
+#[derive(Debug)]
+pub(crate) struct Frozen;
+
 impl Changes {
     /// Runs `change` unless the state is frozen. Under the lock, so that a
     /// [`Changes::freeze`] returns only after every change begun before it.
-    pub(crate) fn apply<T>(&self, change: impl FnOnce() -> T) -> Result<T, &'static str> {
+    pub(crate) fn apply<T>(&self, change: impl FnOnce() -> T) -> Result<T, Frozen> {
         let frozen = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if *frozen {
-            return Err("upgrade in progress: the run-time state is being handed to the new daemon; try again when it serves");
+            return Err(Frozen);
         }
         Ok(change())
     }
@@ -138,10 +174,20 @@ impl Changes {
     }
 }
 
+impl DaemonState {
+    /// The key material to parse this daemon's configurations with.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+}
+
 impl Shared {
-    pub(crate) fn new(config: Config, counters: Counters) -> Shared {
+    pub(crate) fn new(config: Config, counters: DaemonState) -> Shared {
+        let settings = Settings::new(config, &counters.usage, &counters.keys);
         Shared {
-            settings: RwLock::new(Arc::new(Settings::new(config, &counters.usage))),
+            settings: RwLock::new(Arc::new(settings)),
+            keys: counters.keys,
+            phase: Phase::default(),
             hub: Arc::new(Hub::default()),
             gate: counters.gate,
             metrics: counters.metrics,
@@ -161,7 +207,7 @@ impl Shared {
     /// Puts `config` in force for new connections; running sessions keep theirs,
     /// and still count against the new caps of their service's name.
     pub(crate) fn replace_settings(&self, config: Config) {
-        let settings = Arc::new(Settings::new(config, &self.usage));
+        let settings = Arc::new(Settings::new(config, &self.usage, &self.keys));
         *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
     }
 
@@ -175,34 +221,99 @@ impl Shared {
         totals
     }
 
+    /// `/healthz`: every event loop runs its 100 ms timer; one that has not
+    /// for `STUCK` serves no one.
+    pub(crate) fn health(&self) -> Result<(), String> {
+        const STUCK: Duration = Duration::from_secs(5);
+        match self.metrics.lag.stalled(STUCK).first() {
+            None => Ok(()),
+            Some((stuck, since)) => Err(format!(
+                "unhealthy: event loop {stuck} has not run for {:.1} s",
+                since.as_secs_f64()
+            )),
+        }
+    }
+
+    /// `/readyz`: serving on every socket, with a certificate for every
+    /// ACME listener, and not told to stop.
+    pub(crate) fn readiness(&self) -> Result<(), String> {
+        match self.phase.now() {
+            Phase::SERVING => {}
+            Phase::STOPPING => return Err("not ready: shutting down".into()),
+            _ => return Err("not ready: starting".into()),
+        }
+        let settings = self.settings();
+        let waiting = settings.acme.iter().find(|slot| slot.current().is_none());
+        match waiting.and_then(|slot| slot.settings.names.first()) {
+            Some(name) => Err(format!("not ready: no certificate for {name} yet (ACME)")),
+            None => Ok(()),
+        }
+    }
+
     /// The counters in the Prometheus text format.
     pub(crate) fn render_metrics(&self) -> String {
+        self.metrics.render(&self.gauges())
+    }
+
+    /// What the live state is now, for the metrics' gauges.
+    fn gauges(&self) -> Gauges {
         let settings = self.settings();
-        let mut backends = Vec::new();
-        let mut queues = Vec::new();
+        let mut gauges = Gauges {
+            active: self.gate.active.get(),
+            handoff: self.hub.counts(),
+            certificates: settings.certificates.clone(),
+            ..Gauges::default()
+        };
         for service in settings.registry.services() {
-            if let (Some(_), Some(counts)) = (&service.queue, settings.usage.get(&service.name)) {
-                queues.push((service.name.to_string(), counts.connections.queue()));
+            let Some(counts) = settings.usage.get(&service.name) else {
+                continue;
+            };
+            if service.queue.is_some() {
+                let queue = counts.connections.queue();
+                gauges.queues.push((service.name.to_string(), queue));
             }
-            if let (ServiceKind::Proxy(proxy), Some(counts)) =
-                (&service.kind, settings.usage.get(&service.name))
-            {
-                backends.extend(counts.pool.lines(service.name.as_str(), proxy));
+            if let ServiceKind::Proxy(proxy) = &service.kind {
+                let members = counts.pool.figures(service.name.as_str(), proxy);
+                gauges.backends.extend(members);
             }
         }
-        let mut out = self.metrics.render(
-            self.gate.active.get(),
-            &self.hub.counts(),
-            &backends,
-            &queues,
-        );
-        let mut certificates = settings.certificates.clone();
         for slot in &settings.acme {
-            if let (Some(name), Some(expiry)) = (slot.settings.names.first(), slot.expiry()) {
-                earliest(&mut certificates, name.clone(), expiry);
+            let Some(name) = slot.settings.names.first() else {
+                continue;
+            };
+            if let Some(expiry) = slot.expiry() {
+                gauges.certificate(name.clone(), expiry);
             }
+            gauges
+                .acme_failures
+                .push((name.clone(), slot.order_failures()));
         }
-        crate::ops::metrics::render_certificates(&mut out, &certificates);
-        out
+        gauges
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_while_serving_with_every_acme_certificate_in_hand() {
+        let storage = std::env::temp_dir().join(format!("tcpmuxd-ready-{}", std::process::id()));
+        let text = format!(
+            "listen = [{{ address = \"127.0.0.1:0\", tls = {{ acme = {{ directory = \"https://127.0.0.1:1/dir\", names = [\"example.com\"], storage = \"{}\" }} }} }}]\n",
+            storage.display()
+        );
+        let daemon = DaemonState::default();
+        let config = Config::parse(&text, "test.toml", daemon.keys()).expect("parses");
+        let shared = Shared::new(config, daemon);
+        assert_eq!(shared.readiness(), Err("not ready: starting".into()));
+        shared.phase.serving();
+        assert_eq!(
+            shared.readiness(),
+            Err("not ready: no certificate for example.com yet (ACME)".into())
+        );
+        shared.phase.stopping();
+        assert_eq!(shared.readiness(), Err("not ready: shutting down".into()));
+        assert_eq!(shared.health(), Ok(()));
     }
 }

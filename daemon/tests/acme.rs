@@ -504,6 +504,14 @@ fn a_ca_that_refuses_connections_is_named_with_the_cause() {
         failed.contains(&format!("https://localhost:{port}/dir")) && failed.contains("refused"),
         "{failed}"
     );
+    // And counted, for an alert (the stats built-in on the plain listener).
+    let stats = String::from_utf8(daemon.exchange(b"stats\r\n")).unwrap();
+    assert!(
+        stats.contains(&format!(
+            "tcpmuxd_acme_order_failures_total{{name=\"{NAME}\"}} 1\n"
+        )),
+        "{stats}"
+    );
 }
 
 #[test]

@@ -289,7 +289,7 @@ fn metrics_hosts_are_names_for_a_metrics_listener() {
         "metrics_hosts needs metrics_listen",
     );
     common::assert_config_rejected(
-        "metrics_listen = \"127.0.0.1:9\"\nmetrics_hosts = [\"metrics.example:9100\"]\n",
+        "metrics_listen = \"127.0.0.1:9\"\nmetrics_hosts = [\"metrics.example:9900\"]\n",
         "is not a host name",
     );
 }

@@ -86,6 +86,25 @@ fn check_config_accepts_a_good_file_and_locates_errors_in_a_bad_one() {
 }
 
 #[test]
+fn check_config_warns_of_a_socket_whose_directory_is_missing() {
+    let dir = common::scratch_dir();
+    let file = dir.join("admin.toml");
+    let missing = dir.join("not-made-yet").join("admin.sock");
+    std::fs::write(&file, format!("admin_socket = \"{}\"\n", missing.display())).unwrap();
+    let out = tcpmuxd(&["--check-config", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Valid (systemd's RuntimeDirectory= may make it), but said.
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: admin_socket") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    std::fs::create_dir(dir.join("not-made-yet")).unwrap();
+    let out = tcpmuxd(&["--check-config", file.to_str().unwrap()]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
+}
+
+#[test]
 fn a_busy_port_fails_the_start_with_advice() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();

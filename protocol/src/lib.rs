@@ -10,10 +10,13 @@
 //! [`proxy_header`] is the PROXY protocol header a trusted load balancer puts
 //! before the request, [`handoff`] the daemon's frames to handoff backends,
 //! [`upgrade`] the frames of a binary upgrade, and [`sniff`] tells other
-//! protocols (TLS, SSH, HTTP) apart from a TCPMUX name.
+//! protocols (TLS, SSH, HTTP) apart from a TCPMUX name; `admin` (feature
+//! `admin`) is the admin socket's wire format.
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "admin")]
+pub mod admin;
 pub mod handoff;
 mod name;
 pub mod proxy_header;

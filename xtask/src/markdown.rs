@@ -18,7 +18,9 @@ pub fn to_man(markdown: &str, title: &str, section: &str) -> String {
             out.push_str(".PP\n.RS 4\n.nf\n");
             i += 1;
             while i < lines.len() && !lines[i].starts_with("```") {
-                out.push_str(&escape_line(lines[i]));
+                // Verbatim, but roff's own escape character still counts:
+                // `\x00` in a regex would be read as a troff request.
+                out.push_str(&escape_line(&roff(lines[i])));
                 out.push('\n');
                 i += 1;
             }
@@ -175,5 +177,11 @@ mod tests {
         );
         assert!(page.contains(".nf\n\\&.x = 1\n.fi"), "{page}");
         assert!(page.contains(".IP \\(bu 2\nitem"), "{page}");
+    }
+
+    #[test]
+    fn a_backslash_in_a_code_block_is_printed_not_read() {
+        let page = to_man("```toml\nregex = '^\\x00-a'\n```\n", "X", "5");
+        assert!(page.contains("regex = '^\\ex00\\-a'"), "{page}");
     }
 }

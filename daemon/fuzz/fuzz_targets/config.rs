@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match Config::parse(text, "fuzz.toml") {
+    match Config::parse(text, "fuzz.toml", &Default::default()) {
         Ok(config) => assert!(!config.listen.is_empty()),
         Err(ConfigError::Invalid {
             place: Some((line, column)),

@@ -21,7 +21,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::task::JoinHandle;
 
-use crate::model::{AcmeCert, AcmeSettings};
+use crate::keys::AcmeCert;
+use crate::model::AcmeSettings;
 
 const DAY: i64 = 86_400;
 
@@ -133,6 +134,7 @@ async fn keep(slot: Arc<AcmeCert>) {
             }
             Err(e) => {
                 failures += 1;
+                slot.order_failed();
                 let delay = retry_delay(failures);
                 tracing::warn!(
                     names,

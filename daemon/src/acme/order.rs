@@ -16,7 +16,8 @@ use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;
 
 use super::store::{Storage, StoreError};
-use crate::model::{AcmeCert, AcmeSettings};
+use crate::keys::AcmeCert;
+use crate::model::AcmeSettings;
 
 /// Why an order did not end with a certificate.
 #[derive(Debug, thiserror::Error)]

@@ -8,9 +8,10 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
-use super::run::{backends, handoff, listener, services, ListenerRow};
+use super::run::{backends, handoff, services};
 use crate::ops::history::INTERVAL;
 use crate::state::Shared;
+use tcpmux_proto::admin::ListenerRow;
 
 /// Sessions listed as the busiest, by bytes relayed.
 const BUSIEST: usize = 10;
@@ -20,18 +21,17 @@ const BUSIEST: usize = 10;
 pub(crate) fn status(shared: &Shared, listening: &Mutex<Vec<ListenerRow>>) -> Value {
     let settings = shared.settings();
     let history = shared.history.series();
-    let mut services = services(shared, &settings);
-    for service in &mut services {
-        let name = service["name"].as_str().unwrap_or_default();
-        service["history"] = json!(history.get(name));
-    }
-    let (total, sessions) = shared.sessions.busiest(BUSIEST);
-    let listeners: Vec<Value> = listening
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .map(listener)
+    let services: Vec<Value> = services(shared, &settings)
+        .into_iter()
+        .map(|row| {
+            let history = json!(history.get(&row.name));
+            let mut service = json!(row);
+            service["history"] = history;
+            service
+        })
         .collect();
+    let (total, sessions) = shared.sessions.busiest(BUSIEST);
+    let listeners = listening.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -1,31 +1,31 @@
 //! The admin socket (`admin_socket`): an operator's run-time control. One
-//! command per line in (`command.rs`), one JSON object per line out
-//! (`run.rs`). Only root, the daemon's own user and `admin_uids` may connect
+//! command per line in, one JSON object per line out, as
+//! `tcpmux_proto::admin` writes them; `run.rs` does what each asks. Only root, the daemon's own user and `admin_uids` may connect
 //! (SO_PEERCRED); every command is one log line naming the uid. The same
 //! data, read-only, feeds the dashboard (`dashboard.rs`).
 
-mod command;
 mod dashboard;
+mod refusal;
 mod run;
 mod slots;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use tcpmux_proto::admin::{Reply, Request, MAX_LINE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::task::JoinSet;
 
-pub(crate) use command::MAX_LINE;
 pub(crate) use dashboard::status;
-pub(crate) use run::ListenerRow;
+pub(crate) use tcpmux_proto::admin::ListenerRow;
 
 use crate::model::Peer;
 use crate::net::accept_errors::AcceptErrors;
 use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
 use crate::state::Shared;
+use refusal::Refusal;
 use slots::{Refusals, Slots};
 
 /// The sockets in service, kept current by the server for `show listeners`.
@@ -54,12 +54,12 @@ pub(crate) async fn serve(listener: Listener, shared: Arc<Shared>, listening: Li
                     if !allowed(&shared, uid) {
                         if refusals.answer(uid) {
                             tracing::warn!(uid, "admin connection refused: uid not allowed (admin_uids)");
-                            refuse(&stream, "uid not allowed: ask for admin_uids");
+                            refuse(&stream, &Refusal::UidNotAllowed);
                         }
                         continue;
                     }
                     if let Err(full) = slots.take(uid) {
-                        refuse(&stream, full);
+                        refuse(&stream, &full);
                         continue;
                     }
                     let (shared, listening) = (Arc::clone(&shared), Arc::clone(&listening));
@@ -86,21 +86,15 @@ fn allowed(shared: &Shared, uid: u32) -> bool {
         || shared.settings().admin_uids.contains(&uid)
 }
 
-fn refusal(error: &str) -> Value {
-    json!({ "ok": false, "error": error })
-}
-
-fn line(reply: &Value) -> Vec<u8> {
-    let mut line = reply.to_string().into_bytes();
-    line.push(b'\n');
-    line
+fn refusal(refusal: &Refusal) -> Vec<u8> {
+    Reply::Refused(refusal.to_string()).encode()
 }
 
 /// Answers `error` with what fits in the socket's buffer now (all of it, on
 /// a fresh connection) and closes. A Unix socket delivers the reply before
 /// telling the client its unread command was dropped.
-fn refuse(stream: &UnixStream, error: &str) {
-    let _ = stream.try_write(&line(&refusal(error)));
+fn refuse(stream: &UnixStream, why: &Refusal) {
+    let _ = stream.try_write(&refusal(why));
 }
 
 /// One operator's connection: a command a line until EOF, a reset, an
@@ -119,14 +113,14 @@ async fn operator(mut stream: UnixStream, uid: u32, shared: Arc<Shared>, listeni
             let log = tracing::dispatcher::get_default(Clone::clone);
             let made = tokio::task::spawn_blocking(move || {
                 tracing::dispatcher::with_default(&log, || {
-                    self::line(&answer(&line, uid, &shared, &listening))
+                    answer(&line, uid, &shared, &listening).encode()
                 })
             });
             let reply = match made.await {
                 Ok(reply) => reply,
                 Err(e) => {
                     tracing::error!(uid, error = %e, "admin command failed");
-                    self::line(&refusal("internal error; see the daemon's log"))
+                    refusal(&Refusal::Internal)
                 }
             };
             if !send(&mut stream, &reply, uid).await {
@@ -134,7 +128,7 @@ async fn operator(mut stream: UnixStream, uid: u32, shared: Arc<Shared>, listeni
             }
         }
         if pending.len() > MAX_LINE {
-            let _ = send(&mut stream, &line(&refusal("command line too long")), uid).await;
+            let _ = send(&mut stream, &refusal(&Refusal::TooLong), uid).await;
             return;
         }
         match tokio::time::timeout(IDLE, stream.read(&mut buf)).await {
@@ -163,26 +157,24 @@ async fn send(stream: &mut UnixStream, reply: &[u8], uid: u32) -> bool {
 }
 
 /// The reply to one line, logged with who sent it.
-fn answer(line: &[u8], uid: u32, shared: &Shared, listening: &Listening) -> Value {
+fn answer(line: &[u8], uid: u32, shared: &Shared, listening: &Listening) -> Reply {
     let text = String::from_utf8_lossy(line);
     let text = text.trim();
-    let result = command::parse(text)
-        .map_err(|e| e.to_string())
-        .and_then(|command| {
+    let result = Request::parse(text)
+        .map_err(Refusal::from)
+        .and_then(|request| {
             let rows = listening.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            run::run(&command, shared, &rows)
+            run::run(&request, shared, &rows)
         });
     let shown = crate::ops::log_format::clipped(text);
     match result {
-        Ok(Value::Object(mut fields)) => {
+        Ok(reply) => {
             tracing::info!(uid, command = %shown, "admin command");
-            fields.insert("ok".into(), Value::Bool(true));
-            Value::Object(fields)
+            reply
         }
-        Ok(other) => json!({ "ok": true, "result": other }),
         Err(error) => {
             tracing::info!(uid, command = %shown, %error, "admin command refused");
-            refusal(&error)
+            Reply::Refused(error.to_string())
         }
     }
 }

@@ -4,86 +4,85 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use tcpmux_proto::admin::{
+    BackendRow, Check, HandoffRow, ListenerRow, MemberStatus, QueueRow, Reply, Request, ServiceRow,
+    ServiceState, SessionRow, Source, HELP, VERSION,
+};
 use tcpmux_proto::ServiceName;
 
-use super::command::{Command, HELP};
+use super::refusal::Refusal;
 use crate::admission::ServiceCounts;
-use crate::model::{AdminState, Proxy, Service, ServiceKind, Weighted};
-use crate::ops::metrics::BackendLine;
-use crate::ops::session_table::SessionRow;
+use crate::model::{AdminState, MemberFigures, Proxy, Service, ServiceKind, Weighted};
 use crate::state::{Settings, Shared};
 
-/// One listening socket, as `show listeners` reports it.
-#[derive(Clone, Debug)]
-pub(crate) struct ListenerRow {
-    /// `tcpmux`, `metrics`, `handoff control`, `upgrade` or `admin`.
-    pub kind: &'static str,
-    pub address: String,
-    pub name: Option<String>,
-    pub detect: bool,
-    pub tls: bool,
-    pub accept_proxy_from: Vec<String>,
-}
-
-/// Runs `command`; `listeners` are the sockets in service now.
+/// Runs `request`; `listeners` are the sockets in service now.
 pub(super) fn run(
-    command: &Command,
+    request: &Request,
     shared: &Shared,
     listeners: &[ListenerRow],
-) -> Result<Value, String> {
+) -> Result<Reply, Refusal> {
     let settings = shared.settings();
-    match command {
-        Command::Help => Ok(json!({ "commands": HELP })),
-        Command::ShowServices => Ok(json!({ "services": services(shared, &settings) })),
-        Command::ShowBackends(only) => {
+    match request {
+        Request::Help => Ok(Reply::Help {
+            version: VERSION,
+            commands: HELP.iter().map(|c| (*c).to_owned()).collect(),
+        }),
+        Request::ShowServices => Ok(Reply::Services(services(shared, &settings))),
+        Request::ShowBackends(only) => {
             if let Some(name) = only {
                 proxy_of(&settings, name)?;
             }
-            Ok(json!({ "backends": backends(&settings, only.as_deref()) }))
+            Ok(Reply::Backends(backends(&settings, only.as_deref())))
         }
-        Command::ShowListeners => {
-            Ok(json!({ "listeners": listeners.iter().map(listener).collect::<Vec<_>>() }))
-        }
-        Command::ShowHandoff => Ok(json!({ "handoff": handoff(shared) })),
-        Command::ShowSessions(only) => {
+        Request::ShowListeners => Ok(Reply::Listeners(listeners.to_vec())),
+        Request::ShowHandoff => Ok(Reply::Handoff(handoff(shared))),
+        Request::ShowSessions(only) => {
             let only = match only {
                 Some(name) => Some(counts(&settings, name)?.0.name.as_str()),
                 None => None,
             };
-            Ok(json!({ "sessions": sessions(shared, only) }))
+            Ok(Reply::Sessions(sessions(shared, only)))
         }
-        Command::KillSession(id) => {
-            let session = shared.sessions.get(*id).ok_or_else(|| {
-                format!("no session {id}; it may have ended (show sessions lists the live ones)")
-            })?;
+        Request::KillSession(id) => {
+            let session = shared.sessions.get(*id).ok_or(Refusal::NoSession(*id))?;
             session.kill();
-            Ok(json!({ "killed": 1, "session": session.row() }))
+            Ok(Reply::Killed(session.row()))
         }
-        Command::ShutdownBackend { service, backend } => {
+        Request::ShutdownBackend { service, backend } => {
             shutdown_backend(shared, &settings, service, backend)
         }
-        Command::SetState {
+        Request::SetState {
             service,
             backend,
             state,
-        } => shared.changes.apply(|| {
+        } => changing(shared, || {
             set_backend(&settings, service, backend, |pool, endpoint| {
                 pool.set_state(endpoint, *state);
             })
-        })?,
-        Command::SetWeight {
+        }),
+        Request::SetWeight {
             service,
             backend,
             weight,
-        } => shared.changes.apply(|| {
+        } => changing(shared, || {
             set_backend(&settings, service, backend, |pool, endpoint| {
                 pool.set_weight(endpoint, *weight);
             })
-        })?,
-        Command::Disable(name) => shared.changes.apply(|| switch(&settings, name, true))?,
-        Command::Enable(name) => shared.changes.apply(|| switch(&settings, name, false))?,
+        }),
+        Request::Disable(name) => changing(shared, || switch(&settings, name, true)),
+        Request::Enable(name) => changing(shared, || switch(&settings, name, false)),
     }
+}
+
+/// Runs `change` unless an upgrade is carrying the run-time state.
+fn changing(
+    shared: &Shared,
+    change: impl FnOnce() -> Result<Reply, Refusal>,
+) -> Result<Reply, Refusal> {
+    shared
+        .changes
+        .apply(change)
+        .map_err(|_frozen| Refusal::UpgradeInProgress)?
 }
 
 fn kind(service: &Service) -> &'static str {
@@ -98,15 +97,15 @@ fn kind(service: &Service) -> &'static str {
 fn counts<'s>(
     settings: &'s Settings,
     name: &str,
-) -> Result<(&'s Service, &'s Arc<ServiceCounts>), String> {
-    let unknown = || format!("no service {name:?}; show services lists them");
+) -> Result<(&'s Service, &'s Arc<ServiceCounts>), Refusal> {
+    let unknown = || Refusal::NoService(name.to_owned());
     let name = ServiceName::parse(name).map_err(|_| unknown())?;
     let service = settings.registry.lookup(&name).ok_or_else(unknown)?;
     let counts = settings.usage.get(&name).ok_or_else(unknown)?;
     Ok((service, counts))
 }
 
-pub(super) fn services(shared: &Shared, settings: &Settings) -> Vec<Value> {
+pub(super) fn services(shared: &Shared, settings: &Settings) -> Vec<ServiceRow> {
     let mut services: Vec<&Service> = settings.registry.services().collect();
     services.sort_by(|a, b| a.name.cmp(&b.name));
     services
@@ -114,42 +113,51 @@ pub(super) fn services(shared: &Shared, settings: &Settings) -> Vec<Value> {
         .map(|service| {
             let counts = settings.usage.get(&service.name);
             let disabled = counts.is_some_and(|c| c.disabled.load(Ordering::Acquire));
-            json!({
-                "name": service.name.as_str(),
-                "kind": kind(service),
-                "state": if disabled { "disabled" } else { "enabled" },
-                "set_at_runtime": disabled,
-                "active": counts.map_or(0, |c| c.connections.get()),
-                "max_connections": service.max_connections,
-                "queue": service.queue.as_ref().map(|queue| {
+            ServiceRow {
+                name: service.name.as_str().to_owned(),
+                kind: kind(service).to_owned(),
+                state: if disabled {
+                    ServiceState::Disabled
+                } else {
+                    ServiceState::Enabled
+                },
+                set_at_runtime: disabled,
+                active: counts.map_or(0, |c| c.connections.get() as u64),
+                max_connections: service.max_connections.map(|max| max as u64),
+                queue: service.queue.as_ref().map(|queue| {
                     let figures = counts.map(|c| c.connections.queue()).unwrap_or_default();
-                    json!({
-                        "waiting": figures.waiting,
-                        "max": queue.max,
-                        "timeout_seconds": queue.timeout.as_secs_f64(),
-                        "served": figures.served,
-                        "waited_seconds": figures.waited_seconds,
-                        "timeouts": figures.timeouts,
-                    })
+                    QueueRow {
+                        waiting: figures.waiting as u64,
+                        max: queue.max as u64,
+                        timeout_seconds: queue.timeout.as_secs_f64(),
+                        served: figures.served,
+                        waited_seconds: figures.waited_seconds,
+                        timeouts: figures.timeouts,
+                    }
                 }),
-                "totals": shared.metrics.totals(service.name.as_str()),
-            })
+                totals: shared
+                    .metrics
+                    .totals(service.name.as_str())
+                    .into_iter()
+                    .map(|(outcome, count)| (outcome.to_owned(), count))
+                    .collect(),
+            }
         })
         .collect()
 }
 
 /// The proxy service `name`: the service, its proxy settings, its counts.
-fn proxy_of<'s>(settings: &'s Settings, name: &str) -> Result<Proxied<'s>, String> {
+fn proxy_of<'s>(settings: &'s Settings, name: &str) -> Result<Proxied<'s>, Refusal> {
     let (service, counts) = counts(settings, name)?;
     match &service.kind {
         ServiceKind::Proxy(proxy) => Ok((service, proxy, counts)),
-        _ => Err(format!("service {name} is not a proxy: it has no backends")),
+        _ => Err(Refusal::NotAProxy(name.to_owned())),
     }
 }
 
 type Proxied<'s> = (&'s Service, &'s Arc<Proxy>, &'s Arc<ServiceCounts>);
 
-pub(super) fn backends(settings: &Settings, only: Option<&str>) -> Vec<Value> {
+pub(super) fn backends(settings: &Settings, only: Option<&str>) -> Vec<BackendRow> {
     let mut rows = Vec::new();
     let mut services: Vec<&Service> = settings.registry.services().collect();
     services.sort_by(|a, b| a.name.cmp(&b.name));
@@ -162,7 +170,7 @@ pub(super) fn backends(settings: &Settings, only: Option<&str>) -> Vec<Value> {
         if only.is_some_and(|name| name != service.name.as_str()) {
             continue;
         }
-        for line in counts.pool.lines(service.name.as_str(), proxy) {
+        for line in counts.pool.figures(service.name.as_str(), proxy) {
             rows.push(backend(proxy, &line));
         }
     }
@@ -171,54 +179,49 @@ pub(super) fn backends(settings: &Settings, only: Option<&str>) -> Vec<Value> {
 
 /// One member: `state` is the administrative one, or `down` when health
 /// took a ready member out.
-fn backend(proxy: &Proxy, line: &BackendLine) -> Value {
+fn backend(proxy: &Proxy, line: &MemberFigures) -> BackendRow {
     let state = match line.admin {
-        AdminState::Ready if !line.up => "down",
-        other => other.as_str(),
+        AdminState::Ready if !line.up => MemberStatus::Down,
+        AdminState::Ready => MemberStatus::Ready,
+        AdminState::Drain => MemberStatus::Drain,
+        AdminState::Maint => MemberStatus::Maint,
     };
     let configured = proxy
         .backends
         .iter()
         .filter_map(Weighted::fixed_member)
         .any(|m| m.endpoint.to_string() == line.backend);
-    json!({
-        "service": line.service,
-        "backend": line.backend,
-        "state": state,
-        "weight": line.weight,
-        "active": line.active,
-        "connections": line.connections,
-        "failures": line.failures,
-        "last_check": line.last_check.map(|passed| if passed { "pass" } else { "fail" }),
-        "source": if configured { "config" } else { "dns" },
-        "set_at_runtime": line.set_at_runtime,
-    })
+    BackendRow {
+        service: line.service.clone(),
+        backend: line.backend.clone(),
+        state,
+        weight: line.weight,
+        active: line.active,
+        connections: line.connections,
+        failures: line.failures,
+        last_check: line
+            .last_check
+            .map(|passed| if passed { Check::Pass } else { Check::Fail }),
+        source: if configured {
+            Source::Config
+        } else {
+            Source::Dns
+        },
+        set_at_runtime: line.set_at_runtime,
+    }
 }
 
-pub(super) fn listener(row: &ListenerRow) -> Value {
-    json!({
-        "kind": row.kind,
-        "address": row.address,
-        "name": row.name,
-        "detect": row.detect,
-        "tls": row.tls,
-        "accept_proxy_from": row.accept_proxy_from,
-    })
-}
-
-pub(super) fn handoff(shared: &Shared) -> Vec<Value> {
+pub(super) fn handoff(shared: &Shared) -> Vec<HandoffRow> {
     shared
         .hub
         .registrations()
         .iter()
-        .map(|r| {
-            json!({
-                "pid": r.pid,
-                "uid": r.uid,
-                "names": r.names.iter().map(ServiceName::as_str).collect::<Vec<_>>(),
-                "acks": r.acks.is_some(),
-                "in_flight": r.acks.as_ref().map_or(0, |a| a.in_flight()),
-            })
+        .map(|r| HandoffRow {
+            pid: r.pid,
+            uid: r.uid,
+            names: r.names.iter().map(|n| n.as_str().to_owned()).collect(),
+            acks: r.acks.is_some(),
+            in_flight: r.acks.as_ref().map_or(0, |a| a.in_flight() as u64),
         })
         .collect()
 }
@@ -229,12 +232,12 @@ fn set_backend(
     service: &str,
     backend: &str,
     change: impl FnOnce(&crate::pool::Pool, &crate::model::Endpoint),
-) -> Result<Value, String> {
+) -> Result<Reply, Refusal> {
     let (named, proxy, counts) = proxy_of(settings, service)?;
     let pool = &counts.pool;
     let members = pool
         .current(proxy)
-        .ok_or_else(|| format!("service {service}'s backends are not known yet (DNS)"))?;
+        .ok_or_else(|| Refusal::MembersNotKnown(service.to_owned()))?;
     let Some(member) = members
         .list
         .iter()
@@ -245,20 +248,21 @@ fn set_backend(
             .iter()
             .map(|m| m.endpoint.to_string())
             .collect();
-        return Err(format!(
-            "no backend {backend} in {service}; its backends: {}",
-            known.join(", ")
-        ));
+        return Err(Refusal::NoBackend {
+            service: service.to_owned(),
+            backend: backend.to_owned(),
+            known,
+        });
     };
     change(pool, &member.endpoint);
     // A member back in service makes room: the clients in line get it first.
     counts.connections.set_cap(counts.cap(named));
     let row = pool
-        .lines(service, proxy)
+        .figures(service, proxy)
         .iter()
         .find(|l| l.backend == backend)
         .map(|line| self::backend(proxy, line));
-    Ok(json!({ "backend": row }))
+    Ok(Reply::Backend(row))
 }
 
 pub(super) fn sessions(shared: &Shared, only: Option<&str>) -> Vec<SessionRow> {
@@ -278,31 +282,37 @@ fn shutdown_backend(
     settings: &Settings,
     service: &str,
     backend: &str,
-) -> Result<Value, String> {
+) -> Result<Reply, Refusal> {
     let (named, proxy, counts) = proxy_of(settings, service)?;
     let service = named.name.as_str();
     let killed = shared.sessions.kill_backend(service, backend);
     let member = counts
         .pool
-        .lines(service, proxy)
+        .figures(service, proxy)
         .iter()
         .any(|l| l.backend == backend);
     if killed == 0 && !member {
-        return Err(format!(
-            "no backend {backend} in {service} and no session on it"
-        ));
+        return Err(Refusal::NothingOnBackend {
+            service: service.to_owned(),
+            backend: backend.to_owned(),
+        });
     }
-    Ok(json!({ "service": service, "backend": backend, "killed": killed }))
+    Ok(Reply::ShutDown {
+        service: service.to_owned(),
+        backend: backend.to_owned(),
+        killed: killed as u64,
+    })
 }
 
-fn switch(settings: &Settings, name: &str, disable: bool) -> Result<Value, String> {
+fn switch(settings: &Settings, name: &str, disable: bool) -> Result<Reply, Refusal> {
     let (service, counts) = counts(settings, name)?;
     counts.disabled.store(disable, Ordering::Release);
-    let mut reply = Map::new();
-    reply.insert("service".into(), json!(service.name.as_str()));
-    reply.insert(
-        "state".into(),
-        json!(if disable { "disabled" } else { "enabled" }),
-    );
-    Ok(Value::Object(reply))
+    Ok(Reply::Switched {
+        service: service.name.as_str().to_owned(),
+        state: if disable {
+            ServiceState::Disabled
+        } else {
+            ServiceState::Enabled
+        },
+    })
 }

@@ -2,6 +2,7 @@
 //! so: no other user's connections (idle, never reading, or refused in a
 //! loop) can lock root out.
 
+use super::refusal::Refusal;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -25,16 +26,16 @@ pub(super) struct Slots {
 
 impl Slots {
     /// Takes a slot for `uid`, or says why there is none.
-    pub(super) fn take(&mut self, uid: u32) -> Result<(), &'static str> {
+    pub(super) fn take(&mut self, uid: u32) -> Result<(), Refusal> {
         let held = self.by_uid.get(&uid).copied().unwrap_or(0);
         if uid == 0 {
             if self.total >= MAX_CONNECTIONS + ROOT_RESERVE {
-                return Err("too many admin connections");
+                return Err(Refusal::Full);
             }
         } else if self.total - self.by_uid.get(&0).copied().unwrap_or(0) >= MAX_CONNECTIONS {
-            return Err("too many admin connections");
+            return Err(Refusal::Full);
         } else if held >= PER_UID {
-            return Err("too many admin connections from your uid");
+            return Err(Refusal::FullForUid);
         }
         *self.by_uid.entry(uid).or_default() += 1;
         self.total += 1;
@@ -133,8 +134,8 @@ mod tests {
             slots.take(1000).expect("within the share");
         }
         assert_eq!(
-            slots.take(1000),
-            Err("too many admin connections from your uid")
+            slots.take(1000).map_err(|e| e.to_string()),
+            Err("too many admin connections from your uid".to_owned())
         );
         slots.take(1001).expect("another uid");
     }

@@ -1,14 +1,10 @@
-//! A listener's `tls = { acme = { ... } }`: the settings checked, and the
-//! slot that serves their certificate. There is one slot per set of
-//! settings in the process, so every worker and every reload shares one
-//! order flow; a slot starts with (or, named again, catches up with) the
-//! newest certificate for its files, in storage or in another slot's
-//! memory, so a restart orders nothing and a reload back to earlier
-//! settings serves no older certificate.
+//! A listener's `tls = { acme = { ... } }`: the settings checked, the
+//! certificate stored for them read, and the rustls configuration that
+//! answers TLS-ALPN-01. The slot serving the certificate is the daemon's
+//! (`keys`), one per set of settings.
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -19,8 +15,9 @@ use rustls::pki_types::pem::PemObject;
 
 use super::pem::{certified, TlsError};
 use super::raw::RawAcme;
+use crate::keys::{AcmeCert, Keys};
 use crate::model::{
-    certificate_expiry, certificate_names, AcmeCert, AcmeSettings, HostPattern, ACME_TLS_ALPN,
+    certificate_expiry, certificate_names, AcmeSettings, HostPattern, ACME_TLS_ALPN,
 };
 
 /// Where certificates and the account key are kept unless `storage` says.
@@ -30,37 +27,11 @@ pub const DEFAULT_RENEW_BEFORE: Duration = Duration::from_secs(30 * 86400);
 /// How long one request to the CA may take unless `request_timeout` says.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The settings of `raw` (relative paths from `base`), and their slot.
-pub(crate) fn load(base: &Path, raw: &RawAcme) -> Result<Arc<AcmeCert>, TlsError> {
+/// The settings of `raw` (relative paths from `base`), and the slot `keys`
+/// holds for them.
+pub(crate) fn load(base: &Path, raw: &RawAcme, keys: &Keys) -> Result<Arc<AcmeCert>, TlsError> {
     let settings = settings(base, raw)?;
-    static SLOTS: OnceLock<Mutex<HashMap<AcmeSettings, Arc<AcmeCert>>>> = OnceLock::new();
-    let mut slots = SLOTS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    // Slots no configuration holds any more (only this table does).
-    slots.retain(|_, slot| Arc::strong_count(slot) > 1);
-    let slot = match slots.get(&settings) {
-        Some(slot) => Arc::clone(slot),
-        None => Arc::new(AcmeCert::new(settings.clone())),
-    };
-    // The newest certificate for these files: stored, or held by another
-    // slot for them (one not yet stored, on a full disk).
-    let same_files = |other: &AcmeSettings| {
-        other.storage == settings.storage && other.pair_name() == settings.pair_name()
-    };
-    let held = slots
-        .iter()
-        .filter(|(other, _)| same_files(other))
-        .filter_map(|(_, other)| Some((other.current()?, other.expiry()?)));
-    let found = stored(&settings).ok().map(|(c, e)| (Arc::new(c), e));
-    if let Some((certified, expiry)) = held.chain(found).max_by_key(|(_, e)| *e) {
-        if slot.expiry().map_or(true, |mine| expiry > mine) {
-            slot.install(certified, expiry);
-        }
-    }
-    slots.insert(settings, Arc::clone(&slot));
-    Ok(slot)
+    Ok(keys.acme_slot(settings, |settings| stored(settings).ok()))
 }
 
 fn settings(base: &Path, raw: &RawAcme) -> Result<AcmeSettings, TlsError> {

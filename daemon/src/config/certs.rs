@@ -10,7 +10,8 @@ use std::sync::Arc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::model::{certificate_names, AcmeCert, HostMap, HostPattern};
+use crate::keys::AcmeCert;
+use crate::model::{certificate_names, HostMap, HostPattern};
 
 /// The certificate served for every name no other takes.
 #[derive(Debug)]

@@ -1,5 +1,6 @@
 //! `listen`: the addresses to serve and each one's options.
 
+use crate::keys::Keys;
 use toml::Spanned;
 
 use super::error::{ConfigError, Source};
@@ -14,6 +15,7 @@ const DEFAULT_FAST_OPEN_QUEUE: u32 = 256;
 pub(crate) fn listen(
     src: Source<'_>,
     list: Option<&Spanned<Vec<Spanned<toml::Value>>>>,
+    keys: &Keys,
 ) -> Result<Option<Vec<ListenSpec>>, ConfigError> {
     let Some(list) = list else { return Ok(None) };
     if list.get_ref().is_empty() {
@@ -21,7 +23,7 @@ pub(crate) fn listen(
     }
     let mut specs: Vec<(ListenSpec, usize)> = Vec::new();
     for item in list.get_ref() {
-        let spec = one(src, item)?;
+        let spec = one(src, item, keys)?;
         unix_directory(src, item, &spec.addr)?;
         if let Some((first, at)) = specs.iter().find(|(seen, _)| clash(&seen.addr, &spec.addr)) {
             let (line, _) = src.line_column(*at);
@@ -56,7 +58,11 @@ fn clash(a: &ListenAddr, b: &ListenAddr) -> bool {
 
 /// One entry of the list: its address and options, as written (what the
 /// machine has, such as a socket's directory, is checked by the caller).
-fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, ConfigError> {
+fn one(
+    src: Source<'_>,
+    item: &Spanned<toml::Value>,
+    keys: &Keys,
+) -> Result<ListenSpec, ConfigError> {
     let at = |message: String| src.at(item.span(), message);
     let table = table(src, item)?;
     let addr = match table.address.parse::<ListenAddr>() {
@@ -92,7 +98,7 @@ fn one(src: Source<'_>, item: &Spanned<toml::Value>) -> Result<ListenSpec, Confi
     }
     let tls = match &table.tls {
         Some(raw) => {
-            Some(super::tls::load(src, raw).map_err(|e| at(format!("listen {addr}: {e}")))?)
+            Some(super::tls::load(src, raw, keys).map_err(|e| at(format!("listen {addr}: {e}")))?)
         }
         None => None,
     };

@@ -119,6 +119,7 @@ pub(crate) struct RawConfig {
     pub(crate) handoff_max_connections_per_uid: Option<Spanned<usize>>,
     pub(crate) handoff_register_timeout: Option<Spanned<ConfigDuration>>,
     pub(crate) shutdown_grace: Option<Spanned<ConfigDuration>>,
+    pub(crate) shutdown_delay: Option<Spanned<ConfigDuration>>,
     pub(crate) user: Option<Spanned<String>>,
     pub(crate) group: Option<Spanned<String>>,
     pub(crate) metrics_listen: Option<Spanned<String>>,

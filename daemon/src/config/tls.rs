@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, CertificateRevocationListDer};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ProducesTickets, WebPkiClientVerifier};
 use rustls::{RootCertStore, ServerConfig};
 
 use super::certs::Served;
 use super::error::Source;
 use super::pem::{certificates, certified, read, TlsError};
 use super::raw::{RawCertPair, RawTls};
+use crate::keys::{AcmeCert, Keys};
 use crate::model::{CertPair, ClientAuth, DefaultCert, HostMap, ServerConfigs, Tls};
 use crate::registry::Registry;
 
@@ -23,15 +24,12 @@ use crate::registry::Registry;
 pub(super) const ALPN: &[u8] = b"tcpmux";
 
 /// Reads `raw`'s files. Relative paths are relative to the configuration file.
-pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
+pub(crate) fn load(src: Source<'_>, raw: &RawTls, keys: &Keys) -> Result<Tls, TlsError> {
     let base = Path::new(src.origin).parent().unwrap_or(Path::new(""));
     let path = |p: &str| base.join(p);
-    let default = match (&raw.cert, &raw.key, &raw.acme) {
-        (Some(cert), Some(key), None) => DefaultCert::Files {
-            cert: path(cert),
-            key: path(key),
-        },
-        (None, None, Some(acme)) => DefaultCert::Acme(super::acme::load(base, acme)?),
+    let first = match (&raw.cert, &raw.key, &raw.acme) {
+        (Some(cert), Some(key), None) => First::Files(path(cert), path(key)),
+        (None, None, Some(acme)) => First::Acme(super::acme::load(base, acme, keys)?),
         (_, _, Some(_)) => return Err(TlsError::AcmeAndFiles),
         (None, None, None) => return Err(TlsError::NoCertificateSource),
         _ => return Err(TlsError::HalfPair),
@@ -54,11 +52,19 @@ pub(crate) fn load(src: Source<'_>, raw: &RawTls) -> Result<Tls, TlsError> {
         return Err(TlsError::CrlWithoutCa);
     }
     let client = (client_ca.as_deref(), client_auth, &client_crl[..]);
-    let (server, expiries) = server_config(&default, &certs, client, raw.tickets.unwrap_or(true))?;
+    let tickets = match raw.tickets.unwrap_or(true) {
+        true => Some(keys.tickets().map_err(TlsError::Rustls)?),
+        false => None,
+    };
+    let (server, expiries) = server_config(&first, &certs, client, tickets)?;
     let mut server = ServerConfigs::new(server);
-    if let DefaultCert::Acme(slot) = &default {
-        server.challenge = Some(super::acme::challenge_config(slot)?);
-    }
+    let default = match first {
+        First::Files(cert, key) => DefaultCert::Files { cert, key },
+        First::Acme(slot) => {
+            server.challenge = Some(super::acme::challenge_config(&slot)?);
+            DefaultCert::Acme(slot.settings.clone())
+        }
+    };
     Ok(Tls {
         default,
         client_ca,
@@ -95,21 +101,25 @@ pub(crate) fn offer_alpn(tls: &mut Tls, registry: &Registry) {
     tls.server.terminated = Arc::new(terminated);
 }
 
+/// The default certificate's source, as `server_config` serves it.
+enum First {
+    Files(PathBuf, PathBuf),
+    Acme(Arc<AcmeCert>),
+}
+
 /// The rustls configuration: the certificates to serve, and how client
 /// certificates are checked (the CA, whether one is required, the CRLs);
 /// with each served certificate's name and expiry, read from the same parse.
 fn server_config(
-    default: &DefaultCert,
+    first: &First,
     certs: &[CertPair],
     (client_ca, client_auth, client_crl): (Option<&Path>, ClientAuth, &[PathBuf]),
-    tickets: bool,
+    tickets: Option<Arc<dyn ProducesTickets>>,
 ) -> Result<(ServerConfig, Vec<(String, i64)>), TlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let default = match default {
-        DefaultCert::Files { cert, key } => {
-            Served::Fixed(Arc::new(certified(cert, key, &provider)?))
-        }
-        DefaultCert::Acme(slot) => Served::Acme(Arc::clone(slot)),
+    let default = match first {
+        First::Files(cert, key) => Served::Fixed(Arc::new(certified(cert, key, &provider)?)),
+        First::Acme(slot) => Served::Acme(Arc::clone(slot)),
     };
     let extra = certs
         .iter()
@@ -161,8 +171,8 @@ fn server_config(
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![ALPN.to_vec()];
     match tickets {
-        true => config.ticketer = ticketer()?,
-        false => {
+        Some(tickets) => config.ticketer = tickets,
+        None => {
             config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
             config.send_tls13_tickets = 0;
         }
@@ -189,20 +199,6 @@ fn revocation_lists(
         all.extend(found);
     }
     Ok(all)
-}
-
-/// The session-ticket keys: one rotating set for the whole process, so a
-/// ticket from one worker resumes on another, and one from before a reload
-/// (which builds every listener's configuration anew) after it. rustls's
-/// ring ticketer makes a new key every 6 hours and accepts the previous one.
-fn ticketer() -> Result<Arc<dyn rustls::server::ProducesTickets>, TlsError> {
-    static TICKETER: std::sync::OnceLock<Arc<dyn rustls::server::ProducesTickets>> =
-        std::sync::OnceLock::new();
-    if let Some(made) = TICKETER.get() {
-        return Ok(Arc::clone(made));
-    }
-    let made = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(TlsError::Rustls)?;
-    Ok(Arc::clone(TICKETER.get_or_init(|| made)))
 }
 
 /// A leaf's first name and when it expires.

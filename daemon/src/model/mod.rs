@@ -8,6 +8,7 @@ mod admin;
 mod cidr;
 pub mod clock;
 mod exec;
+mod figures;
 mod listen;
 mod pattern;
 mod peer;
@@ -21,10 +22,11 @@ use std::sync::Arc;
 use tcpmux_proto::ServiceName;
 
 pub use access::Access;
-pub use acme::{AcmeCert, AcmeSettings, ACME_TLS_ALPN};
+pub use acme::{AcmeSettings, ACME_TLS_ALPN};
 pub use admin::{AdminSettings, AdminState};
 pub use cidr::{Cidr, CidrError};
 pub use exec::{Exec, ExecReply, OnShutdown};
+pub use figures::{MemberFigures, QueueFigures};
 pub use listen::{ListenAddr, ListenAddrError, ListenOptions, ListenSpec};
 pub use pattern::{Pattern, PatternError, MATCH_WINDOW};
 pub use peer::{ClientInfo, Peer};
@@ -109,15 +111,6 @@ impl Service {
 pub struct Queue {
     pub max: usize,
     pub timeout: std::time::Duration,
-}
-
-/// The queue's figures, for the metrics and `show services`.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct QueueFigures {
-    pub waiting: usize,
-    pub served: u64,
-    pub waited_seconds: f64,
-    pub timeouts: u64,
 }
 
 /// The queue length when `queue_timeout` is set without `queue_max`.

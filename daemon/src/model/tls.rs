@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::acme::AcmeCert;
+use super::acme::AcmeSettings;
 use super::HostMap;
 
 /// A TLS listener's settings. The files are read when the configuration is
@@ -95,27 +95,14 @@ impl PartialEq for Tls {
 impl Eq for Tls {}
 
 /// Where a listener's default certificate comes from.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DefaultCert {
     /// `cert` and `key`.
     Files { cert: PathBuf, key: PathBuf },
-    /// `acme`: obtained and renewed by the daemon.
-    Acme(Arc<AcmeCert>),
+    /// `acme`: obtained and renewed by the daemon, served from the slot
+    /// `keys` holds for these settings.
+    Acme(AcmeSettings),
 }
-
-impl PartialEq for DefaultCert {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (DefaultCert::Files { cert, key }, DefaultCert::Files { cert: c, key: k }) => {
-                cert == c && key == k
-            }
-            (DefaultCert::Acme(a), DefaultCert::Acme(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-}
-
-impl Eq for DefaultCert {}
 
 /// One more certificate of a listener, and its key.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -244,36 +244,42 @@ impl AsyncRead for Conn {
     }
 }
 
+impl Conn {
+    /// Where a write goes: the plain or TLS connection (behind bytes read
+    /// ahead, which only reads see), or nowhere once the handshake failed.
+    /// Each poll below forwards to it, so the kinds are told apart once.
+    fn writer(&mut self) -> Option<Pin<&mut (dyn AsyncWrite + Send + Unpin)>> {
+        match self {
+            Conn::Plain(s) => Some(Pin::new(s)),
+            Conn::Tls(s) => Some(Pin::new(s.as_mut())),
+            Conn::Early(early) => early.then.writer(),
+            Conn::Gone => None,
+        }
+    }
+}
+
 impl AsyncWrite for Conn {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-            Conn::Early(early) => Pin::new(&mut early.then).poll_write(cx, buf),
-            Conn::Gone => Poll::Ready(Err(gone())),
+        match self.get_mut().writer() {
+            Some(writer) => writer.poll_write(cx, buf),
+            None => Poll::Ready(Err(gone())),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-            Conn::Early(early) => Pin::new(&mut early.then).poll_flush(cx),
-            Conn::Gone => Poll::Ready(Ok(())),
-        }
+        self.get_mut()
+            .writer()
+            .map_or(Poll::Ready(Ok(())), |writer| writer.poll_flush(cx))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-            Conn::Early(early) => Pin::new(&mut early.then).poll_shutdown(cx),
-            Conn::Gone => Poll::Ready(Ok(())),
-        }
+        self.get_mut()
+            .writer()
+            .map_or(Poll::Ready(Ok(())), |writer| writer.poll_shutdown(cx))
     }
 }
 

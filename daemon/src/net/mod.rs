@@ -14,6 +14,8 @@ pub(crate) mod pair;
 pub(crate) mod peek;
 pub(crate) mod proxy_protocol;
 pub(crate) mod relay;
+#[doc(hidden)]
+pub mod segments;
 pub(crate) mod sendfile;
 pub(crate) mod stream;
 pub(crate) mod tls;
@@ -30,24 +32,4 @@ pub(crate) async fn test_pair() -> (stream::Stream, tokio::net::TcpStream) {
         .unwrap();
     let (ours, _) = listener.accept().await.unwrap();
     (stream::Stream::Tcp(ours), peer)
-}
-
-/// TCP segments a socket has received (TCP_INFO's tcpi_segs_in, at byte 140
-/// of the kernel's struct since Linux 4.2), for tests that count packets.
-#[cfg(test)]
-pub(crate) fn segments_in(socket: &impl std::os::fd::AsRawFd) -> u32 {
-    let mut info = [0u8; 256];
-    let mut len = info.len() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `info`.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    assert!(rc == 0 && len >= 144, "TCP_INFO: rc {rc}, {len} bytes");
-    u32::from_ne_bytes(info[140..144].try_into().expect("4 bytes"))
 }

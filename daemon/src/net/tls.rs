@@ -312,7 +312,7 @@ mod tests {
         // No tickets: they would follow the handshake as segments of their own.
         Arc::make_mut(&mut server).send_tls13_tickets = 0;
         let (_server, client) = handshake(server, client).await;
-        let segments = crate::net::segments_in(client.get_ref().0);
+        let segments = crate::net::segments::segments(client.get_ref().0).received;
         assert!(segments <= 3, "{segments} segments reached the client");
     }
 
@@ -320,7 +320,7 @@ mod tests {
     #[tokio::test]
     async fn close_notify_and_the_fin_are_one_segment() {
         let (mut server, mut client) = established().await;
-        let before = crate::net::segments_in(client.get_ref().0);
+        let before = crate::net::segments::segments(client.get_ref().0).received;
         server.shutdown().await.expect("close_notify and FIN");
         let mut rest = Vec::new();
         client.read_to_end(&mut rest).await.expect("a clean end");
@@ -328,7 +328,7 @@ mod tests {
         // rustls ends at close_notify: wait for the FIN on the socket itself.
         let fin = client.get_mut().0.read(&mut [0u8; 1]).await;
         assert_eq!(fin.expect("FIN"), 0);
-        let segments = crate::net::segments_in(client.get_ref().0) - before;
+        let segments = crate::net::segments::segments(client.get_ref().0).received - before;
         assert_eq!(segments, 1, "close_notify and FIN as {segments} segments");
     }
 

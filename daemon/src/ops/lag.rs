@@ -27,10 +27,13 @@ struct Histogram {
     /// Samples per bucket, not cumulative; the last counts those above all.
     counts: [u64; BUCKETS.len() + 1],
     sum: f64,
+    /// When the loop last ran its timer.
+    last: Option<Instant>,
 }
 
 impl Histogram {
     fn record(&mut self, seconds: f64) {
+        self.last = Some(Instant::now());
         let bucket = BUCKETS
             .iter()
             .position(|&le| seconds <= le)
@@ -77,6 +80,17 @@ impl Lag {
     pub(crate) fn record(&self, worker: Loop, lag: Duration) {
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         workers.entry(worker).or_default().record(lag.as_secs_f64());
+    }
+
+    /// The loops that have not run their timer for longer than `stuck`, and
+    /// for how long: a loop that cannot run a 100 ms timer serves no one.
+    pub(crate) fn stalled(&self, stuck: Duration) -> Vec<(Loop, Duration)> {
+        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        workers
+            .iter()
+            .filter_map(|(&worker, h)| Some((worker, h.last?.elapsed())))
+            .filter(|(_, since)| *since > stuck)
+            .collect()
     }
 
     /// The histogram family, one series per worker.

@@ -7,13 +7,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::lag::Lag;
-use crate::model::QueueFigures;
+use crate::model::{MemberFigures, QueueFigures};
 
 /// One service's connections by (outcome, how they were routed), and the
 /// bytes its finished connections moved.
 #[derive(Default)]
 struct Counts {
     outcomes: BTreeMap<(&'static str, &'static str), u64>,
+    /// Refusals by reason (`Refusal::reason`'s words).
+    refusals: BTreeMap<&'static str, u64>,
     bytes: u64,
 }
 
@@ -34,14 +36,14 @@ pub(crate) struct Metrics {
 impl Metrics {
     /// Records a finished connection. `service` must be a registered name or `-`,
     /// never what a client typed, so clients cannot grow the label set.
-    /// `routed` says how it reached the service (tcpmux, sni, ssh, http, silent).
+    /// `routed` says how it reached the service (tcpmux, sni, ssh, http,
+    /// silent); `refused`, why it was refused, if it was (one fixed word).
     pub(crate) fn record(
         &self,
         service: &str,
-        outcome: &'static str,
+        (outcome, refused): (&'static str, Option<&'static str>),
         routed: &'static str,
-        bytes_in: u64,
-        bytes_out: u64,
+        (bytes_in, bytes_out): (u64, u64),
     ) {
         self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
@@ -51,6 +53,9 @@ impl Metrics {
             None => map.entry(service.to_owned()).or_default(),
         };
         *outcomes.outcomes.entry((outcome, routed)).or_insert(0) += 1;
+        if let Some(reason) = refused {
+            *outcomes.refusals.entry(reason).or_insert(0) += 1;
+        }
         outcomes.bytes += bytes_in + bytes_out;
     }
 
@@ -83,14 +88,8 @@ impl Metrics {
         totals
     }
 
-    /// The exposition text, with `active` connections and live handoff backends.
-    pub(crate) fn render(
-        &self,
-        active: usize,
-        handoff: &[(String, usize)],
-        backends: &[BackendLine],
-        queues: &[(String, QueueFigures)],
-    ) -> String {
+    /// The exposition text: these counters, and `gauges`.
+    pub(crate) fn render(&self, gauges: &Gauges) -> String {
         let mut out = String::new();
         family(
             &mut out,
@@ -108,13 +107,14 @@ impl Metrics {
                 );
             }
         }
+        render_refusals(&mut out, &map);
         drop(map);
         let single = [
             (
                 "tcpmuxd_connections_active",
                 "gauge",
                 "Connections open now.",
-                active as u64,
+                gauges.active as u64,
             ),
             (
                 "tcpmuxd_bytes_received_total",
@@ -139,15 +139,15 @@ impl Metrics {
             "gauge",
             "Registered handoff backends, by service.",
         );
-        for (service, count) in handoff {
+        for (service, count) in &gauges.handoff {
             let _ = writeln!(
                 out,
                 "tcpmuxd_handoff_backends{{service=\"{}\"}} {count}",
                 escape(service)
             );
         }
-        render_backends(&mut out, backends);
-        render_queues(&mut out, queues);
+        render_backends(&mut out, &gauges.backends);
+        render_queues(&mut out, &gauges.queues);
         family(
             &mut out,
             "tcpmuxd_tls_handshakes_total",
@@ -162,29 +162,63 @@ impl Metrics {
             );
         }
         self.lag.render(&mut out);
+        render_certificates(&mut out, &gauges.certificates);
+        render_acme_failures(&mut out, &gauges.acme_failures);
         out
     }
 }
 
-/// One proxy backend's figures, for the per-backend families.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct BackendLine {
-    pub service: String,
-    pub backend: String,
-    pub up: bool,
-    pub active: u64,
-    pub connections: u64,
-    pub failures: u64,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    /// The last active check's result, if checks run.
-    pub last_check: Option<bool>,
-    /// The weight in force (an operator's, else the configured or SRV one).
-    pub weight: u32,
-    /// The administrative state set on the admin socket.
-    pub admin: crate::model::AdminState,
-    /// Whether the operator set its state or weight at run time.
-    pub set_at_runtime: bool,
+/// `tcpmuxd_refusals_total`, from the same per-service counts.
+fn render_refusals(out: &mut String, map: &BTreeMap<String, Counts>) {
+    let name = "tcpmuxd_refusals_total";
+    family(
+        out,
+        name,
+        "counter",
+        "Clients refused, by service and reason.",
+    );
+    for (service, counts) in map {
+        for (reason, count) in &counts.refusals {
+            let _ = writeln!(
+                out,
+                "{name}{{service=\"{}\",reason=\"{reason}\"}} {count}",
+                escape(service)
+            );
+        }
+    }
+}
+
+/// What the live state is now, gathered by the caller under its locks, for
+/// the gauges of one rendering.
+#[derive(Debug, Default)]
+pub(crate) struct Gauges {
+    /// Connections open now.
+    pub active: usize,
+    /// Registered handoff backends by service.
+    pub handoff: Vec<(String, usize)>,
+    pub backends: Vec<MemberFigures>,
+    /// The queues of services with `queue_timeout`.
+    pub queues: Vec<(String, QueueFigures)>,
+    /// Each served certificate's first name and notAfter, the earliest
+    /// where several share a name (see [`Gauges::certificate`]).
+    pub certificates: Vec<(String, i64)>,
+    /// Each ACME certificate's first name and its failed orders so far.
+    pub acme_failures: Vec<(String, u64)>,
+}
+
+impl Gauges {
+    /// Adds a served certificate: one series per name, the first to expire.
+    pub(crate) fn certificate(&mut self, name: String, expiry: i64) {
+        earliest(&mut self.certificates, name, expiry);
+    }
+}
+
+/// Adds `name`'s `expiry` to `certificates`, keeping the earliest per name.
+pub(crate) fn earliest(certificates: &mut Vec<(String, i64)>, name: String, expiry: i64) {
+    match certificates.iter_mut().find(|(n, _)| *n == name) {
+        Some(known) => known.1 = known.1.min(expiry),
+        None => certificates.push((name, expiry)),
+    }
 }
 
 /// The queues of services with `queue_timeout`.
@@ -232,8 +266,8 @@ fn render_queues(out: &mut String, queues: &[(String, QueueFigures)]) {
     }
 }
 
-fn render_backends(out: &mut String, backends: &[BackendLine]) {
-    type Value = fn(&BackendLine) -> Option<u64>;
+fn render_backends(out: &mut String, backends: &[MemberFigures]) {
+    type Value = fn(&MemberFigures) -> Option<u64>;
     let families: [(&str, &str, &str, Value); 5] = [
         (
             "tcpmuxd_backend_up",
@@ -299,7 +333,7 @@ fn render_backends(out: &mut String, backends: &[BackendLine]) {
 
 /// The `# HELP` and `# TYPE` lines that open a metric family.
 /// When each certificate the TLS listeners serve expires, by its first name.
-pub(crate) fn render_certificates(out: &mut String, certificates: &[(String, i64)]) {
+fn render_certificates(out: &mut String, certificates: &[(String, i64)]) {
     if certificates.is_empty() {
         return;
     }
@@ -312,6 +346,24 @@ pub(crate) fn render_certificates(out: &mut String, certificates: &[(String, i64
     );
     for (cert, expiry) in certificates {
         let _ = writeln!(out, "{name}{{name=\"{}\"}} {expiry}", escape(cert));
+    }
+}
+
+/// Failed ACME orders, by the certificate's first name: one that grows means
+/// renewals fail (the log says why).
+fn render_acme_failures(out: &mut String, failures: &[(String, u64)]) {
+    if failures.is_empty() {
+        return;
+    }
+    let name = "tcpmuxd_acme_order_failures_total";
+    family(
+        out,
+        name,
+        "counter",
+        "ACME orders that failed, by the certificate's first name.",
+    );
+    for (cert, count) in failures {
+        let _ = writeln!(out, "{name}{{name=\"{}\"}} {count}", escape(cert));
     }
 }
 
@@ -330,16 +382,32 @@ mod tests {
     #[test]
     fn renders_counts() {
         let metrics = Metrics::default();
-        metrics.record("echo", "served", "tcpmux", 10, 20);
-        metrics.record("echo", "served", "tcpmux", 1, 2);
-        metrics.record("-", "refused", "tcpmux", 5, 30);
+        metrics.record("echo", ("served", None), "tcpmux", (10, 20));
+        metrics.record("echo", ("served", None), "tcpmux", (1, 2));
+        metrics.record("-", ("refused", Some("unknown_service")), "tcpmux", (5, 30));
+        metrics.record("web", ("refused", Some("busy")), "tcpmux", (0, 0));
+        metrics.record("web", ("refused", Some("busy")), "tcpmux", (0, 0));
         let queue = QueueFigures {
             waiting: 4,
             served: 7,
             waited_seconds: 1.5,
             timeouts: 2,
         };
-        let text = metrics.render(3, &[("app".into(), 2)], &[], &[("db".into(), queue)]);
+        let mut gauges = Gauges {
+            active: 3,
+            handoff: vec![("app".into(), 2)],
+            queues: vec![("db".into(), queue)],
+            ..Gauges::default()
+        };
+        gauges.certificate("example.com".into(), 2_000);
+        gauges.certificate("example.com".into(), 1_000);
+        gauges.certificate("example.com".into(), 3_000);
+        gauges.acme_failures.push(("example.com".into(), 2));
+        let text = metrics.render(&gauges);
+        assert!(text.contains("tcpmuxd_acme_order_failures_total{name=\"example.com\"} 2\n"));
+        assert!(text.contains(
+            "tcpmuxd_tls_certificate_expiry_timestamp_seconds{name=\"example.com\"} 1000\n"
+        ));
         for line in [
             "tcpmuxd_service_queue_length{service=\"db\"} 4\n",
             "tcpmuxd_service_queue_wait_seconds_sum{service=\"db\"} 1.5\n",
@@ -358,5 +426,9 @@ mod tests {
         assert!(text.contains("tcpmuxd_bytes_received_total 16\n"));
         assert!(text.contains("tcpmuxd_bytes_sent_total 52\n"));
         assert!(text.contains("tcpmuxd_handoff_backends{service=\"app\"} 2\n"));
+        assert!(text.contains("tcpmuxd_refusals_total{service=\"web\",reason=\"busy\"} 2\n"));
+        assert!(
+            text.contains("tcpmuxd_refusals_total{service=\"-\",reason=\"unknown_service\"} 1\n")
+        );
     }
 }

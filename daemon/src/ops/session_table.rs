@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
-use serde::Serialize;
+use tcpmux_proto::admin::SessionRow;
 use tcpmux_proto::ServiceName;
 use tokio::sync::Notify;
 
@@ -58,27 +58,6 @@ pub struct Detail {
     pub routed: Routed,
     /// Kept as an address: written out only when someone looks.
     pub backend: Option<Endpoint>,
-    pub tls: Option<String>,
-    pub cert: Option<String>,
-}
-
-/// One row of `show sessions`.
-#[derive(Clone, Debug, Serialize)]
-pub struct SessionRow {
-    pub id: u64,
-    pub client: String,
-    pub listener: String,
-    pub service: Option<String>,
-    pub routed: &'static str,
-    /// Seconds since accept.
-    pub age: f64,
-    /// Unix time of the accept, in seconds.
-    pub started: u64,
-    /// Bytes relayed from the client and to it so far, by a proxy service
-    /// (the other services' bytes are in the log line when they end).
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub backend: Option<String>,
     pub tls: Option<String>,
     pub cert: Option<String>,
 }
@@ -240,7 +219,7 @@ impl LiveSession {
                 .listener
                 .map_or_else(|| "unix".to_owned(), |a| a.to_string()),
             service: detail.service.map(|name| name.to_string()),
-            routed: detail.routed.label(),
+            routed: detail.routed.label().to_owned(),
             age: self.started.elapsed().as_secs_f64(),
             started,
             bytes_in: self.traffic.up.load(Ordering::Relaxed),
@@ -249,6 +228,14 @@ impl LiveSession {
             tls: detail.tls,
             cert: detail.cert,
         }
+    }
+}
+
+impl Registered {
+    /// The session as the table holds it, to wait on while the session
+    /// itself is borrowed.
+    pub fn handle(&self) -> Arc<LiveSession> {
+        Arc::clone(&self.live)
     }
 }
 

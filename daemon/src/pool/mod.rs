@@ -4,6 +4,7 @@
 //! name and survives reloads, like its other counts; `health.rs` and
 //! `discovery.rs` are the tasks that keep it current.
 
+mod balance;
 pub(crate) mod discovery;
 mod hashing;
 pub(crate) mod health;
@@ -13,34 +14,48 @@ mod overrides;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
 use known::{usable, Known};
 
-use crate::model::{AdminState, Balance, Endpoint, Member, Proxy, Weighted};
+use crate::model::{AdminState, Endpoint, Member, MemberFigures, Proxy, Weighted};
 use crate::net::relay::Relayed;
-use crate::ops::metrics::BackendLine;
 
-/// One service's pool state.
-///
-/// Lock order, where several are held: `known`, then `active`, then
-/// `overrides`; the `members` watch is read or replaced under `known`
-/// (so that what is known never names a member that left).
+/// One service's pool state: its members, and each endpoint's state in one
+/// map under one lock (`state`); the `members` watch is read or replaced
+/// under that lock too, so that what is known never names a member that
+/// left.
 #[derive(Debug)]
 pub(crate) struct Pool {
     turn: AtomicUsize,
     random: AtomicU64,
     members: watch::Sender<Arc<Members>>,
-    active: Mutex<HashMap<Endpoint, Arc<AtomicUsize>>>,
-    /// What is known of each current member: entries exist only for members
-    /// (`replace` drops those that left, `update` never re-creates them).
-    known: Mutex<HashMap<Endpoint, Known>>,
-    /// Set on the admin socket, by endpoint. Kept across DNS changes and
-    /// reloads that keep the member: the operator's word stands until the
-    /// operator changes it, or a reload removes the member.
-    overrides: Mutex<HashMap<Endpoint, Override>>,
+    state: Mutex<HashMap<Endpoint, MemberState>>,
+}
+
+/// One endpoint's state. An entry lives while any part of it does: the
+/// endpoint is a member, sessions still hold it, or an operator set
+/// something for it.
+#[derive(Debug, Default)]
+struct MemberState {
+    /// Its health and traffic: only while it is a member (`replace` drops
+    /// it for those that left, `update` never makes it for them).
+    known: Option<Known>,
+    /// Connections held on it now (by `Held` values, which outlive a member
+    /// that left).
+    held: Arc<AtomicUsize>,
+    /// Set on the admin socket. Kept across DNS changes and reloads that
+    /// keep the member: the operator's word stands until the operator
+    /// changes it, or a reload removes the member.
+    set: Option<Override>,
+}
+
+impl MemberState {
+    fn is_empty(&self) -> bool {
+        self.known.is_none() && self.set.is_none() && self.held.load(Ordering::Acquire) == 0
+    }
 }
 
 /// What an operator set for one backend at run time.
@@ -57,9 +72,7 @@ impl Default for Pool {
             turn: AtomicUsize::new(0),
             random: AtomicU64::new(0),
             members: watch::Sender::new(Arc::default()),
-            active: Mutex::default(),
-            known: Mutex::default(),
-            overrides: Mutex::default(),
+            state: Mutex::default(),
         }
     }
 }
@@ -158,14 +171,18 @@ impl Pool {
     }
 
     fn replace(&self, members: Members) {
-        // State of endpoints that left goes with them; counts still held by
-        // their sessions live on in the `Held` values. Under the `known`
-        // lock, so that `update` sees either the old members and their
-        // entries or the new ones, never an entry for one that left.
-        let mut known = lock(&self.known);
-        let keep = |e: &Endpoint| members.list.iter().any(|m| &m.endpoint == e);
-        known.retain(|e, _| keep(e));
-        lock(&self.active).retain(|e, c| keep(e) || c.load(Ordering::Acquire) > 0);
+        // What is known of endpoints that left goes with them; counts still
+        // held by their sessions live on in the `Held` values, what an
+        // operator set until a reload forgets it. Under the lock, so that
+        // `update` sees either the old members and their entries or the new
+        // ones, never an entry for one that left.
+        let mut state = lock(&self.state);
+        for (endpoint, entry) in state.iter_mut() {
+            if !members.list.iter().any(|m| &m.endpoint == endpoint) {
+                entry.known = None;
+            }
+        }
+        state.retain(|_, entry| !entry.is_empty());
         self.members.send_replace(Arc::new(members));
     }
 
@@ -173,7 +190,7 @@ impl Pool {
     /// member: a session or a check that ends after DNS dropped its backend
     /// changes nothing.
     fn update(&self, endpoint: &Endpoint, change: impl FnOnce(&mut Known)) {
-        let mut known = lock(&self.known);
+        let mut state = lock(&self.state);
         let member = self
             .members
             .borrow()
@@ -181,8 +198,17 @@ impl Pool {
             .iter()
             .any(|m| &m.endpoint == endpoint);
         if member {
-            change(known.entry(endpoint.clone()).or_default());
+            let entry = state.entry(endpoint.clone()).or_default();
+            change(entry.known.get_or_insert_with(Known::default));
         }
+    }
+
+    /// Whether anything is known of `endpoint` (a member's health or traffic).
+    #[cfg(test)]
+    fn knows(&self, endpoint: &Endpoint) -> bool {
+        lock(&self.state)
+            .get(endpoint)
+            .is_some_and(|entry| entry.known.is_some())
     }
 
     /// The members now, if they are `proxy`'s and found.
@@ -207,7 +233,7 @@ impl Pool {
 
     /// Counts a connection against `endpoint`.
     pub(crate) fn hold(&self, endpoint: &Endpoint) -> Held {
-        let count = Arc::clone(lock(&self.active).entry(endpoint.clone()).or_default());
+        let count = Arc::clone(&lock(&self.state).entry(endpoint.clone()).or_default().held);
         count.fetch_add(1, Ordering::AcqRel);
         Held(count)
     }
@@ -218,21 +244,6 @@ impl Pool {
         // Dropping `held` undoes the count.
         let within = max.map_or(true, |max| held.0.load(Ordering::Acquire) <= max);
         within.then_some(held)
-    }
-
-    /// Each of `candidates`' connections per unit of weight, in
-    /// thousandths, read under one lock.
-    fn loads(&self, list: &[Member], weights: &[u32], candidates: &[usize]) -> HashMap<usize, u64> {
-        let active = lock(&self.active);
-        candidates
-            .iter()
-            .map(|&i| {
-                let held = active
-                    .get(&list[i].endpoint)
-                    .map_or(0, |c| c.load(Ordering::Acquire));
-                (i, held as u64 * 1000 / u64::from(weights[i].max(1)))
-            })
-            .collect()
     }
 
     /// What `proxy`'s members in service hold together when each has a cap
@@ -250,73 +261,21 @@ impl Pool {
             return configured;
         };
         let now = Instant::now();
-        let known = lock(&self.known);
-        let overrides = lock(&self.overrides);
+        let state = lock(&self.state);
         let in_service: Vec<Option<usize>> = members
             .list
             .iter()
             .filter(|m| {
-                overrides
-                    .get(&m.endpoint)
-                    .map_or(AdminState::Ready, |o| o.state)
-                    == AdminState::Ready
+                let entry = state.get(&m.endpoint);
+                let set = entry.and_then(|e| e.set).unwrap_or_default();
+                set.state == AdminState::Ready && usable(entry.and_then(|e| e.known.as_ref()), now)
             })
-            .filter(|m| usable(known.get(&m.endpoint), now))
             .map(|m| m.max_connections)
             .collect();
         if in_service.is_empty() {
             return configured;
         }
         in_service.into_iter().sum()
-    }
-
-    /// The order in which a new client tries `members` (indices into its
-    /// list), usable ones only: empty when none is (the client is refused at
-    /// once). Balanced over the best SRV priority that has a usable member;
-    /// the others follow, by priority, for failover.
-    pub(crate) fn order(&self, balance: Balance, members: &Members, sticky: &[u8]) -> Vec<usize> {
-        let list = &members.list;
-        let (mut usable, weights): (Vec<usize>, Vec<u32>) = {
-            let now = Instant::now();
-            let known = lock(&self.known);
-            let overrides = lock(&self.overrides);
-            let set = |i: usize| {
-                overrides
-                    .get(&list[i].endpoint)
-                    .copied()
-                    .unwrap_or_default()
-            };
-            let usable = (0..list.len())
-                .filter(|&i| set(i).state == AdminState::Ready)
-                .filter(|&i| usable(known.get(&list[i].endpoint), now))
-                .collect();
-            let weights = (0..list.len())
-                .map(|i| set(i).weight.unwrap_or(list[i].weight))
-                .collect();
-            (usable, weights)
-        };
-        let Some(best) = usable.iter().map(|&i| list[i].priority).min() else {
-            return usable;
-        };
-        let rest: Vec<usize> = {
-            let mut rest: Vec<usize> = usable
-                .iter()
-                .copied()
-                .filter(|&i| list[i].priority != best)
-                .collect();
-            rest.sort_by_key(|&i| list[i].priority);
-            rest
-        };
-        usable.retain(|&i| list[i].priority == best);
-        let mut order = match balance {
-            Balance::Source => {
-                let endpoints: Vec<&Endpoint> = list.iter().map(|m| &m.endpoint).collect();
-                hashing::ranked(sticky, &endpoints, &weights, &usable)
-            }
-            _ => self.balanced(balance, list, &weights, usable),
-        };
-        order.extend(rest);
-        order
     }
 
     /// A client's connect to `endpoint` failed; enough in a row eject it.
@@ -357,36 +316,33 @@ impl Pool {
         });
     }
 
-    /// Each member's figures, for the metrics.
-    pub(crate) fn lines(&self, service: &str, proxy: &Proxy) -> Vec<BackendLine> {
+    /// Each member's figures, for the metrics and the admin socket.
+    pub(crate) fn figures(&self, service: &str, proxy: &Proxy) -> Vec<MemberFigures> {
         let Some(members) = self.current(proxy) else {
             return Vec::new();
         };
         let now = Instant::now();
-        let known = lock(&self.known);
-        let active = lock(&self.active);
-        let overrides = lock(&self.overrides);
+        let state = lock(&self.state);
         members
             .list
             .iter()
             .map(|member| {
-                let state = known.get(&member.endpoint);
-                let traffic = state.map(|s| &s.traffic);
-                let set = overrides.get(&member.endpoint);
-                BackendLine {
+                let entry = state.get(&member.endpoint);
+                let known = entry.and_then(|e| e.known.as_ref());
+                let traffic = known.map(|k| &k.traffic);
+                let set = entry.and_then(|e| e.set);
+                MemberFigures {
                     weight: set.and_then(|o| o.weight).unwrap_or(member.weight),
                     admin: set.map(|o| o.state).unwrap_or_default(),
                     set_at_runtime: set.is_some(),
                     service: service.to_owned(),
-                    up: usable(state, now),
-                    active: active
-                        .get(&member.endpoint)
-                        .map_or(0, |c| c.load(Ordering::Acquire) as u64),
+                    up: usable(known, now),
+                    active: entry.map_or(0, |e| e.held.load(Ordering::Acquire) as u64),
                     connections: traffic.map_or(0, |t| t.connections),
                     failures: traffic.map_or(0, |t| t.connect_failures),
                     bytes_in: traffic.map_or(0, |t| t.bytes_in),
                     bytes_out: traffic.map_or(0, |t| t.bytes_out),
-                    last_check: state.and_then(|s| s.health.last_check),
+                    last_check: known.and_then(|k| k.health.last_check),
                     backend: member.endpoint.to_string(),
                 }
             })
@@ -408,71 +364,6 @@ impl Pool {
                 .health
                 .checked(service, endpoint, passed, (rise, fall));
         });
-    }
-
-    /// `balance`'s order over `candidates` (indices into `list`), reordered
-    /// in place: a lone candidate, the usual single backend, costs nothing.
-    fn balanced(
-        &self,
-        balance: Balance,
-        list: &[Member],
-        weights: &[u32],
-        mut candidates: Vec<usize>,
-    ) -> Vec<usize> {
-        let n = candidates.len();
-        match balance {
-            _ if n <= 1 => {}
-            // Source is ranked by `hashing` before this is reached.
-            Balance::First | Balance::Source => {}
-            Balance::RoundRobin => {
-                let weight = |i: usize| weights[i].max(1) as usize;
-                let total: usize = candidates.iter().map(|&i| weight(i)).sum();
-                let mut turn = self.turn.fetch_add(1, Ordering::Relaxed) % total.max(1);
-                let first = candidates
-                    .iter()
-                    .position(|&i| {
-                        let here = turn < weight(i);
-                        turn = turn.saturating_sub(weight(i));
-                        here
-                    })
-                    .unwrap_or(0);
-                candidates.rotate_left(first);
-            }
-            Balance::LeastConnections => {
-                // Ties go round, not always to the first backend.
-                let start = self.turn.fetch_add(1, Ordering::Relaxed) % n;
-                let loads = self.loads(list, weights, &candidates);
-                candidates.rotate_left(start);
-                candidates.sort_by_key(|i| loads[i]);
-            }
-            Balance::RandomTwo => {
-                // Two different members: the second is drawn from the rest.
-                let first = self.random(n);
-                let second = (first + 1 + self.random(n - 1)) % n;
-                let (a, b) = (candidates[first], candidates[second]);
-                let loads = self.loads(list, weights, &[a, b]);
-                let best = if loads[&b] < loads[&a] { second } else { first };
-                // The better of the two first, the others in their order.
-                candidates[..=best].rotate_right(1);
-            }
-        }
-        candidates
-    }
-
-    /// A pseudo-random index below `n` (xorshift; balancing needs no more).
-    fn random(&self, n: usize) -> usize {
-        let mut x = self.random.load(Ordering::Relaxed);
-        if x == 0 {
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64);
-            x = nanos | 1;
-        }
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.random.store(x, Ordering::Relaxed);
-        (x % n.max(1) as u64) as usize
     }
 }
 

@@ -8,17 +8,20 @@ use crate::model::{AdminState, Endpoint};
 impl Pool {
     /// What the operator set for `endpoint` (the defaults if nothing).
     pub(crate) fn override_of(&self, endpoint: &Endpoint) -> Override {
-        lock(&self.overrides)
+        lock(&self.state)
             .get(endpoint)
-            .copied()
+            .and_then(|entry| entry.set)
             .unwrap_or_default()
     }
 
     /// Every member an operator set something for, for a binary upgrade to
     /// carry.
     pub(crate) fn overrides(&self) -> Vec<(Endpoint, Override)> {
-        let overrides = lock(&self.overrides);
-        overrides.iter().map(|(e, o)| (e.clone(), *o)).collect()
+        let state = lock(&self.state);
+        state
+            .iter()
+            .filter_map(|(e, entry)| Some((e.clone(), entry.set?)))
+            .collect()
     }
 
     /// Sets `endpoint`'s administrative state (`drain`, `maint`, `ready`).
@@ -32,12 +35,14 @@ impl Pool {
     }
 
     fn set(&self, endpoint: &Endpoint, change: impl FnOnce(&mut Override)) {
-        let mut overrides = lock(&self.overrides);
-        let entry = overrides.entry(endpoint.clone()).or_default();
-        change(entry);
+        let mut state = lock(&self.state);
+        let entry = state.entry(endpoint.clone()).or_default();
+        let mut set = entry.set.unwrap_or_default();
+        change(&mut set);
         // Back to the defaults: nothing to remember.
-        if *entry == Override::default() {
-            overrides.remove(endpoint);
+        entry.set = (set != Override::default()).then_some(set);
+        if entry.is_empty() {
+            state.remove(endpoint);
         }
     }
 
@@ -45,13 +50,14 @@ impl Pool {
     /// returns those endpoints.
     pub(crate) fn forget(&self, gone: impl Fn(&Endpoint) -> bool) -> Vec<Endpoint> {
         let mut forgotten = Vec::new();
-        lock(&self.overrides).retain(|e, _| {
-            let keep = !gone(e);
-            if !keep {
-                forgotten.push(e.clone());
+        let mut state = lock(&self.state);
+        for (endpoint, entry) in state.iter_mut() {
+            if entry.set.is_some() && gone(endpoint) {
+                entry.set = None;
+                forgotten.push(endpoint.clone());
             }
-            keep
-        });
+        }
+        state.retain(|_, entry| !entry.is_empty());
         forgotten
     }
 }

@@ -1,7 +1,7 @@
 //! The pool's balancing orders, health runs and passive ejection.
 
 use super::*;
-use crate::model::{Backend, RelayMode, Weighted};
+use crate::model::{Backend, Balance, RelayMode, Weighted};
 
 fn proxy(balance: Balance, weights: &[u32]) -> Proxy {
     Proxy {
@@ -88,9 +88,9 @@ fn checks_take_a_backend_down_after_fall_and_up_after_rise() {
     assert_eq!(order(), [1]);
     // Still failing after the cool-down: out again after one more failure.
     let expire = |pool: &Pool| {
-        let mut known = lock(&pool.known);
-        let state = known.get_mut(a).unwrap();
-        state.health.ejected_until = Some(Instant::now() - Duration::from_millis(1));
+        let mut state = lock(&pool.state);
+        let known = state.get_mut(a).and_then(|e| e.known.as_mut()).unwrap();
+        known.health.ejected_until = Some(Instant::now() - Duration::from_millis(1));
     };
     expire(&pool);
     assert_eq!(order(), [0, 1], "tried again after the cool-down");
@@ -170,18 +170,18 @@ fn a_member_dns_dropped_is_not_brought_back_by_its_last_sessions() {
     assert!(pool.publish(&proxy, vec![member(1, 1, 0), member(2, 1, 0)]));
     let gone = member(2, 1, 0).endpoint;
     pool.connected(&gone);
-    assert!(lock(&pool.known).contains_key(&gone));
+    assert!(pool.knows(&gone));
     // DNS no longer lists it; its sessions end and a check finishes after.
     assert!(pool.publish(&proxy, vec![member(1, 1, 0)]));
-    assert!(!lock(&pool.known).contains_key(&gone));
+    assert!(!pool.knows(&gone));
     pool.connect_failed("s", &gone);
     pool.relayed("s", &gone, &Relayed::default(), true);
     pool.checked("s", &gone, false, 1, 1);
     assert!(
-        !lock(&pool.known).contains_key(&gone),
+        !pool.knows(&gone),
         "an entry came back for a member that left"
     );
-    let lines = pool.lines("s", &proxy);
+    let lines = pool.figures("s", &proxy);
     assert_eq!(lines.len(), 1, "{lines:?}");
 }
 

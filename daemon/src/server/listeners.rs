@@ -1,5 +1,7 @@
-//! The daemon's live listening sockets (TCPMUX listeners, the metrics endpoint,
-//! the handoff control socket) and applying a configuration to them on reload:
+//! The daemon's live listening sockets, in two tables: the client listeners
+//! (the `listen` list, one `ClientListener` per address: TCPMUX, detecting
+//! or TLS) and the sockets it has one of, by `Role` (roles.rs); and applying
+//! a configuration to them on reload:
 //! everything new is bound first, and only if all of it binds does anything
 //! change; removed sockets are closed, so new connects to them are refused,
 //! while the sessions they accepted go on.
@@ -24,7 +26,9 @@ use crate::ops::{lag, metrics_endpoint};
 use crate::state::Shared;
 use tcpmux_proto::upgrade::Frame;
 
-struct Tcpmux {
+/// One of the `listen` list's sockets, where clients connect (TCPMUX,
+/// detecting or TLS).
+struct ClientListener {
     /// As configured (port 0 stays 0), to compare with a new file.
     configured: ListenAddr,
     options: SharedOptions,
@@ -37,7 +41,7 @@ struct Tcpmux {
     name: Option<String>,
 }
 
-impl Tcpmux {
+impl ClientListener {
     /// Puts `options` in force for the connections accepted from now on.
     fn update(&self, options: &ListenOptions, shared: &Shared) {
         if let Some(fd) = &self.fd {
@@ -50,7 +54,7 @@ impl Tcpmux {
 /// Every socket the daemon serves now.
 pub(super) struct Live {
     accepting: JoinSet<()>,
-    tcpmux: Vec<Tcpmux>,
+    clients: Vec<ClientListener>,
     /// Each role's socket, by `Role::index`.
     singles: [Option<Single>; 4],
     /// What `show listeners` on the admin socket reports, kept current.
@@ -75,13 +79,12 @@ pub(super) enum ChosenBy {
 }
 
 impl ChosenBy {
-    /// For a daemon given `inherited` sockets (systemd, `--workers`) and a
-    /// configuration that says whether `--listen` replaced its `listen`.
-    pub(super) fn of(inherited: bool, config: &Config) -> ChosenBy {
-        match (config.listen_from_command_line, inherited) {
-            (true, _) => ChosenBy::CommandLine,
-            (false, true) => ChosenBy::Inheritance,
-            (false, false) => ChosenBy::File,
+    /// For a daemon given `inherited` sockets (systemd, `--workers`) or not;
+    /// `--listen` is [`super::Server::listen_from_command_line`].
+    pub(super) fn of(inherited: bool) -> ChosenBy {
+        match inherited {
+            true => ChosenBy::Inheritance,
+            false => ChosenBy::File,
         }
     }
 }
@@ -89,7 +92,7 @@ impl ChosenBy {
 /// Sockets bound for a new configuration and not serving yet; dropping them
 /// closes them (and removes their Unix socket files).
 pub(super) struct Staged {
-    tcpmux: Vec<(ListenSpec, Listener)>,
+    clients: Vec<(ListenSpec, Listener)>,
     /// By `Role::index`: `None` keeps the socket, `Some(None)` closes it,
     /// `Some(Some(..))` replaces it.
     singles: [Option<Option<Listener>>; 4],
@@ -99,7 +102,7 @@ impl Live {
     pub(super) fn new(chosen_by: ChosenBy) -> Live {
         Live {
             accepting: JoinSet::new(),
-            tcpmux: Vec::new(),
+            clients: Vec::new(),
             singles: [None, None, None, None],
             listening: crate::admin::Listening::default(),
             upgrade_requests: None,
@@ -112,7 +115,7 @@ impl Live {
     }
 
     /// Starts serving a TCPMUX listener configured as `configured`.
-    pub(super) fn serve_tcpmux(
+    pub(super) fn serve_client(
         &mut self,
         (configured, name): (ListenAddr, Option<String>),
         listener: Listener,
@@ -164,7 +167,7 @@ impl Live {
                 .spawn_on(accepting.with_current_subscriber(), &runtime),
             None => self.accepting.spawn(accepting),
         };
-        self.tcpmux.push(Tcpmux {
+        self.clients.push(ClientListener {
             configured,
             options,
             task,
@@ -177,7 +180,7 @@ impl Live {
     /// Hands every TCPMUX listener to systemd's descriptor store (under its
     /// `name`, else its address), so a restart gets them back.
     pub(super) fn store_in_systemd(&self) {
-        for live in &self.tcpmux {
+        for live in &self.clients {
             if let Some(fd) = &live.fd {
                 let name = live.name.clone().unwrap_or_else(|| live.bound.to_string());
                 crate::ops::systemd::store_fd(fd.as_fd(), &name);
@@ -227,11 +230,14 @@ impl Live {
     fn serve_metrics(&mut self, listener: Listener, shared: &Arc<Shared>) -> AbortHandle {
         tracing::info!(address = %listener.local_addr(), "metrics endpoint");
         let (counters, state, hosts) = (Arc::clone(shared), Arc::clone(shared), Arc::clone(shared));
+        let (alive, ready) = (Arc::clone(shared), Arc::clone(shared));
         let listening = Arc::clone(&self.listening);
         let pages = Arc::new(metrics_endpoint::Pages {
             metrics: Box::new(move || counters.render_metrics()),
             status: Box::new(move || crate::admin::status(&state, &listening).to_string()),
             hosts: Box::new(move || hosts.settings().metrics_hosts.clone()),
+            health: Box::new(move || alive.health()),
+            ready: Box::new(move || ready.readiness()),
         });
         self.accepting
             .spawn(metrics_endpoint::serve(listener, pages))
@@ -285,8 +291,8 @@ impl Live {
 
     /// Puts the sockets in service where `show listeners` reads them.
     pub(super) fn publish(&self) {
-        let row = |kind, address: String| crate::admin::ListenerRow {
-            kind,
+        let row = |kind: &str, address: String| crate::admin::ListenerRow {
+            kind: kind.to_owned(),
             address,
             name: None,
             detect: false,
@@ -294,7 +300,7 @@ impl Live {
             accept_proxy_from: Vec::new(),
         };
         let mut rows: Vec<_> = self
-            .tcpmux
+            .clients
             .iter()
             .map(|live| {
                 let options = live.options.read().unwrap_or_else(|p| p.into_inner());
@@ -324,7 +330,7 @@ impl Live {
     /// runs beside this loop.
     pub(super) fn sockets(&self) -> io::Result<Vec<Socket>> {
         let mut sockets = Vec::new();
-        for live in &self.tcpmux {
+        for live in &self.clients {
             if let Some(fd) = &live.fd {
                 let addr = live.bound.to_string();
                 sockets.push((encoded(&Frame::Listen(&addr))?, fd.try_clone()?));
@@ -340,11 +346,11 @@ impl Live {
 
     /// Binds what `config` adds to the sockets in service, changing nothing.
     pub(super) fn stage(&self, config: &Config) -> Result<Staged, BindError> {
-        let mut tcpmux = Vec::new();
+        let mut clients = Vec::new();
         if self.follows_file() {
             for spec in &config.listen {
-                if !self.tcpmux.iter().any(|live| live.configured == spec.addr) {
-                    tcpmux.push((spec.clone(), Listener::bind(&spec.addr)?));
+                if !self.clients.iter().any(|live| live.configured == spec.addr) {
+                    clients.push((spec.clone(), Listener::bind(&spec.addr)?));
                 }
             }
         }
@@ -353,7 +359,7 @@ impl Live {
             let current = self.singles[role.index()].as_ref().map(|s| &s.configured);
             singles[role.index()] = restage(role, current, config)?;
         }
-        Ok(Staged { tcpmux, singles })
+        Ok(Staged { clients, singles })
     }
 
     /// Puts `staged` in service and closes what `config` no longer has.
@@ -364,7 +370,7 @@ impl Live {
         shared: &Arc<Shared>,
         sessions: &Sessions,
     ) {
-        self.commit_tcpmux(staged.tcpmux, config, shared, sessions);
+        self.commit_clients(staged.clients, config, shared, sessions);
         for (role, staged) in Role::ALL.into_iter().zip(staged.singles) {
             let Some(replacement) = staged else {
                 continue;
@@ -377,7 +383,7 @@ impl Live {
         self.publish();
     }
 
-    fn commit_tcpmux(
+    fn commit_clients(
         &mut self,
         staged: Vec<(ListenSpec, Listener)>,
         config: &Config,
@@ -385,7 +391,7 @@ impl Live {
         sessions: &Sessions,
     ) {
         if self.follows_file() {
-            self.tcpmux.retain(|live| {
+            self.clients.retain(|live| {
                 let spec = config.listen.iter().find(|s| s.addr == live.configured);
                 match spec {
                     Some(spec) => live.update(&spec.options, shared),
@@ -398,13 +404,13 @@ impl Live {
             });
             for (spec, listener) in staged {
                 let options = spec.options;
-                self.serve_tcpmux((spec.addr, spec.name), listener, options, shared, sessions);
+                self.serve_client((spec.addr, spec.name), listener, options, shared, sessions);
             }
         } else if self.chosen_by == ChosenBy::Inheritance {
             // The sockets stay (systemd or --workers chose them), but
             // their options follow the file: a renewed certificate, a new
             // upstream to trust.
-            for live in &self.tcpmux {
+            for live in &self.clients {
                 let by_name = |s: &&ListenSpec| live.name.is_some() && s.name == live.name;
                 let spec = config
                     .listen

@@ -28,7 +28,7 @@ use crate::net::listener::{BindError, Listener, Prebound};
 use crate::ops::privileges::drop_privileges;
 use crate::ops::{logging, systemd};
 use crate::pool::{discovery, health};
-pub use crate::state::Counters;
+pub use crate::state::DaemonState;
 use crate::state::Shared;
 use bind::{adopt, adopt_or_bind, take, Bound};
 pub use error::RunError;
@@ -62,27 +62,20 @@ impl Server {
     /// the control socket and the metrics endpoint, and drops privileges if the
     /// configuration says so. All addresses are bound before any is served, so a
     /// bad one fails the start instead of leaving a half-listening daemon.
-    /// `config_path` is what a reload reads. Must run inside a tokio runtime, on
-    /// the process's only thread if privileges are to be dropped.
+    /// `config_path` is what a reload reads. `daemon` is the state `config`
+    /// was parsed with ([`DaemonState::keys`]); one of several workers of a
+    /// daemon gets a clone of the one they share, so that the limits, the
+    /// per-service caps, the metrics and the keys are the daemon's. Must run
+    /// inside a tokio runtime, on the process's only thread if privileges are
+    /// to be dropped.
     pub fn bind(
         config: Config,
         inherited: Vec<Prebound>,
         config_path: Option<PathBuf>,
-    ) -> Result<Server, RunError> {
-        Server::bind_sharing(config, inherited, config_path, Counters::default())
-    }
-
-    /// [`Server::bind`] for one of several workers of a daemon: `counters`
-    /// (cloned from one [`Counters`] for all of them) makes the daemon-wide
-    /// limits, the per-service caps and the metrics the daemon's.
-    pub fn bind_sharing(
-        config: Config,
-        inherited: Vec<Prebound>,
-        config_path: Option<PathBuf>,
-        counters: Counters,
+        daemon: DaemonState,
     ) -> Result<Server, RunError> {
         let handed = Handed::default();
-        Server::bind_all(config, inherited, handed, None, config_path, counters)
+        Server::bind_all(config, inherited, handed, None, config_path, daemon)
     }
 
     /// [`Server::bind`] for a successor (`--upgrade`): the sockets `handed` over
@@ -94,15 +87,15 @@ impl Server {
         handed: Handed,
         predecessor: std::os::unix::net::UnixStream,
         config_path: Option<PathBuf>,
+        daemon: DaemonState,
     ) -> Result<Server, RunError> {
-        let counters = Counters::default();
         Server::bind_all(
             config,
             Vec::new(),
             handed,
             Some(predecessor),
             config_path,
-            counters,
+            daemon,
         )
     }
 
@@ -112,15 +105,15 @@ impl Server {
         mut handed: Handed,
         predecessor: Option<std::os::unix::net::UnixStream>,
         config_path: Option<PathBuf>,
-        counters: Counters,
+        daemon: DaemonState,
     ) -> Result<Server, RunError> {
-        let chosen_by = ChosenBy::of(!inherited.is_empty(), &config);
+        let chosen_by = ChosenBy::of(!inherited.is_empty());
         let listeners = if inherited.is_empty() {
             config
                 .listen
                 .iter()
                 .map(|spec| {
-                    let handed = take(&mut handed.tcpmux, &spec.addr);
+                    let handed = take(&mut handed.clients, &spec.addr);
                     let listener = adopt_or_bind(handed, || Listener::bind(&spec.addr))?;
                     let key = (spec.addr.clone(), spec.name.clone());
                     Ok((key, listener, spec.options.clone()))
@@ -145,7 +138,7 @@ impl Server {
         // Only now may the process have a second thread.
         logging::start_writer();
         bind(Role::Metrics, &mut handed)?;
-        let shared = Arc::new(Shared::new(config, counters));
+        let shared = Arc::new(Shared::new(config, daemon));
         upgrade::restore(&shared, std::mem::take(&mut handed.carried));
         // What the predecessor served and this configuration does not is
         // closed with `handed`.
@@ -166,6 +159,13 @@ impl Server {
     /// runs the tasks the daemon needs once (health checks, DNS).
     pub fn worker(mut self, index: usize) -> Server {
         self.worker = index;
+        self
+    }
+
+    /// Marks the TCPMUX addresses as given on the command line (`--listen`)
+    /// instead of by the file: a reload leaves them and their options alone.
+    pub fn listen_from_command_line(mut self) -> Server {
+        self.chosen_by = ChosenBy::CommandLine;
         self
     }
 
@@ -202,7 +202,7 @@ impl Server {
             }
         }
         for (configured, listener, options) in self.listeners {
-            live.serve_tcpmux(configured, listener, options, &shared, &sessions);
+            live.serve_client(configured, listener, options, &shared, &sessions);
         }
         live.publish();
         let took_over = self.predecessor.is_some();
@@ -228,6 +228,7 @@ impl Server {
         let chores = chores(&shared, self.worker);
         live.store_in_systemd();
         announce_ready(took_over);
+        shared.phase.serving();
         let mut watchdog = systemd::watchdog_interval().map(tokio::time::interval);
         let mut handing: Option<upgrade::Exchange> = None;
         let mut handed_over = false;
@@ -271,6 +272,7 @@ impl Server {
         // systemd STOPPING would have it stop the successor too.
         if !handed_over {
             systemd::notify("STOPPING=1");
+            stop_delayed(&shared).await;
         }
 
         let grace = shared.settings().shutdown_grace;
@@ -279,6 +281,18 @@ impl Server {
         live.shutdown().await;
         sessions.finish(grace).await;
         drop(chores);
+    }
+}
+
+/// `/readyz` says 503 from now on; for `shutdown_delay` the listeners still
+/// accept (their loops are tasks of their own), so that a load balancer or
+/// an orchestrator that polls readiness stops sending before they close.
+async fn stop_delayed(shared: &Shared) {
+    shared.phase.stopping();
+    let delay = shared.settings().shutdown_delay;
+    if !delay.is_zero() {
+        tracing::info!(delay = ?delay, "stopping: /readyz says 503; still accepting for shutdown_delay");
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -386,9 +400,9 @@ async fn reload_config(
     };
     // Off the event loop: reading the file, its certificates and NSS lookups
     // (an LDAP user) may block.
-    let owned = path.to_owned();
+    let (owned, keys) = (path.to_owned(), shared.keys.clone());
     let loaded = tokio::task::spawn_blocking(move || {
-        let mut config = Config::load(&owned)?;
+        let mut config = Config::load(&owned, &keys)?;
         if worker != 0 {
             config.leave_daemon_sockets();
         }

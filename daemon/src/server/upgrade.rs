@@ -61,7 +61,7 @@ pub enum UpgradeError {
 /// others by their configured address or path.
 #[derive(Default)]
 pub struct Handed {
-    pub(super) tcpmux: Vec<(ListenAddr, OwnedFd)>,
+    pub(super) clients: Vec<(ListenAddr, OwnedFd)>,
     /// Each role's socket (by `Role::index`), with where it was configured.
     pub(super) singles: [Option<(Place, OwnedFd)>; 4],
     /// Handoff backends' registrations, with their control connections.
@@ -113,7 +113,7 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
             continue;
         }
         match frame {
-            Frame::Listen(addr) => handed.tcpmux.push((addr.parse().map_err(|_| bad())?, fd)),
+            Frame::Listen(addr) => handed.clients.push((addr.parse().map_err(|_| bad())?, fd)),
             Frame::Backend(r) => handed.backends.push(Adopted {
                 names: r.names.iter().map(|n| (*n).to_owned()).collect(),
                 uid: r.uid,

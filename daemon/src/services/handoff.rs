@@ -30,13 +30,13 @@ use tcpmux_proto::handoff::{encode_client_frame, ClientFrame, FRAME_LEN};
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
-use super::status_line::refuse;
+use super::status_line::refused;
 use crate::hub::{Acks, Hub, Registration};
 use crate::model::{ClientInfo, Service};
 use crate::net::conn::Conn;
 use crate::net::pair;
 use crate::net::stream::Metered;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Refusal};
 
 /// How long a client waits for a backend with room for it, and an
 /// acknowledging backend may take to acknowledge it.
@@ -64,8 +64,7 @@ pub(super) async fn serve(
     // Passing a TLS session to another process needs kernel TLS; the
     // configuration refuses handoff services beside TLS listeners.
     if conn.get_ref().socket().is_none() {
-        refuse(conn, "service unavailable: not over TLS").await;
-        return Ok(Outcome::Refused("handoff over TLS".into()));
+        return Ok(refused(conn, Refusal::HandoffOverTls).await);
     }
     let pair = match conn.get_ref().plain() {
         Some(_) => None,
@@ -119,23 +118,14 @@ pub(super) async fn serve(
     if accepted {
         // Every backend vanished between its `+` and the send: rare, and all
         // that is left is to close.
-        return Ok(Outcome::Refused(
-            "the handoff backend failed after '+'".into(),
-        ));
+        return Ok(Outcome::Refused(Refusal::HandoffFailedAfterAccept));
     }
     if !tried_any {
-        let reason = format!("no backend is serving {} right now", service.name);
-        refuse(conn, &reason).await;
-        return Ok(Outcome::Refused("no live handoff backend".into()));
+        let refusal = Refusal::NoHandoffBackend(service.name.clone());
+        return Ok(refused(conn, refusal).await);
     }
-    refuse(
-        conn,
-        "service unavailable: every backend is busy, try again later",
-    )
-    .await;
-    Ok(Outcome::Refused(format!(
-        "no handoff backend took the client within {DELIVERY_TIMEOUT:?}"
-    )))
+    let refusal = Refusal::HandoffUndelivered(DELIVERY_TIMEOUT);
+    Ok(refused(conn, refusal).await)
 }
 
 /// Offers the client to `registered`, without an await: sends the `+` (once)

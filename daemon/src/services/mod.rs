@@ -31,7 +31,7 @@ use crate::net::stream::Metered;
 use crate::ops::session_table::LiveSession;
 use crate::outcome::Outcome;
 
-pub(crate) use status_line::{refuse, send_last};
+pub(crate) use status_line::{refused, send_last};
 
 /// What a service may use of the daemon besides its connection: the handoff
 /// hub, the rendered counters (for `stats`), its own name's counts and the

@@ -7,15 +7,15 @@ use std::io;
 
 use tokio::io::AsyncWriteExt;
 
-use super::status_line::{accept, refuse};
-use crate::admission::OwnConnections;
+use super::status_line::{accept, refused};
+use crate::admission::{Own, OwnConnections};
 use crate::model::{Balance, ClientInfo, Endpoint, HashKey, Proxy};
 use crate::net::conn::Conn;
 use crate::net::proxy_protocol;
 use crate::net::relay::{relay, relay_streams, Relayed};
 use crate::net::stream::{Metered, Stream};
 use crate::ops::session_table::LiveSession;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Refusal};
 use crate::pool::{Held, Pool};
 
 /// `status`: the `+` line's message, for a TCPMUX client; `pool` the
@@ -29,71 +29,17 @@ pub(super) async fn serve(
     conn: &mut Metered<Conn>,
     client: &ClientInfo,
 ) -> io::Result<Outcome> {
-    // A client behind a PROXY header is the address it announced.
-    let source = client.peer.tcp_addr().filter(|_| proxy.transparent);
     // `_held` counts the connection against its backend for the relay's life
-    // (least-connections, random-two, a backend's max_connections).
-    let (mut backend, used, _held) = match connect_first(proxy, service, pool, client, source).await
-    {
-        Ok(connected) => connected,
-        Err(failure) => {
-            // The client learns why in general terms; backend addresses stay in the log.
-            refuse(conn, &format!("service unavailable: {}", failure.reason)).await;
-            return Ok(Outcome::Refused(format!(
-                "backend unavailable: {}",
-                failure.detail
-            )));
-        }
-    };
-    live.update(|d| d.backend = Some(used.clone()));
-    let traffic = &live.traffic;
-    // Known as ours before a byte reaches the backend, so that if the backend
-    // is this daemon, the session there sees where its request came from.
-    // Only a backend on one of our listening ports can be us; the others
-    // cost no lock and no getsockname. The address connected to is the
-    // peer's (one system call fewer), unless it was a wildcard the kernel
-    // made concrete.
-    let remote = match &used {
-        Endpoint::Tcp(addr) if !own.may_loop(addr.port()) => None,
-        Endpoint::Tcp(addr) if !addr.ip().is_unspecified() => Some(*addr),
-        _ => backend.peer_addr(),
-    };
-    let _own = remote.and_then(|remote| Some(own.register(backend.local_addr()?, remote)));
-    // The header goes first; what the client pipelined follows, in order:
-    // what the negotiation read with the line, then the relay.
-    if let Some(version) = proxy.send_proxy {
-        let (source, destination) = (client.peer.tcp_addr(), client.local);
-        let header = match &client.tls {
-            Some(tls) => proxy_protocol::encode_tls(version, source, destination, tls),
-            None => proxy_protocol::encode(version, source, destination),
+    // (least-connections, random-two, a backend's max_connections); `_own`
+    // keeps it known as ours.
+    let (mut leg, used, _held, _own) =
+        match open(proxy, (service, pool), (own, live), client).await? {
+            Ok(opened) => opened,
+            Err(refusal) => return Ok(refused(conn, refusal).await),
         };
-        before_relay(backend.write_all(&header), pool, service, &used).await?;
-    }
-    // TLS to the backend starts after the PROXY header, which goes in clear.
-    let mut leg = match &proxy.backend_tls {
-        None => Leg::Plain(backend),
-        Some(tls) => {
-            let handshake = crate::net::tls::connect_backend(backend, tls);
-            match tokio::time::timeout(proxy.connect_timeout, handshake).await {
-                Ok(Ok(session)) => Leg::Tls(Box::new(session)),
-                failed => {
-                    let why = match failed {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => format!("timed out after {:?}", proxy.connect_timeout),
-                    };
-                    pool.connect_failed(service, &used);
-                    refuse(conn, "service unavailable: backend TLS handshake failed").await;
-                    return Ok(Outcome::Refused(format!(
-                        "backend unavailable: {used}: TLS handshake failed: {why}"
-                    )));
-                }
-            }
-        }
-    };
     if let Some(message) = status {
         accept(conn, message).await?;
     }
-
     // Bytes the negotiation read past the request line go first; then the
     // client's socket is whole again for splice.
     let early = conn.get_mut().take_early();
@@ -103,7 +49,7 @@ pub(super) async fn serve(
     }
     // splice needs two sockets; a TLS session's bytes (either side's) pass
     // through us.
-    let idle = proxy.idle_timeout;
+    let (idle, traffic) = (proxy.idle_timeout, &live.traffic);
     let (relayed, result) = match (conn.get_ref().plain(), &mut leg) {
         (Some(socket), Leg::Plain(backend)) => {
             relay(socket, backend, proxy.relay, idle, traffic).await
@@ -120,6 +66,74 @@ pub(super) async fn serve(
     result.map(|()| Outcome::Served {
         backend: Some(used),
     })
+}
+
+/// The backend leg, opened: the member that accepted, its hold, and the
+/// registration that tells this connection for ours if it comes back.
+type Opened<'o> = (Leg, Endpoint, Held, Option<Own<'o>>);
+
+/// Connects to the first member that accepts, registers the connection as
+/// the daemon's own, sends the PROXY header and makes the TLS handshake a
+/// member needs: the leg ready for the client's bytes, or why the client
+/// is refused. An I/O error is a backend failing after it accepted.
+async fn open<'o>(
+    proxy: &Proxy,
+    (service, pool): (&str, &Pool),
+    (own, live): (&'o OwnConnections, &LiveSession),
+    client: &ClientInfo,
+) -> io::Result<Result<Opened<'o>, Refusal>> {
+    // A client behind a PROXY header is the address it announced.
+    let source = client.peer.tcp_addr().filter(|_| proxy.transparent);
+    let (mut backend, used, held) = match connect_first(proxy, service, pool, client, source).await
+    {
+        Ok(connected) => connected,
+        // The client learns why in general terms; backend addresses stay in the log.
+        Err(failure) => {
+            return Ok(Err(Refusal::BackendUnavailable {
+                reason: failure.reason,
+                detail: failure.detail,
+            }))
+        }
+    };
+    live.update(|d| d.backend = Some(used.clone()));
+    // Known as ours before a byte reaches the backend, so that if the backend
+    // is this daemon, the session there sees where its request came from.
+    // Only a backend on one of our listening ports can be us; the others
+    // cost no lock and no getsockname. The address connected to is the
+    // peer's (one system call fewer), unless it was a wildcard the kernel
+    // made concrete.
+    let remote = match &used {
+        Endpoint::Tcp(addr) if !own.may_loop(addr.port()) => None,
+        Endpoint::Tcp(addr) if !addr.ip().is_unspecified() => Some(*addr),
+        _ => backend.peer_addr(),
+    };
+    let ours = remote.and_then(|remote| Some(own.register(backend.local_addr()?, remote)));
+    // The header goes first; what the client pipelined follows, in order:
+    // what the negotiation read with the line, then the relay.
+    if let Some(version) = proxy.send_proxy {
+        let (source, destination) = (client.peer.tcp_addr(), client.local);
+        let header = match &client.tls {
+            Some(tls) => proxy_protocol::encode_tls(version, source, destination, tls),
+            None => proxy_protocol::encode(version, source, destination),
+        };
+        before_relay(backend.write_all(&header), pool, service, &used).await?;
+    }
+    // TLS to the backend starts after the PROXY header, which goes in clear.
+    let Some(tls) = &proxy.backend_tls else {
+        return Ok(Ok((Leg::Plain(backend), used, held, ours)));
+    };
+    let handshake = crate::net::tls::connect_backend(backend, tls);
+    match tokio::time::timeout(proxy.connect_timeout, handshake).await {
+        Ok(Ok(session)) => Ok(Ok((Leg::Tls(Box::new(session)), used, held, ours))),
+        failed => {
+            let why = match failed {
+                Ok(Err(e)) => e.to_string(),
+                _ => format!("timed out after {:?}", proxy.connect_timeout),
+            };
+            pool.connect_failed(service, &used);
+            Ok(Err(Refusal::BackendTls { backend: used, why }))
+        }
+    }
 }
 
 /// Writes what goes to the backend ahead of the relay (a PROXY header, the

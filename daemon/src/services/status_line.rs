@@ -9,6 +9,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::net::conn::Conn;
 use crate::net::stream::Metered;
+use crate::outcome::{Outcome, Refusal};
 
 /// Sends the `+` line.
 pub(super) async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -> io::Result<()> {
@@ -21,9 +22,18 @@ pub(super) async fn accept<S: AsyncWrite + Unpin>(conn: &mut S, message: &str) -
     conn.write_all(&line).await
 }
 
+/// Tells the client why it is refused (a `-` line, the last thing it gets,
+/// if the refusal tells it anything), and makes the outcome.
+pub(crate) async fn refused(conn: &mut Metered<Conn>, refusal: Refusal) -> Outcome {
+    if let Some(told) = refusal.told() {
+        refuse(conn, &told).await;
+    }
+    Outcome::Refused(refusal)
+}
+
 /// Sends a `-` line, the last thing the client gets. A failure means the
 /// client is already gone; nothing to do.
-pub(crate) async fn refuse(conn: &mut Metered<Conn>, reason: &str) {
+async fn refuse(conn: &mut Metered<Conn>, reason: &str) {
     let mut line = Vec::new();
     encode_reply(false, reason, &mut line);
     // Boxed: any session may end in a refusal, so this future is part of

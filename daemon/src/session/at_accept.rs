@@ -16,14 +16,14 @@ use std::time::Instant;
 use rustix::net::{RecvFlags, SendFlags};
 use tcpmux_proto::{encode_reply, Decision, Progress, RequestParser, ServiceName, MAX_NAME_LEN};
 
-use super::verdict::{busy_reason, is_own, may_serve, report, unknown_service, Answer, PROXY_LOOP};
+use super::verdict::{self, is_own, report, Answer, Asked};
 use crate::admission::{Admission, Busy};
 use crate::model::{ClientInfo, ListenOptions, Peer, Service, ServiceKind};
 use crate::net::close::close_gracefully;
 use crate::net::lingering::Lingering;
 use crate::net::listener::{Accepted, Incoming};
 use crate::net::stream::Stream;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Refusal};
 use crate::services::{one_line_answer, OneLine};
 use crate::state::{Settings, Shared};
 
@@ -148,8 +148,9 @@ fn one_line(service: &Service) -> Option<OneLine> {
     }
 }
 
-/// The checks a session makes, in its order, and the reply they lead to,
-/// put in `reply`; with the connection's admission, if it was admitted.
+/// The steps a session takes, in its order (the limits, the proxy loop, the
+/// decision, a slot of the service's cap), and the reply they lead to, put
+/// in `reply`; with the connection's admission, if it was admitted.
 fn decide(
     shared: &Arc<Shared>,
     settings: &Settings,
@@ -157,53 +158,42 @@ fn decide(
     (name, service): (ServiceName, Option<(&Service, OneLine)>),
     reply: &mut Vec<u8>,
 ) -> (Answer, Option<Admission>) {
-    let mut refuse = |reason: &str, outcome: Outcome| {
-        encode_reply(false, reason, reply);
-        Answer::new(outcome)
+    let mut refuse = |refusal: Refusal| {
+        if let Some(told) = refusal.told() {
+            encode_reply(false, &told, reply);
+        }
+        Answer::new(Outcome::Refused(refusal))
     };
     let mut admission = match shared.gate.admit(&settings.limits) {
         Ok(admission) => admission,
-        Err(refusal) => {
-            let reason = refusal.to_string();
-            return (refuse(&reason, Outcome::Refused(reason.clone())), None);
-        }
+        Err(limit) => return (refuse(Refusal::Limit(limit)), None),
     };
     let admitted = admission.admit_address(&shared.gate, &client.peer, &settings.limits);
     let refused = match admitted {
-        Err(refusal) => Some(refusal.to_string()),
-        Ok(()) if is_own(&shared.own, &client.peer, client.local) => Some(PROXY_LOOP.to_owned()),
+        Err(limit) => Some(Refusal::Limit(limit)),
+        Ok(()) if is_own(&shared.own, &client.peer, client.local) => Some(Refusal::ProxyLoop),
         Ok(()) => None,
     };
-    if let Some(reason) = refused {
-        return (
-            refuse(&reason, Outcome::Refused(reason.clone())),
-            Some(admission),
-        );
+    if let Some(refusal) = refused {
+        return (refuse(refusal), Some(admission));
     }
-    let Some((service, one_line_answer)) = service else {
-        let reason = unknown_service(&name);
-        let answer = refuse(&reason, Outcome::UnknownService);
-        return (named(answer, name), Some(admission));
-    };
-    let counts = settings
-        .usage
-        .get(&service.name)
-        .cloned()
-        .unwrap_or_default();
-    let slot = may_serve(service, client, &counts).and_then(|()| {
-        let cap = service.connection_cap();
-        counts
-            .connections
-            .acquire(cap)
-            .ok_or(busy_reason(Busy::Full))
-    });
-    let answer = match slot {
-        Err(reason) => refuse(reason, Outcome::Refused(reason.into())),
-        // The slot is held while the answer is made; sent, it is done.
-        Ok(_slot) => {
-            encode_reply(true, &service.message, reply);
-            one_line_answer(reply);
-            Answer::new(Outcome::Served { backend: None })
+    let (found, one_line_answer) = service.unzip();
+    let answer = match verdict::decide(settings, client, (&name, found), Asked::Named) {
+        Err(refusal) => refuse(refusal),
+        Ok(chosen) => {
+            let cap = chosen.service.connection_cap();
+            // The slot is held while the answer is made; sent, it is done.
+            match chosen.counts.connections.acquire(cap) {
+                None => refuse(Refusal::Busy(Busy::Full)),
+                Some(_slot) => {
+                    encode_reply(true, &chosen.service.message, reply);
+                    // Found, so a one-line answer: the caller checked.
+                    if let Some(one_line_answer) = one_line_answer {
+                        one_line_answer(reply);
+                    }
+                    Answer::new(Outcome::Served { backend: None })
+                }
+            }
         }
     };
     (named(answer, name), Some(admission))
@@ -221,14 +211,17 @@ mod tests {
     use std::io::{Read, Write};
 
     use super::*;
-    use crate::state::Counters;
+    use crate::state::DaemonState;
 
     /// A socket that cannot take its one-line answer when the loop has it
     /// (its send buffer full) gets the answer from a task instead: behind
     /// what was queued, then the FIN, and the task ends at the client's.
     #[tokio::test]
     async fn an_answer_the_socket_cannot_take_yet_is_sent_by_a_task() {
-        let shared = Arc::new(Shared::new(crate::Config::default(), Counters::default()));
+        let shared = Arc::new(Shared::new(
+            crate::Config::default(),
+            DaemonState::default(),
+        ));
         let mut closer = Lingering::new().expect("epoll set");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let mut client =

@@ -1,17 +1,19 @@
 //! The verdict on a connection, what a session and an answer given at
-//! accept share: the checks before a named service runs, how the
+//! accept share: the decision on the name it asked for (`decide`), how the
 //! connection ended (`Answer`), and the one log line and metric that report
 //! it.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use tcpmux_proto::ServiceName;
 
-use crate::admission::{Busy, OwnConnections, ServiceCounts};
+use crate::admission::{OwnConnections, ServiceCounts};
 use crate::model::{ClientInfo, Peer, Routed, Service};
 use crate::ops::access_log;
-use crate::outcome::Outcome;
-use crate::state::Shared;
+use crate::outcome::{Outcome, Refusal};
+use crate::state::{Settings, Shared};
 
 /// How a connection ended, and where it was going.
 pub(super) struct Answer {
@@ -31,9 +33,6 @@ impl Answer {
     }
 }
 
-/// Why a connection from our own proxy back to us is refused.
-pub(super) const PROXY_LOOP: &str = "proxy loop: this connection comes from tcpmuxd's own proxy";
-
 /// Whether the connection from `peer` to our `local` address is one of the
 /// daemon's own proxy connections come back (the socket's own addresses, not
 /// announced ones).
@@ -48,34 +47,52 @@ pub(super) fn is_own(
     }
 }
 
-/// Whether `service` takes `client` now, by its access rules and the admin
-/// socket's `disable`; if not, why.
-pub(super) fn may_serve(
-    service: &Service,
+/// How the client came to a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Asked {
+    /// A TCPMUX request line.
+    Named,
+    /// Routed by a detecting or TLS listener; the name was checked at load,
+    /// so a missing one was removed by a reload since.
+    Routed,
+}
+
+/// A service that takes the client, and its counts.
+pub(super) struct Chosen<'s> {
+    pub service: &'s Service,
+    pub counts: Arc<ServiceCounts>,
+}
+
+/// The decision on a client that asked for `name`, the same for a session
+/// and an answer at accept: the service `found` under it in `settings`, if
+/// any, takes the client by its access rules and the admin socket's
+/// `disable`. What comes before (the limits, the proxy loop) and after (a
+/// slot of the service's cap, perhaps after a queue) is each caller's own
+/// step, in this order.
+pub(super) fn decide<'s>(
+    settings: &'s Settings,
     client: &ClientInfo,
-    counts: &ServiceCounts,
-) -> Result<(), &'static str> {
+    (name, found): (&ServiceName, Option<&'s Service>),
+    asked: Asked,
+) -> Result<Chosen<'s>, Refusal> {
+    let Some(service) = found else {
+        return Err(match asked {
+            Asked::Named => Refusal::UnknownService(name.clone()),
+            Asked::Routed => Refusal::NoLongerConfigured(name.clone()),
+        });
+    };
+    let counts = settings
+        .usage
+        .get(&service.name)
+        .cloned()
+        .unwrap_or_default();
     if !service.access.permits_client(client) {
-        return Err("access denied");
+        return Err(Refusal::AccessDenied);
     }
-    if counts.disabled.load(std::sync::atomic::Ordering::Acquire) {
-        return Err("service disabled");
+    if counts.disabled.load(Ordering::Acquire) {
+        return Err(Refusal::Disabled);
     }
-    Ok(())
-}
-
-/// The refusal of a name no service has.
-pub(super) fn unknown_service(name: &ServiceName) -> String {
-    format!("unknown service {name}; send HELP for the list")
-}
-
-/// A busy service's refusal.
-pub(super) fn busy_reason(busy: Busy) -> &'static str {
-    match busy {
-        Busy::Full => "service busy: too many connections, try again later",
-        Busy::QueueFull => "service busy: the queue is full, try again later",
-        Busy::TimedOut => "service busy: waited too long in the queue, try again later",
-    }
+    Ok(Chosen { service, counts })
 }
 
 /// The connection's one log line and its metric.
@@ -113,7 +130,12 @@ pub(super) fn report(
     }
     // Label by registered name only, so clients cannot grow the metric set.
     let label = if outcome.unnamed() { "-" } else { service_name };
+    let refused = match outcome {
+        Outcome::Refused(refusal) => Some(refusal.reason()),
+        _ => None,
+    };
+    let ended = (outcome.category(), refused);
     shared
         .metrics
-        .record(label, outcome.category(), routed, bytes_in, bytes_out);
+        .record(label, ended, routed, (bytes_in, bytes_out));
 }

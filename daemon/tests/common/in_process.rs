@@ -15,10 +15,11 @@ impl Daemon {
         use tcpmuxd::model::{ListenAddr, ListenSpec};
         let dir = scratch_dir();
         let path = dir.join("tcpmuxd.toml");
+        let daemon = tcpmuxd::server::DaemonState::default();
         let mut loaded = match config {
             Some(text) => {
                 std::fs::write(&path, text).expect("write config");
-                tcpmuxd::Config::load(&path).unwrap_or_else(|e| panic!("{e}"))
+                tcpmuxd::Config::load(&path, daemon.keys()).unwrap_or_else(|e| panic!("{e}"))
             }
             None => tcpmuxd::Config::default(),
         };
@@ -26,7 +27,7 @@ impl Daemon {
             config.is_some_and(|c| c.lines().any(|l| l.trim_start().starts_with("listen")));
         if !own_listen {
             let any_port = ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0)));
-            loaded.override_listen(vec![ListenSpec::from(any_port)]);
+            loaded.listen = vec![ListenSpec::from(any_port)];
         }
         let logs = Arc::new(Mutex::new(Vec::new()));
         let sink = LogSink(Arc::clone(&logs));
@@ -46,7 +47,12 @@ impl Daemon {
                 .build()
                 .expect("runtime");
             runtime.block_on(async move {
-                match tcpmuxd::Server::bind(loaded, Vec::new(), config_path) {
+                let server = tcpmuxd::Server::bind(loaded, Vec::new(), config_path, daemon);
+                let server = server.map(|server| match own_listen {
+                    true => server,
+                    false => server.listen_from_command_line(),
+                });
+                match server {
                     Ok(server) => {
                         let _ = bound.send(Ok(server.local_addrs()));
                         server.run(async { drop(stopped.await) }, reloads).await;

@@ -316,23 +316,9 @@ impl Drop for Scratch {
     }
 }
 
-/// Segments with data a socket has sent (TCP_INFO's tcpi_data_segs_out, at
-/// byte 156 of the kernel's struct since Linux 4.6; pure ACKs not counted).
+/// Segments with data a socket has sent (pure ACKs not counted).
 pub fn data_segments_out(socket: &impl std::os::fd::AsRawFd) -> u32 {
-    let mut info = [0u8; 256];
-    let mut len = info.len() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `info`.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    assert!(rc == 0 && len >= 160, "TCP_INFO: rc {rc}, {len} bytes");
-    u32::from_ne_bytes([info[156], info[157], info[158], info[159]])
+    tcpmuxd::net::segments::segments(socket).sent_with_data
 }
 
 /// Deterministic pseudo-random bytes (xorshift64*), so a failure can be replayed.

@@ -58,7 +58,7 @@ async fn an_answer_and_its_close_reach_the_client_as_one_segment() {
     for closed_first in [true, false] {
         let (client_side, mut client) = test_pair().await;
         let (backend_side, mut backend) = test_pair().await;
-        let before = crate::net::segments_in(&client);
+        let before = crate::net::segments::segments(&client).received;
         let relay = tokio::spawn(async move {
             let traffic = Traffic::default();
             relay(
@@ -93,7 +93,7 @@ async fn an_answer_and_its_close_reach_the_client_as_one_segment() {
             .expect("EOF")
             .unwrap();
         assert!(rest.is_empty());
-        let segments = crate::net::segments_in(&client) - before;
+        let segments = crate::net::segments::segments(&client).received - before;
         assert_eq!(
             segments,
             if closed_first { 1 } else { 2 },

@@ -51,7 +51,7 @@ async fn a_full_read_leaves_the_rest_for_the_next() {
 async fn the_last_bytes_leave_with_the_fin_in_one_segment() {
     for last in [false, true] {
         let (ours, mut peer) = crate::net::test_pair().await;
-        let before = crate::net::segments_in(&peer);
+        let before = crate::net::segments::segments(&peer).received;
         match last {
             true => ours.send_before_fin(b"+answer\r\n").await.expect("send"),
             false => {
@@ -66,7 +66,7 @@ async fn the_last_bytes_leave_with_the_fin_in_one_segment() {
             .await
             .expect("read to EOF");
         assert_eq!(got, b"+answer\r\n");
-        let segments = crate::net::segments_in(&peer) - before;
+        let segments = crate::net::segments::segments(&peer).received - before;
         assert_eq!(segments, if last { 1 } else { 2 }, "last: {last}");
     }
 }
@@ -80,7 +80,7 @@ async fn a_vectored_write_leaves_as_one_segment() {
     let whole = parts.concat();
     for vectored in [false, true] {
         let (mut ours, mut peer) = crate::net::test_pair().await;
-        let before = crate::net::segments_in(&peer);
+        let before = crate::net::segments::segments(&peer).received;
         let mut got = vec![0u8; whole.len()];
         if vectored {
             let slices = parts.map(io::IoSlice::new);
@@ -98,7 +98,7 @@ async fn a_vectored_write_leaves_as_one_segment() {
             }
         }
         assert_eq!(got, whole);
-        let segments = crate::net::segments_in(&peer) - before;
+        let segments = crate::net::segments::segments(&peer).received - before;
         assert_eq!(
             segments,
             if vectored { 1 } else { 3 },

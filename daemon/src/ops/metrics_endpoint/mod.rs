@@ -1,8 +1,9 @@
 //! The HTTP endpoint on `metrics_listen`: a minimal HTTP/1.0 responder.
 //! `GET /metrics` gets the Prometheus counters, `GET /` the dashboard (a
 //! page, its style and its script, all in the binary), `GET /status.json`
-//! its data (a snapshot at most a second old, made off the event loop);
-//! HEAD too; anything else 404. One request per connection, bounded in
+//! its data (a snapshot at most a second old, made off the event loop),
+//! `GET /healthz` and `GET /readyz` the answers a load balancer or an
+//! orchestrator asks for (200, or 503 and why); HEAD too; anything else 404. One request per connection, bounded in
 //! size, time and number (a newcomer ends the oldest idle one), and only for a Host that is an IP literal or a
 //! name in `metrics_hosts`, so that a page elsewhere cannot read it by
 //! rebinding its own name to this address.
@@ -46,6 +47,11 @@ pub(crate) struct Pages {
     pub status: Box<dyn Fn() -> String + Send + Sync>,
     /// The host names a request may name (`metrics_hosts`).
     pub hosts: Box<dyn Fn() -> Vec<String> + Send + Sync>,
+    /// Whether the daemon is alive (its event loops run), or why not.
+    pub health: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
+    /// Whether it should get traffic (serving, every certificate in
+    /// hand, not stopping), or why not.
+    pub ready: Box<dyn Fn() -> Result<(), String> + Send + Sync>,
 }
 
 /// The last `/status.json`, shared by the pollers of one second.
@@ -87,6 +93,7 @@ pub(crate) async fn serve(listener: Listener, pages: Arc<Pages>) {
             };
             let reply = match route(&head, &(pages.hosts)()) {
                 Answer::Fixed(bytes) => bytes.to_vec(),
+                Answer::Probe(probe, head_only) => probe_reply(probe, &pages, head_only),
                 Answer::Page(page, head_only) => {
                     let body = render(page, &pages, &snapshot).await;
                     page_reply(page, &body, head_only)
@@ -153,10 +160,21 @@ enum Page {
     Status,
 }
 
-/// The answer to a request: a page (headers only for HEAD), or a fixed one.
+/// A probe of the daemon's state: cheap, so answered on the loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probe {
+    /// `/healthz`: alive.
+    Health,
+    /// `/readyz`: to be sent traffic.
+    Ready,
+}
+
+/// The answer to a request: a page or a probe (headers only for HEAD), or a
+/// fixed one.
 #[derive(Debug, PartialEq, Eq)]
 enum Answer {
     Page(Page, bool),
+    Probe(Probe, bool),
     Fixed(&'static [u8]),
 }
 
@@ -193,6 +211,8 @@ fn route(request: &[u8], hosts: &[String]) -> Answer {
         "/dashboard.css" => Page::Style,
         "/dashboard.js" => Page::Script,
         "/status.json" => Page::Status,
+        "/healthz" => return Answer::Probe(Probe::Health, head_only),
+        "/readyz" => return Answer::Probe(Probe::Ready, head_only),
         _ => {
             return Answer::Fixed(
                 b"HTTP/1.0 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n",
@@ -235,6 +255,25 @@ async fn off_loop(pages: &Arc<Pages>, make: fn(&Pages) -> String) -> Arc<String>
     Arc::new(made.await.unwrap_or_default())
 }
 
+/// 200 `ok`, or 503 and why.
+fn probe_reply(probe: Probe, pages: &Pages, head_only: bool) -> Vec<u8> {
+    let answer = match probe {
+        Probe::Health => (pages.health)(),
+        Probe::Ready => (pages.ready)(),
+    };
+    match answer {
+        Ok(()) => reply("200 OK", PLAIN, "ok\n", head_only),
+        Err(why) => reply(
+            "503 Service Unavailable",
+            PLAIN,
+            &format!("{why}\n"),
+            head_only,
+        ),
+    }
+}
+
+const PLAIN: &str = "text/plain; charset=utf-8";
+
 fn page_reply(page: Page, body: &str, head_only: bool) -> Vec<u8> {
     let kind = match page {
         Page::Metrics => "text/plain; version=0.0.4",
@@ -243,8 +282,14 @@ fn page_reply(page: Page, body: &str, head_only: bool) -> Vec<u8> {
         Page::Script => "text/javascript; charset=utf-8",
         Page::Status => "application/json",
     };
+    reply("200 OK", kind, body, head_only)
+}
+
+/// Every answer's head: never cached, the strict policy, no sniffing; the
+/// body unless the request was HEAD.
+fn reply(status: &str, kind: &str, body: &str, head_only: bool) -> Vec<u8> {
     let mut reply = format!(
-        "HTTP/1.0 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nContent-Security-Policy: {POLICY}\r\nX-Content-Type-Options: nosniff\r\n\r\n",
+        "HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nContent-Security-Policy: {POLICY}\r\nX-Content-Type-Options: nosniff\r\n\r\n",
         body.len()
     )
     .into_bytes();

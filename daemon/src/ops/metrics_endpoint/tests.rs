@@ -15,6 +15,7 @@ fn status_line(answer: Answer) -> String {
             text.lines().next().unwrap_or_default().to_owned()
         }
         Answer::Page(page, head) => format!("{page:?} {head}"),
+        Answer::Probe(probe, head) => format!("{probe:?} {head}"),
     }
 }
 
@@ -43,6 +44,14 @@ fn each_path_gets_its_page() {
     assert_eq!(
         answer("HEAD / HTTP/1.1\r\n\r\n"),
         Answer::Page(Page::Dashboard, true)
+    );
+    assert_eq!(
+        answer("GET /healthz HTTP/1.1\r\n\r\n"),
+        Answer::Probe(Probe::Health, false)
+    );
+    assert_eq!(
+        answer("HEAD /readyz HTTP/1.1\r\n\r\n"),
+        Answer::Probe(Probe::Ready, true)
     );
     assert_eq!(
         status_line(answer("GET /nope HTTP/1.1\r\n\r\n")),
@@ -144,6 +153,8 @@ async fn the_pollers_of_one_second_share_one_status() {
         metrics: Box::new(move || format!("m {}\n", scrapes.fetch_add(1, Ordering::SeqCst))),
         status: Box::new(move || format!("n{}", counted.fetch_add(1, Ordering::SeqCst))),
         hosts: Box::new(Vec::new),
+        health: Box::new(|| Ok(())),
+        ready: Box::new(|| Ok(())),
     });
     // A snapshot made "now" (its instant ahead, so no slow machine can age
     // it) is served as it is; one older than a second is made again.
@@ -167,4 +178,32 @@ async fn the_pollers_of_one_second_share_one_status() {
         render(Page::Metrics, &pages, &snapshot).await.as_str(),
         "m 1\n"
     );
+}
+
+#[test]
+fn a_probe_says_ok_or_why_not_and_is_never_cached() {
+    let pages = Pages {
+        metrics: Box::new(String::new),
+        status: Box::new(String::new),
+        hosts: Box::new(Vec::new),
+        health: Box::new(|| Ok(())),
+        ready: Box::new(|| Err("not ready: shutting down".to_owned())),
+    };
+    let healthy = String::from_utf8(probe_reply(Probe::Health, &pages, false)).unwrap();
+    assert!(healthy.starts_with("HTTP/1.0 200 OK\r\n"), "{healthy}");
+    assert!(
+        healthy.ends_with("\r\n\r\nok\n") && healthy.contains("no-store"),
+        "{healthy}"
+    );
+    let stopping = String::from_utf8(probe_reply(Probe::Ready, &pages, false)).unwrap();
+    assert!(
+        stopping.starts_with("HTTP/1.0 503 Service Unavailable\r\n"),
+        "{stopping}"
+    );
+    assert!(
+        stopping.ends_with("not ready: shutting down\n"),
+        "{stopping}"
+    );
+    let head = String::from_utf8(probe_reply(Probe::Ready, &pages, true)).unwrap();
+    assert!(head.ends_with("\r\n\r\n"), "{head}");
 }

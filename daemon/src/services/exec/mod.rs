@@ -22,13 +22,13 @@ use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
 use tokio::process::{Child, ChildStderr};
 
 use self::stderr::{drain, LineLog};
-use super::status_line::{accept, refuse};
+use super::status_line::{accept, refused};
 use crate::admission::Counter;
 use crate::model::{ClientInfo, Exec, ExecReply, OnShutdown, Service};
 use crate::net::conn::Conn;
 use crate::net::pair;
 use crate::net::stream::Metered;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Refusal};
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -44,16 +44,14 @@ pub(crate) async fn serve(
 ) -> io::Result<Outcome> {
     let name = service.name.as_str();
     let Some(_slot) = instances.acquire(exec.max_instances) else {
-        refuse(conn, "busy: too many running instances, try again later").await;
-        return Ok(Outcome::Refused("busy: max_instances reached".into()));
+        return Ok(refused(conn, Refusal::TooManyInstances).await);
     };
     if exec.reply == ExecReply::Server {
         // The `+` cannot be taken back once sent, so a program that went missing
         // or lost its execute bit since the configuration was loaded is caught
         // here and refused, not answered `+` and then EOF.
         if let Err(e) = runnable(exec) {
-            refuse(conn, UNAVAILABLE).await;
-            return Ok(Outcome::Refused(format!("cannot run the program: {e}")));
+            return Ok(refused(conn, Refusal::CannotRun(e)).await);
         }
         if let Some(message) = status {
             accept(conn, message).await?;
@@ -77,8 +75,7 @@ pub(crate) async fn serve(
         Ok(spawned) => spawned,
         // The program would have sent the status line: nothing was sent yet.
         Err(e) if exec.reply == ExecReply::Program => {
-            refuse(conn, UNAVAILABLE).await;
-            return Ok(Outcome::Refused(format!("cannot start the program: {e}")));
+            return Ok(refused(conn, Refusal::CannotStart(e)).await);
         }
         Err(e) => return Err(e),
     };
@@ -152,9 +149,6 @@ impl Drop for Group {
         }
     }
 }
-
-/// The client's reason when the program cannot be started; the log says why.
-const UNAVAILABLE: &str = "service unavailable: its program cannot be started";
 
 /// Whether the program can still be executed (by the daemon's own ids; a
 /// failure specific to `user` shows up at spawn).

@@ -1,13 +1,15 @@
 //! How a session ended: one enum, filled in by the negotiation or by the service
-//! that ran, and read once for the connection's log line and its metric.
+//! that ran, and read once for the connection's log line and its metric; a
+//! refusal, whatever refused, is one [`Refusal`] (`refusal.rs`).
+
+mod refusal;
 
 use std::fmt;
 use std::io;
 
-use tcpmux_proto::NameError;
-
 use crate::model::Endpoint;
-use crate::net::proxy_protocol::HeaderError;
+
+pub(crate) use refusal::Refusal;
 
 /// How a connection ended.
 #[derive(Debug)]
@@ -29,16 +31,8 @@ pub(crate) enum Outcome {
     },
     Help,
     ServiceError(io::Error),
-    UnknownService,
-    /// A `-` line for the reason given: access, a limit, a backend that is down.
-    Refused(String),
-    BadRequest(NameError),
-    BadProxyHeader(HeaderError),
-    NegotiationTimeout,
-    /// The TLS handshake failed (the reason from rustls or the socket).
-    TlsHandshake(io::Error),
-    /// The client half-closed in the middle of what is named.
-    Incomplete(&'static str),
+    /// Refused, and why.
+    Refused(Refusal),
     ClosedBeforeRequest,
     ReadError(io::Error),
     /// Ended from the admin socket (`kill session`, `shutdown sessions`);
@@ -55,11 +49,7 @@ impl Outcome {
             Outcome::Served { .. } | Outcome::HandedOff { .. } | Outcome::Exited { .. } => "served",
             Outcome::Help => "help",
             Outcome::ServiceError(_) | Outcome::ReadError(_) => "error",
-            Outcome::UnknownService => "unknown",
-            Outcome::Refused(_) | Outcome::BadRequest(_) | Outcome::BadProxyHeader(_) => "refused",
-            Outcome::NegotiationTimeout => "timeout",
-            Outcome::TlsHandshake(_) => "refused",
-            Outcome::Incomplete(_) => "refused",
+            Outcome::Refused(refusal) => refusal.label(),
             Outcome::ClosedBeforeRequest => "closed",
             Outcome::Killed { .. } => "killed",
         }
@@ -68,17 +58,11 @@ impl Outcome {
     /// Whether the connection never named a registered service, so its metric
     /// goes under `-` (clients cannot grow the label set).
     pub(crate) fn unnamed(&self) -> bool {
-        matches!(
-            self,
-            Outcome::UnknownService
-                | Outcome::BadRequest(_)
-                | Outcome::BadProxyHeader(_)
-                | Outcome::NegotiationTimeout
-                | Outcome::TlsHandshake(_)
-                | Outcome::Incomplete(_)
-                | Outcome::ClosedBeforeRequest
-                | Outcome::ReadError(_)
-        )
+        match self {
+            Outcome::Refused(refusal) => refusal.unnamed(),
+            Outcome::ClosedBeforeRequest | Outcome::ReadError(_) => true,
+            _ => false,
+        }
     }
 
     /// The proxy backend that served the client, if any.
@@ -99,13 +83,7 @@ impl fmt::Display for Outcome {
             Outcome::Exited { pid, status } => write!(f, "served: pid {pid} {status}"),
             Outcome::Help => f.write_str("help"),
             Outcome::ServiceError(e) => write!(f, "service error: {e}"),
-            Outcome::UnknownService => f.write_str("refused: unknown service"),
             Outcome::Refused(why) => write!(f, "refused: {why}"),
-            Outcome::BadRequest(e) => write!(f, "refused: {e}"),
-            Outcome::BadProxyHeader(e) => write!(f, "refused: invalid PROXY protocol header: {e}"),
-            Outcome::NegotiationTimeout => f.write_str("refused: negotiation timeout"),
-            Outcome::TlsHandshake(e) => write!(f, "refused: TLS handshake failed: {e}"),
-            Outcome::Incomplete(what) => write!(f, "refused: incomplete {what}"),
             Outcome::ClosedBeforeRequest => f.write_str("closed before request"),
             Outcome::ReadError(e) => write!(f, "read error: {e}"),
             Outcome::Killed { .. } => f.write_str("killed from the admin socket"),

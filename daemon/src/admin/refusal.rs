@@ -1,0 +1,42 @@
+//! Every way the admin socket refuses an operator, as one value: its text is
+//! the reply's `error` and the log line's. The operator's words (a name, an
+//! address) are carried as written; the log clips them.
+
+use tcpmux_proto::admin::RequestError;
+
+/// Why a command, or a connection, was refused.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Refusal {
+    /// Not a command: the protocol says what would be.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error("command line too long")]
+    TooLong,
+    #[error("uid not allowed: ask for admin_uids")]
+    UidNotAllowed,
+    #[error("too many admin connections")]
+    Full,
+    #[error("too many admin connections from your uid")]
+    FullForUid,
+    #[error("internal error; see the daemon's log")]
+    Internal,
+    /// A change while an upgrade carries the run-time state: it would be lost.
+    #[error("upgrade in progress: the run-time state is being handed to the new daemon; try again when it serves")]
+    UpgradeInProgress,
+    #[error("no session {0}; it may have ended (show sessions lists the live ones)")]
+    NoSession(u64),
+    #[error("no service {0:?}; show services lists them")]
+    NoService(String),
+    #[error("service {0} is not a proxy: it has no backends")]
+    NotAProxy(String),
+    #[error("service {0}'s backends are not known yet (DNS)")]
+    MembersNotKnown(String),
+    #[error("no backend {backend} in {service}; its backends: {}", known.join(", "))]
+    NoBackend {
+        service: String,
+        backend: String,
+        known: Vec<String>,
+    },
+    #[error("no backend {backend} in {service} and no session on it")]
+    NothingOnBackend { service: String, backend: String },
+}
