@@ -6,16 +6,17 @@
 # What each is for: setpriv and prlimit (util-linux) switch users and
 # limits; python3 runs the hostile local user's floods and the demo's web
 # servers; ssh, sshd, curl and openssl for the detection tests; dnsmasq
-# serves the DNS discovery tests' records; chromium loads the dashboard;
+# serves the DNS discovery tests' records, and dig asks it through a UDP
+# listener; chromium loads the dashboard;
 # openvpn, psql with a PostgreSQL server, and curl through microsocks for the
 # probes; ip, nft and socat build and use the network namespaces of the
 # transparent test; pebble is the ACME server certificates are ordered from;
 # haproxy stands in front; prometheus (and its promtool) loads the alert
 # rules of contrib/prometheus/.
 set -euo pipefail
-PEERS="haproxy util-linux python3 python3-yaml openssh-client openssh-server curl openssl dnsmasq-base chromium openvpn postgresql microsocks iproute2 nftables socat pebble prometheus"
+PEERS="haproxy util-linux python3 python3-yaml openssh-client openssh-server curl openssl dnsmasq-base bind9-dnsutils chromium openvpn postgresql microsocks iproute2 nftables socat pebble prometheus"
 missing=""
-for tool in haproxy setpriv prlimit /usr/bin/python3 ssh /usr/sbin/sshd curl openssl dnsmasq chromium openvpn psql microsocks ip nft socat pebble prometheus promtool; do
+for tool in haproxy setpriv prlimit /usr/bin/python3 ssh /usr/sbin/sshd curl openssl dnsmasq dig chromium openvpn psql microsocks ip nft socat pebble prometheus promtool; do
   command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
 done
 python3 -c "import yaml" 2>/dev/null || missing="$missing python3-yaml"

@@ -18,7 +18,7 @@
 //! - `outcome`: how a session ended, for its log line.
 //! - `services`: what a name does, one file per kind.
 //! - `state`: what every connection shares; `admin`: the admin socket's
-//!   commands; `session`: one connection.
+//!   commands; `session`: one connection; `udp`: a UDP listener's flows.
 //! - [`server`]: binding, the accept loops, reload and shutdown.
 //! - [`cli`]: the command line, for the binary and the man page.
 
@@ -44,6 +44,7 @@ mod registry;
 mod services;
 mod session;
 mod state;
+mod udp;
 
 pub use config::{Config, ConfigError};
 pub use server::{RunError, Server};

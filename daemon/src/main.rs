@@ -226,6 +226,12 @@ fn run_workers(
     if config.handoff_socket.is_some() {
         return fail("handoff services need a single event loop: run with --workers 1");
     }
+    if let Some(spec) = config.listen.iter().find(|spec| spec.options.udp.is_some()) {
+        return fail(format!(
+            "the UDP listener {} needs a single event loop: run with --workers 1",
+            spec.addr
+        ));
+    }
     if config.upgrade_socket.is_some() {
         return fail("binary upgrades hand over one event loop's sockets: run with --workers 1, or remove upgrade_socket");
     }

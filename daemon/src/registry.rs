@@ -34,7 +34,9 @@ pub enum TlsMatch {
 impl Registry {
     /// Builds a registry; names are already unique because they are map keys.
     pub fn new(services: BTreeMap<ServiceName, Service>) -> Self {
-        let help_text = render_help(services.keys().map(ServiceName::as_str));
+        // HELP lists what a TCPMUX client can ask for.
+        let streams = services.values().filter(|s| s.kind != ServiceKind::UdpOnly);
+        let help_text = render_help(streams.map(|s| s.name.as_str()));
         let mut sni: HostMap<Vec<ServiceName>> = HostMap::default();
         let mut http_hosts: HashMap<String, ServiceName> = HashMap::new();
         let mut alpn_only: HashMap<String, ServiceName> = HashMap::new();

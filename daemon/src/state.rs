@@ -8,10 +8,11 @@ use crate::admission::{Gate, OwnConnections, Usage, UsageTable};
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::keys::{AcmeCert, Keys};
-use crate::model::{ControlLimits, DefaultCert, Dns, Limits, ServiceKind};
+use crate::model::{ControlLimits, DefaultCert, Dns, Limits, ServiceKind, UdpSettings};
 use crate::ops::history::{History, Totals};
 use crate::ops::metrics::{earliest, Gauges, Metrics};
 use crate::ops::session_table::SessionTable;
+use crate::ops::udp_metrics::UdpCounters;
 use crate::registry::Registry;
 
 /// The part of the configuration a reload replaces. A session takes a snapshot
@@ -28,6 +29,8 @@ pub(crate) struct Settings {
     pub limits: Limits,
     pub control_limits: ControlLimits,
     pub dns: Dns,
+    /// UDP flows' limits and idle timeout.
+    pub udp: UdpSettings,
     /// `admin_uids`: who besides root and the daemon's user may use the admin socket.
     pub admin_uids: Vec<u32>,
     /// `metrics_hosts`: the names a metrics request's Host may give.
@@ -72,6 +75,7 @@ impl Settings {
             limits: config.limits,
             control_limits: config.control_limits,
             dns: config.dns,
+            udp: config.udp,
             admin_uids: config.admin.map(|a| a.uids).unwrap_or_default(),
             metrics_hosts: config.metrics_hosts,
         }
@@ -89,6 +93,7 @@ pub struct DaemonState {
     gate: Arc<Gate>,
     usage: Arc<UsageTable>,
     metrics: Arc<Metrics>,
+    udp: Arc<UdpCounters>,
     own: Arc<OwnConnections>,
     sessions: Arc<SessionTable>,
     history: Arc<History>,
@@ -102,6 +107,8 @@ pub(crate) struct Shared {
     /// Connections admitted and not yet closed, daemon-wide and per address.
     pub gate: Arc<Gate>,
     pub metrics: Arc<Metrics>,
+    /// The UDP flows' counters.
+    pub udp: Arc<UdpCounters>,
     usage: Arc<UsageTable>,
     /// The daemon's own outgoing proxy connections, to tell one come back.
     pub own: Arc<OwnConnections>,
@@ -191,6 +198,7 @@ impl Shared {
             hub: Arc::new(Hub::default()),
             gate: counters.gate,
             metrics: counters.metrics,
+            udp: counters.udp,
             usage: counters.usage,
             own: counters.own,
             sessions: counters.sessions,
@@ -252,7 +260,9 @@ impl Shared {
 
     /// The counters in the Prometheus text format.
     pub(crate) fn render_metrics(&self) -> String {
-        self.metrics.render(&self.gauges())
+        let mut text = self.metrics.render(&self.gauges());
+        self.udp.render(&mut text);
+        text
     }
 
     /// What the live state is now, for the metrics' gauges.

@@ -342,3 +342,37 @@ fn a_reload_with_such_a_pattern_leaves_the_daemon_as_it_was() {
     assert!(line.contains("too complex"), "{line}");
     assert!(daemon.exchange(b"daytime\r\n").starts_with(b"+"));
 }
+
+#[test]
+fn udp_configuration_errors_are_clear() {
+    let service = "[service.wg]\nproxy_udp = \"127.0.0.1:51820\"\n";
+    for (config, words) in [
+        (
+            format!("listen = [{{ address = \"127.0.0.1:0\", wireguard = \"wg\" }}]\n{service}"),
+            "`wireguard` needs `udp = true`",
+        ),
+        (
+            format!("listen = [{{ address = \"127.0.0.1:0\", udp = true, udp_default = \"echo\" }}]\n{service}"),
+            "udp_default = \"echo\" routes datagrams to a service without `proxy_udp`",
+        ),
+        (
+            format!("listen = [{{ address = \"127.0.0.1:0\", udp = true, dns = \"nowhere\" }}]\n{service}"),
+            "dns = \"nowhere\" is not a service",
+        ),
+        (
+            "[service.wg]\nproxy_udp = \"vpn.example:51820\"\n".to_owned(),
+            "UDP backends are IP addresses",
+        ),
+        (
+            format!("listen = [{{ address = \"127.0.0.1:0\", udp = true, tcp = false, detect = true }}]\n{service}"),
+            "`detect` is for the TCP socket, which `tcp = false` leaves out",
+        ),
+        (
+            format!("listen = [{{ address = \"unix:/tmp/x.sock\", udp = true }}]\n{service}"),
+            "`udp = true` needs an IP:PORT address",
+        ),
+        (format!("max_udp_flows = 0\n{service}"), "max_udp_flows must be at least 1"),
+    ] {
+        common::assert_config_rejected(&config, words);
+    }
+}

@@ -91,6 +91,7 @@ fn kind(service: &Service) -> &'static str {
         ServiceKind::Proxy(_) => "proxy",
         ServiceKind::Exec(_) => "exec",
         ServiceKind::Handoff(_) => "handoff",
+        ServiceKind::UdpOnly => "udp",
     }
 }
 

@@ -31,12 +31,16 @@ pub(super) fn routes(
         (Protocol::Rdp, &table.rdp),
     ];
     if !table.detect {
+        // `openvpn` and `match` route a UDP side's flows too.
+        let udp = table.udp == Some(true);
         let given = names.iter().find(|(_, v)| v.is_some()).map(|(k, _)| *k);
         let given = given.or_else(|| {
-            let probe = probes.iter().find(|(_, v)| v.is_some());
+            let probe = probes
+                .iter()
+                .find(|(p, v)| v.is_some() && !(udp && *p == Protocol::OpenVpn));
             probe.map(|(p, _)| p.name())
         });
-        let given = given.or(table.rules.as_ref().map(|_| "match"));
+        let given = given.or(table.rules.as_ref().filter(|_| !udp).map(|_| "match"));
         let given = given.or(table.detect_timeout.map(|_| "detect_timeout"));
         return match given {
             Some(key) => Err(at(format!("listen: `{key}` needs `detect = true`"))),
@@ -58,6 +62,25 @@ pub(super) fn routes(
             routed.push((protocol, name(protocol.name(), v)?));
         }
     }
+    let rules = rules(src, item, table)?;
+    Ok(Some(Detect {
+        ssh: optional("ssh", &table.ssh)?,
+        http: optional("http", &table.http)?,
+        silent: optional("silent", &table.silent)?,
+        sni_default: optional("sni_default", &table.sni_default)?,
+        probes: routed,
+        rules,
+        timeout,
+    }))
+}
+
+/// The listener's `match` rules, for its TCP and its UDP side alike.
+pub(super) fn rules(
+    src: Source<'_>,
+    item: &Spanned<toml::Value>,
+    table: &RawListenTable,
+) -> Result<Vec<MatchRule>, ConfigError> {
+    let at = |message: String| src.at(item.span(), message);
     let mut rules = Vec::new();
     let mut memory = 0;
     for (i, rule) in table.rules.iter().flatten().enumerate() {
@@ -71,18 +94,15 @@ pub(super) fn routes(
                 MATCH_MEMORY >> 20
             )));
         }
-        let service = name(&format!("match[{i}] service"), &rule.service)?;
+        let service = ServiceName::parse(&rule.service).map_err(|e| {
+            at(format!(
+                "listen: match[{i}] service {:?}: {e}",
+                rule.service
+            ))
+        })?;
         rules.push(MatchRule { pattern, service });
     }
-    Ok(Some(Detect {
-        ssh: optional("ssh", &table.ssh)?,
-        http: optional("http", &table.http)?,
-        silent: optional("silent", &table.silent)?,
-        sni_default: optional("sni_default", &table.sni_default)?,
-        probes: routed,
-        rules,
-        timeout,
-    }))
+    Ok(rules)
 }
 
 /// The most memory one listener's `match` automata may take together, so

@@ -111,6 +111,22 @@ fn one(
         ))
     })?;
     let defer_accept = table.defer_accept.unwrap_or(false);
+    let udp = super::udp::routes(src, item, &table, &addr)?;
+    let tcp = table.tcp.unwrap_or(true);
+    if !tcp {
+        let tcp_only = [
+            ("detect", detect.is_some()),
+            ("tls", tls.is_some()),
+            ("accept_proxy_from", !accept_proxy_from.is_empty()),
+            ("fast_open", fast_open.is_some()),
+            ("defer_accept", defer_accept),
+        ];
+        if let Some((key, _)) = tcp_only.iter().find(|(_, given)| *given) {
+            return Err(at(format!(
+                "listen {addr}: `{key}` is for the TCP socket, which `tcp = false` leaves out"
+            )));
+        }
+    }
     if (fast_open.is_some() || defer_accept) && unix {
         return Err(at(format!(
             "listen {addr}: fast_open and defer_accept are TCP options"
@@ -124,8 +140,10 @@ fn one(
             tls,
             fast_open,
             defer_accept,
+            udp,
         },
         name: table.name,
+        tcp,
     })
 }
 

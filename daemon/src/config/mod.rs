@@ -23,6 +23,7 @@ mod proxy;
 mod raw;
 mod services;
 mod tls;
+mod udp;
 mod users;
 
 use std::net::SocketAddr;
@@ -30,7 +31,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::keys::Keys;
-use crate::model::{AdminSettings, ControlLimits, Dns, Limits, ListenAddr, ListenSpec};
+use crate::model::{
+    AdminSettings, ControlLimits, Dns, Limits, ListenAddr, ListenSpec, UdpSettings,
+};
 use crate::registry::Registry;
 
 pub use durations::ConfigDuration;
@@ -79,6 +82,8 @@ pub struct Config {
     pub metrics_hosts: Vec<String>,
     /// How proxy backends found through DNS are followed.
     pub dns: Dns,
+    /// UDP flows: their limits and idle timeout.
+    pub udp: UdpSettings,
     /// What is valid but probably not meant (no services at all), for the log
     /// and `--check-config`.
     pub warnings: Vec<String>,
@@ -106,6 +111,7 @@ impl Default for Config {
             metrics_listen: None,
             metrics_hosts: metrics::DEFAULT_HOSTS.map(str::to_owned).to_vec(),
             dns: Dns::default(),
+            udp: UdpSettings::default(),
             warnings: Vec::new(),
         }
     }
@@ -189,6 +195,7 @@ impl Config {
             warnings.push(format!("{origin}: no services (builtin_services = false and no [service.*] table): every client will be refused"));
         }
         listen::check_targets(src, listed.as_ref(), &listen, &registry)?;
+        udp::check_targets(src, listed.as_ref(), &listen, &registry)?;
         warnings.extend(backend_tls::warnings(&registry));
         if let Some(tls) = listen.iter().find(|spec| spec.options.tls.is_some()) {
             if let Some(service) = registry
@@ -236,6 +243,7 @@ impl Config {
             metrics_listen: metrics::metrics_listen(src, &raw)?,
             metrics_hosts: metrics::metrics_hosts(src, &raw)?,
             dns: dns::dns(src, &raw)?,
+            udp: udp::settings(src, &raw)?,
             warnings,
         })
     }

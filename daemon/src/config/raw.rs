@@ -35,6 +35,13 @@ pub(crate) struct RawListenTable {
     pub(crate) tls: Option<RawTls>,
     pub(crate) fast_open: Option<toml::Value>,
     pub(crate) defer_accept: Option<bool>,
+    pub(crate) udp: Option<bool>,
+    pub(crate) tcp: Option<bool>,
+    pub(crate) udp_default: Option<String>,
+    pub(crate) quic: Option<String>,
+    pub(crate) dtls: Option<String>,
+    pub(crate) wireguard: Option<String>,
+    pub(crate) dns: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -126,6 +133,9 @@ pub(crate) struct RawConfig {
     pub(crate) metrics_hosts: Option<Spanned<Vec<String>>>,
     pub(crate) max_connections: Option<Spanned<usize>>,
     pub(crate) max_connections_per_ip: Option<Spanned<usize>>,
+    pub(crate) max_udp_flows: Option<Spanned<usize>>,
+    pub(crate) max_udp_flows_per_ip: Option<Spanned<usize>>,
+    pub(crate) udp_idle_timeout: Option<Spanned<ConfigDuration>>,
     pub(crate) connection_rate_per_ip: Option<Spanned<f64>>,
     pub(crate) negotiation_timeout: Option<Spanned<ConfigDuration>>,
     pub(crate) close_drain_timeout: Option<Spanned<ConfigDuration>>,
@@ -143,6 +153,7 @@ pub(crate) struct RawConfig {
 pub(crate) struct RawService {
     pub(crate) builtin: Option<Spanned<String>>,
     pub(crate) proxy: Option<Spanned<toml::Value>>,
+    pub(crate) proxy_udp: Option<Spanned<toml::Value>>,
     pub(crate) message: Option<String>,
     pub(crate) enabled: Option<bool>,
     pub(crate) connect_timeout: Option<Spanned<ConfigDuration>>,

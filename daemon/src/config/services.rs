@@ -159,6 +159,12 @@ fn service(
         http_host,
     } = host_names(src, table)?;
     let alpn = alpn(src, table)?;
+    let udp = table
+        .proxy_udp
+        .as_ref()
+        .map(|value| super::udp::proxy_udp(src, value))
+        .transpose()?
+        .map(Arc::new);
     let mut service = Service {
         message: table.message.clone().unwrap_or_default(),
         access,
@@ -167,6 +173,7 @@ fn service(
         sni_terminate,
         http_host,
         alpn,
+        udp,
         ..Service::new(name, kind)
     };
     // The cap the queue waits on is the service's own or its backends'.
@@ -348,6 +355,7 @@ fn kind(
         (Some("exec"), RawService { exec: Some(argv), .. }) => {
             Ok(ServiceKind::Exec(Arc::new(exec::exec(src, table, argv)?)))
         }
+        (None, RawService { proxy_udp: Some(_), .. }) => Ok(ServiceKind::UdpOnly),
         // `[service.echo]` with only a message refines the built-in of that name.
         _ => Builtin::from_name(name.as_str())
             .map(ServiceKind::Builtin)
@@ -355,7 +363,7 @@ fn kind(
                 src.at(
                     key_span,
                     format!(
-                        "service {name} says nothing to do: set `proxy = \"host:port\"`, \
+                        "service {name} says nothing to do: set `proxy = \"host:port\"`, `proxy_udp = \"IP:PORT\"`, \
                          `exec = [\"/path/program\"]`, `handoff = {{ uid = [...] }}` or `builtin = \"...\"` ({})",
                         builtin_list()
                     ),

@@ -62,6 +62,9 @@ pub struct ListenOptions {
     /// TCP_DEFER_ACCEPT: the kernel hands over a connection only once its
     /// first bytes (the name) have arrived.
     pub defer_accept: bool,
+    /// A UDP socket at the same address, and how its flows are routed
+    /// (`udp = true`).
+    pub udp: Option<super::UdpRoutes>,
 }
 
 impl ListenOptions {
@@ -80,6 +83,9 @@ pub struct ListenSpec {
     /// The listener's name (`name = "public"`): under systemd, the socket
     /// passed with that name in LISTEN_FDNAMES gets this listener's options.
     pub name: Option<String>,
+    /// Whether a TCP socket is bound at the address (`tcp = false` with
+    /// `udp = true`: datagrams only).
+    pub tcp: bool,
 }
 
 impl From<ListenAddr> for ListenSpec {
@@ -88,6 +94,7 @@ impl From<ListenAddr> for ListenSpec {
             addr,
             options: ListenOptions::default(),
             name: None,
+            tcp: true,
         }
     }
 }

@@ -15,6 +15,7 @@ mod peer;
 mod proxy;
 mod routes;
 mod tls;
+mod udp;
 
 use std::fmt;
 use std::sync::Arc;
@@ -40,6 +41,10 @@ pub use routes::{
 pub use tls::{
     certificate_expiry, certificate_names, CertPair, ClientAuth, DefaultCert, ServerConfigs, Tls,
     TlsClient,
+};
+pub use udp::{
+    UdpProxy, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT,
+    DEFAULT_UDP_IDLE_TIMEOUT,
 };
 
 /// One registered service: a name, what it does, and who may use it.
@@ -67,6 +72,8 @@ pub struct Service {
     /// TLS application protocols it answers to (`alpn`): by the ClientHello on
     /// detecting listeners, by the negotiated protocol on TLS listeners.
     pub alpn: Vec<String>,
+    /// Its UDP backends (`proxy_udp`), for flows a UDP listener routes here.
+    pub udp: Option<Arc<UdpProxy>>,
 }
 
 impl Service {
@@ -83,6 +90,7 @@ impl Service {
             sni_terminate: Vec::new(),
             http_host: Vec::new(),
             alpn: Vec::new(),
+            udp: None,
         }
     }
 
@@ -124,6 +132,9 @@ pub enum ServiceKind {
     Proxy(Arc<Proxy>),
     Exec(Arc<Exec>),
     Handoff(Arc<HandoffRule>),
+    /// UDP backends only (`proxy_udp` alone): a stream client that names it
+    /// is refused.
+    UdpOnly,
 }
 
 /// Services built into the daemon.

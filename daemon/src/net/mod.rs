@@ -8,6 +8,7 @@ pub(crate) mod accept_errors;
 pub(crate) mod buffers;
 pub(crate) mod close;
 pub(crate) mod conn;
+pub(crate) mod datagram;
 pub(crate) mod lingering;
 pub mod listener;
 pub(crate) mod pair;

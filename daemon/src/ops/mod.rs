@@ -17,3 +17,4 @@ pub mod privileges;
 pub mod session_table;
 pub mod systemd;
 pub(crate) mod trim;
+pub(crate) mod udp_metrics;

@@ -32,6 +32,8 @@ pub(crate) enum Refusal {
     ProxyLoop,
     /// A name no service has.
     UnknownService(ServiceName),
+    /// A stream client that named a service of UDP backends only.
+    UdpOnly(ServiceName),
     /// A routed client's service, removed by a reload since it was routed.
     NoLongerConfigured(ServiceName),
     /// A detecting listener found no service for what the client sent.
@@ -85,6 +87,7 @@ impl Refusal {
             Refusal::UnknownService(name) => {
                 format!("unknown service {name}; send HELP for the list")
             }
+            Refusal::UdpOnly(name) => format!("service {name} takes UDP datagrams only"),
             Refusal::BackendUnavailable { reason, .. } => format!("service unavailable: {reason}"),
             Refusal::BackendTls { .. } => {
                 "service unavailable: backend TLS handshake failed".into()
@@ -122,6 +125,7 @@ impl Refusal {
             Refusal::Limit(_) => "limit",
             Refusal::ProxyLoop => "proxy_loop",
             Refusal::UnknownService(_) => "unknown_service",
+            Refusal::UdpOnly(_) => "udp_only",
             Refusal::NoLongerConfigured(_) => "no_longer_configured",
             Refusal::Unrouted(_) => "unrouted",
             Refusal::AccessDenied => "access_denied",
@@ -178,6 +182,7 @@ impl fmt::Display for Refusal {
                 f.write_str("proxy loop: this connection comes from tcpmuxd's own proxy")
             }
             Refusal::UnknownService(_) => f.write_str("unknown service"),
+            Refusal::UdpOnly(_) => f.write_str("a UDP-only service named over TCP"),
             Refusal::NoLongerConfigured(name) => {
                 write!(f, "service {name} is no longer configured")
             }

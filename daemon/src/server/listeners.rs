@@ -17,6 +17,7 @@ use tracing::instrument::WithSubscriber;
 
 use super::roles::{encoded, restage, Place, Role, Single, Socket};
 use super::sessions::{accept_loop, Sessions, SharedOptions};
+use super::udp_listeners::{BoundUdp, UdpListeners};
 use crate::config::Config;
 use crate::hub::Adopted;
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
@@ -63,6 +64,8 @@ pub(super) struct Live {
     upgrade_requests: Option<mpsc::Sender<UnixStream>>,
     /// Who chose the TCPMUX listeners, and so what a reload applies to them.
     chosen_by: ChosenBy,
+    /// The `listen` list's UDP sockets.
+    udp: UdpListeners,
 }
 
 /// Who chose the TCPMUX listeners' sockets, which says what a reloaded
@@ -96,6 +99,7 @@ pub(super) struct Staged {
     /// By `Role::index`: `None` keeps the socket, `Some(None)` closes it,
     /// `Some(Some(..))` replaces it.
     singles: [Option<Option<Listener>>; 4],
+    udp: Vec<BoundUdp>,
 }
 
 impl Live {
@@ -107,7 +111,13 @@ impl Live {
             listening: crate::admin::Listening::default(),
             upgrade_requests: None,
             chosen_by,
+            udp: UdpListeners::default(),
         }
+    }
+
+    /// Starts serving a UDP socket of the `listen` list.
+    pub(super) fn serve_udp(&mut self, bound: BoundUdp, shared: &Arc<Shared>) {
+        self.udp.serve(bound, &mut self.accepting, shared);
     }
 
     pub(super) fn follows_file(&self) -> bool {
@@ -317,6 +327,7 @@ impl Live {
                 }
             })
             .collect();
+        rows.extend(self.udp.rows().map(|address| row("udp", address)));
         for role in Role::ALL {
             if let Some(single) = &self.singles[role.index()] {
                 rows.push(row(role.kind(), single.configured.shown()));
@@ -348,7 +359,7 @@ impl Live {
     pub(super) fn stage(&self, config: &Config) -> Result<Staged, BindError> {
         let mut clients = Vec::new();
         if self.follows_file() {
-            for spec in &config.listen {
+            for spec in config.listen.iter().filter(|spec| spec.tcp) {
                 if !self.clients.iter().any(|live| live.configured == spec.addr) {
                     clients.push((spec.clone(), Listener::bind(&spec.addr)?));
                 }
@@ -359,7 +370,15 @@ impl Live {
             let current = self.singles[role.index()].as_ref().map(|s| &s.configured);
             singles[role.index()] = restage(role, current, config)?;
         }
-        Ok(Staged { clients, singles })
+        let udp = match self.chosen_by {
+            ChosenBy::CommandLine => Vec::new(),
+            _ => self.udp.stage(config)?,
+        };
+        Ok(Staged {
+            clients,
+            singles,
+            udp,
+        })
     }
 
     /// Puts `staged` in service and closes what `config` no longer has.
@@ -371,6 +390,10 @@ impl Live {
         sessions: &Sessions,
     ) {
         self.commit_clients(staged.clients, config, shared, sessions);
+        if self.chosen_by != ChosenBy::CommandLine {
+            self.udp
+                .commit(staged.udp, config, &mut self.accepting, shared);
+        }
         for (role, staged) in Role::ALL.into_iter().zip(staged.singles) {
             let Some(replacement) = staged else {
                 continue;
@@ -392,7 +415,10 @@ impl Live {
     ) {
         if self.follows_file() {
             self.clients.retain(|live| {
-                let spec = config.listen.iter().find(|s| s.addr == live.configured);
+                let spec = config
+                    .listen
+                    .iter()
+                    .find(|s| s.tcp && s.addr == live.configured);
                 match spec {
                     Some(spec) => live.update(&spec.options, shared),
                     None => {

@@ -13,6 +13,7 @@ mod roles;
 mod sessions;
 #[cfg(test)]
 mod tests;
+mod udp_listeners;
 pub mod upgrade;
 
 use std::future::Future;
@@ -42,6 +43,8 @@ pub struct Server {
     shared: Arc<Shared>,
     /// Each with the address as configured (port 0 stays 0) and its options.
     listeners: Vec<Bound>,
+    /// The `listen` list's UDP sockets.
+    udp: Vec<udp_listeners::BoundUdp>,
     /// Each role's socket (by `Role::index`), with where it was configured.
     singles: [Option<(Place, Listener)>; 4],
     /// What a reload reads.
@@ -112,6 +115,7 @@ impl Server {
             config
                 .listen
                 .iter()
+                .filter(|spec| spec.tcp)
                 .map(|spec| {
                     let handed = take(&mut handed.clients, &spec.addr);
                     let listener = adopt_or_bind(handed, || Listener::bind(&spec.addr))?;
@@ -122,6 +126,18 @@ impl Server {
         } else {
             adopt(inherited, &config.listen)?
         };
+        // A UDP side at its TCP side's bound address: one port for both.
+        let mut udp = Vec::new();
+        for spec in &config.listen {
+            let tcp_side = listeners
+                .iter()
+                .find(|((configured, _), _, _)| *configured == spec.addr);
+            let at = tcp_side.and_then(|(_, listener, _)| match listener.local_addr() {
+                ListenAddr::Tcp(addr) => Some(addr),
+                ListenAddr::Unix(_) => None,
+            });
+            udp.extend(udp_listeners::bind(spec, at)?);
+        }
         let mut singles = [None, None, None, None];
         let mut bind = |role: Role, handed: &mut Handed| -> Result<(), RunError> {
             let predecessors = handed.singles[role.index()].take();
@@ -145,6 +161,7 @@ impl Server {
         Ok(Server {
             shared,
             listeners,
+            udp,
             singles,
             config_path,
             chosen_by,
@@ -203,6 +220,9 @@ impl Server {
         }
         for (configured, listener, options) in self.listeners {
             live.serve_client(configured, listener, options, &shared, &sessions);
+        }
+        for bound in self.udp {
+            live.serve_udp(bound, &shared);
         }
         live.publish();
         let took_over = self.predecessor.is_some();

@@ -29,7 +29,7 @@ use crate::model::{Builtin, ClientInfo, Service, ServiceKind};
 use crate::net::conn::Conn;
 use crate::net::stream::Metered;
 use crate::ops::session_table::LiveSession;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Refusal};
 
 pub(crate) use status_line::{refused, send_last};
 
@@ -111,6 +111,9 @@ pub(crate) async fn serve(
             ))
             .await
         }
+        // The verdict refuses it first; a service never serves a stream it
+        // has no backend for.
+        ServiceKind::UdpOnly => Ok(Outcome::Refused(Refusal::UdpOnly(service.name.clone()))),
     }
 }
 

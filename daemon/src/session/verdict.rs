@@ -10,7 +10,7 @@ use std::time::Instant;
 use tcpmux_proto::ServiceName;
 
 use crate::admission::{OwnConnections, ServiceCounts};
-use crate::model::{ClientInfo, Peer, Routed, Service};
+use crate::model::{ClientInfo, Peer, Routed, Service, ServiceKind};
 use crate::ops::access_log;
 use crate::outcome::{Outcome, Refusal};
 use crate::state::{Settings, Shared};
@@ -81,6 +81,9 @@ pub(super) fn decide<'s>(
             Asked::Routed => Refusal::NoLongerConfigured(name.clone()),
         });
     };
+    if service.kind == ServiceKind::UdpOnly {
+        return Err(Refusal::UdpOnly(name.clone()));
+    }
     let counts = settings
         .usage
         .get(&service.name)

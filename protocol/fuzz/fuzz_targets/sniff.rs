@@ -2,13 +2,19 @@
 //! some bytes is told the same from any bytes they begin (the first input
 //! byte picks the optional probes); a complete ClientHello or request head
 //! claims no more than it was given and decides the same on those bytes
-//! alone; every strict prefix of what decided is "need more".
+//! alone; every strict prefix of what decided is "need more". A datagram
+//! is classified without a panic, and only as what some probe alone takes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tcpmux_proto::sniff::{classify_with, client_hello, http, Probes, Protocol};
+use tcpmux_proto::sniff::{classify_with, client_hello, datagram, http, Probes, Protocol};
 
 fuzz_target!(|data: &[u8]| {
+    if let Some(found) = datagram::classify(data, &datagram::Datagram::ALL) {
+        assert_eq!(datagram::classify(data, &[found]), Some(found));
+    }
+    let _ = datagram::dtls_record(data);
+    let _ = client_hello::parse_message(data);
     if let Some((&pick, first)) = data.split_first() {
         let probes = Protocol::OPTIONAL
             .into_iter()

@@ -62,6 +62,26 @@ pub fn parse(input: &[u8], max_len: usize) -> Result<Option<ClientHello>, HelloE
     Ok(Some(hello))
 }
 
+/// Reads a ClientHello handshake message carried outside TLS records (in
+/// QUIC's CRYPTO frames, or DTLS's records once its cookie is cut out):
+/// `Ok(None)` while `message` holds only part of it.
+pub fn parse_message(message: &[u8]) -> Result<Option<ClientHello>, HelloError> {
+    let Some(header) = message.get(..4) else {
+        return Ok(None);
+    };
+    if header[0] != CLIENT_HELLO {
+        return Err(HelloError::NotClientHello(header[0]));
+    }
+    let declared =
+        usize::from(header[1]) << 16 | usize::from(header[2]) << 8 | usize::from(header[3]);
+    let Some(whole) = message.get(..declared + 4) else {
+        return Ok(None);
+    };
+    let mut hello = read_body(whole)?;
+    hello.length = whole.len();
+    Ok(Some(hello))
+}
+
 /// Gathers the first handshake message from consecutive handshake records.
 fn handshake_message(input: &[u8], max_len: usize) -> Result<Option<(Vec<u8>, usize)>, HelloError> {
     let mut message = Vec::new();

@@ -5,6 +5,7 @@
 //! reads every byte.
 
 pub mod client_hello;
+pub mod datagram;
 pub mod http;
 pub mod probes;
 

@@ -1,0 +1,133 @@
+//! The UDP sockets of the `listen` list (`udp = true`), one per address,
+//! beside the TCP one or alone: bound at start and by a reload that adds
+//! them, their routes replaced by a reload that keeps them, closed by one
+//! that removes them (their flows end).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use tokio::task::{AbortHandle, JoinSet};
+
+use crate::config::Config;
+use crate::model::{ListenAddr, ListenSpec, UdpRoutes};
+use crate::net::datagram::bind_udp;
+use crate::net::listener::BindError;
+use crate::state::Shared;
+use crate::udp::SharedRoutes;
+
+/// A UDP socket bound for a listen entry and not serving yet.
+pub(super) struct BoundUdp {
+    /// The entry's address as configured (port 0 stays 0).
+    configured: ListenAddr,
+    socket: std::net::UdpSocket,
+    routes: UdpRoutes,
+}
+
+/// Binds the UDP side of `spec`, at `at` (the TCP side's bound address,
+/// so a port 0 gives both the same port), if it has one.
+pub(super) fn bind(
+    spec: &ListenSpec,
+    at: Option<SocketAddr>,
+) -> Result<Option<BoundUdp>, BindError> {
+    let (Some(routes), ListenAddr::Tcp(configured)) = (&spec.options.udp, &spec.addr) else {
+        return Ok(None);
+    };
+    let socket = bind_udp(at.unwrap_or(*configured), false)?;
+    Ok(Some(BoundUdp {
+        configured: spec.addr.clone(),
+        socket,
+        routes: routes.clone(),
+    }))
+}
+
+struct Serving {
+    configured: ListenAddr,
+    bound: SocketAddr,
+    routes: SharedRoutes,
+    task: AbortHandle,
+}
+
+/// The UDP sockets in service.
+#[derive(Default)]
+pub(super) struct UdpListeners {
+    serving: Vec<Serving>,
+}
+
+impl UdpListeners {
+    /// Starts serving `bound`'s socket.
+    pub(super) fn serve(&mut self, bound: BoundUdp, tasks: &mut JoinSet<()>, shared: &Arc<Shared>) {
+        let socket = match tokio::net::UdpSocket::from_std(bound.socket) {
+            Ok(socket) => socket,
+            Err(e) => {
+                tracing::error!(address = %bound.configured, error = %e, "cannot serve a UDP socket");
+                return;
+            }
+        };
+        let Ok(local) = socket.local_addr() else {
+            return;
+        };
+        tracing::info!(
+            udp = %local,
+            probes = ?bound.routes.probes.iter().map(|(p, s)| format!("{}={s}", p.name())).collect::<Vec<_>>(),
+            udp_default = bound.routes.default.as_ref().map(tracing::field::display),
+            "listening for datagrams"
+        );
+        let routes: SharedRoutes = Arc::new(RwLock::new(Arc::new(bound.routes)));
+        let task = tasks.spawn(crate::udp::serve(
+            socket,
+            Arc::clone(&routes),
+            Arc::clone(shared),
+        ));
+        self.serving.push(Serving {
+            configured: bound.configured,
+            bound: local,
+            routes,
+            task,
+        });
+    }
+
+    /// Binds the UDP sockets `config` adds, changing nothing.
+    pub(super) fn stage(&self, config: &Config) -> Result<Vec<BoundUdp>, BindError> {
+        let mut staged = Vec::new();
+        for spec in &config.listen {
+            if !self.serving.iter().any(|s| s.configured == spec.addr) {
+                staged.extend(bind(spec, None)?);
+            }
+        }
+        Ok(staged)
+    }
+
+    /// Serves `staged`, updates the routes of the sockets `config` keeps and
+    /// closes the others.
+    pub(super) fn commit(
+        &mut self,
+        staged: Vec<BoundUdp>,
+        config: &Config,
+        tasks: &mut JoinSet<()>,
+        shared: &Arc<Shared>,
+    ) {
+        self.serving.retain(|serving| {
+            let spec = config.listen.iter().find(|s| s.addr == serving.configured);
+            match spec.and_then(|spec| spec.options.udp.as_ref()) {
+                Some(routes) => {
+                    *serving.routes.write().unwrap_or_else(|p| p.into_inner()) =
+                        Arc::new(routes.clone());
+                    true
+                }
+                None => {
+                    tracing::info!(udp = %serving.bound, "UDP listener closed");
+                    serving.task.abort();
+                    false
+                }
+            }
+        });
+        for bound in staged {
+            self.serve(bound, tasks, shared);
+        }
+    }
+
+    /// `show listeners` rows: (kind, address).
+    pub(super) fn rows(&self) -> impl Iterator<Item = String> + '_ {
+        self.serving.iter().map(|s| s.bound.to_string())
+    }
+}

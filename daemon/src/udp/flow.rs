@@ -1,0 +1,245 @@
+//! One UDP flow: its backend socket, its activity, and the task that sends
+//! the backend's replies to the client until the flow ends (idle, a
+//! backend error, evicted, or its listener closed), then logs it.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+use tokio::sync::Notify;
+
+use super::table::FlowTable;
+use crate::ops::access_log;
+use crate::ops::udp_metrics::Direction;
+use crate::state::Shared;
+
+/// The largest datagram: what one UDP datagram can carry.
+pub(super) const MAX_DATAGRAM: usize = 65_535;
+
+/// One listener's flows, and the clock their activity is kept in.
+pub(crate) struct Flows {
+    table: Mutex<FlowTable<Arc<Flow>>>,
+    started: Instant,
+}
+
+impl Flows {
+    pub(super) fn new() -> Flows {
+        Flows {
+            table: Mutex::new(FlowTable::new(1, None)),
+            started: Instant::now(),
+        }
+    }
+
+    /// Milliseconds since the listener started: the flows' clock.
+    pub(super) fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    pub(super) fn table(&self) -> std::sync::MutexGuard<'_, FlowTable<Arc<Flow>>> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Why a flow ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Ended {
+    /// No datagram either way for its idle timeout.
+    Idle = 1,
+    /// Its place was taken by a new flow, the table being full.
+    Evicted = 2,
+    /// Its listener stopped serving.
+    ListenerClosed = 3,
+    /// Its backend socket reported an error (an ICMP port unreachable).
+    BackendError = 4,
+}
+
+impl Ended {
+    fn from_u8(value: u8) -> Ended {
+        match value {
+            2 => Ended::Evicted,
+            3 => Ended::ListenerClosed,
+            4 => Ended::BackendError,
+            _ => Ended::Idle,
+        }
+    }
+}
+
+impl fmt::Display for Ended {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Ended::Idle => "udp flow ended: idle timeout",
+            Ended::Evicted => "udp flow ended: evicted for a new flow (max_udp_flows)",
+            Ended::ListenerClosed => "udp flow ended: listener closed",
+            Ended::BackendError => "udp flow ended: backend error",
+        })
+    }
+}
+
+/// What the listener and the flow's task share.
+pub(crate) struct Flow {
+    pub(super) backend: UdpSocket,
+    /// When a datagram last went either way, on the listener's clock.
+    last: AtomicU64,
+    /// Whether the client sent a datagram since the table last asked.
+    used: AtomicBool,
+    datagrams_in: AtomicU64,
+    bytes_in: AtomicU64,
+    /// Why it was told to end (0 until it is).
+    ended: AtomicU8,
+    stop: Notify,
+    flows: Arc<Flows>,
+}
+
+impl Flow {
+    pub(super) fn new(backend: UdpSocket, now: u64, flows: Arc<Flows>) -> Flow {
+        Flow {
+            backend,
+            last: AtomicU64::new(now),
+            used: AtomicBool::new(false),
+            datagrams_in: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            ended: AtomicU8::new(0),
+            stop: Notify::new(),
+            flows,
+        }
+    }
+
+    pub(super) fn last_active(&self) -> u64 {
+        self.last.load(Ordering::Relaxed)
+    }
+
+    /// A datagram went one way or the other: the idle timeout restarts.
+    pub(super) fn touch(&self) {
+        self.last.store(self.flows.now(), Ordering::Relaxed);
+    }
+
+    /// The client sent a datagram: only that protects a flow from eviction,
+    /// since a backend answers a spoofed source as readily as a real one.
+    pub(super) fn used_by_client(&self) {
+        self.touch();
+        self.used.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether it was used since the last time this was asked.
+    pub(super) fn used_since_asked(&self) -> bool {
+        self.used.swap(false, Ordering::Relaxed)
+    }
+
+    pub(super) fn count_in(&self, bytes: usize) {
+        self.datagrams_in.fetch_add(1, Ordering::Relaxed);
+        self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Tells the flow's task to end, for `why` (the first reason given
+    /// stands).
+    pub(crate) fn end(&self, why: Ended) {
+        let _ = self
+            .ended
+            .compare_exchange(0, why as u8, Ordering::AcqRel, Ordering::Acquire);
+        self.stop.notify_one();
+    }
+}
+
+/// What the flow's log line and its table entry need.
+pub(super) struct About {
+    pub(super) client: SocketAddr,
+    pub(super) id: u64,
+    pub(super) service: String,
+    pub(super) routed: &'static str,
+    pub(super) backend: SocketAddr,
+    pub(super) idle: Duration,
+}
+
+/// Relays the backend's datagrams to the client until the flow ends.
+pub(super) async fn run(
+    flow: Arc<Flow>,
+    socket: Arc<UdpSocket>,
+    about: About,
+    shared: Arc<Shared>,
+) {
+    let started = Instant::now();
+    let mut out = (0u64, 0u64);
+    let why = loop {
+        let idle_for = flow.flows.now().saturating_sub(flow.last_active());
+        let Some(left) = about.idle.checked_sub(Duration::from_millis(idle_for)) else {
+            break Ended::Idle;
+        };
+        if left.is_zero() {
+            break Ended::Idle;
+        }
+        tokio::select! {
+            // ERROR too: an ICMP port unreachable is an error, not data.
+            ready = flow.backend.ready(Interest::READABLE | Interest::ERROR) => {
+                // An error is not readable data: left standing, it would
+                // wake this loop forever.
+                let failed = ready.map_or(true, |ready| ready.is_error());
+                if failed || !relay_replies(&flow, &socket, about.client, &shared, &mut out).await {
+                    if let Ok(Some(e)) = flow.backend.take_error() {
+                        tracing::debug!(peer = %about.client, backend = %about.backend, error = %e, "UDP backend error");
+                    }
+                    break Ended::BackendError;
+                }
+            }
+            () = tokio::time::sleep(left) => {}
+            () = flow.stop.notified() => break Ended::from_u8(flow.ended.load(Ordering::Acquire)),
+        }
+    };
+    flow.flows.table().remove(&about.client, about.id);
+    shared.udp.flow_ended();
+    let bytes_in = flow.bytes_in.load(Ordering::Relaxed);
+    access_log::write(&access_log::Fields {
+        peer: &about.client,
+        via: Some("udp"),
+        service: &about.service,
+        routed: about.routed,
+        backend: Some(&about.backend),
+        tls: None,
+        cipher: None,
+        cert: None,
+        outcome: &why,
+        bytes_in,
+        bytes_out: out.1,
+        elapsed: started.elapsed(),
+    });
+}
+
+/// Sends the client every datagram waiting on the backend socket; `false`
+/// when the socket reports an error.
+async fn relay_replies(
+    flow: &Flow,
+    socket: &UdpSocket,
+    client: SocketAddr,
+    shared: &Shared,
+    out: &mut (u64, u64),
+) -> bool {
+    // Allocated per wake-up, not per flow: an idle flow holds no buffer.
+    let mut buf = Vec::with_capacity(MAX_DATAGRAM);
+    // A backend that never stops sending still lets the flow see its stop.
+    for _ in 0..64 {
+        buf.clear();
+        match flow.backend.try_recv_buf(&mut buf) {
+            Ok(len) => {
+                flow.touch();
+                // The client's own socket buffer full: a drop, as on a wire.
+                if socket.send_to(&buf[..len], client).await.is_err() {
+                    shared.udp.dropped("client_unreachable");
+                    continue;
+                }
+                out.0 += 1;
+                out.1 += len as u64;
+                shared.udp.datagram(Direction::Out, len);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(e) => {
+                tracing::debug!(peer = %client, error = %e, "UDP backend socket error");
+                return false;
+            }
+        }
+    }
+    true
+}

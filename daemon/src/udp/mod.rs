@@ -1,0 +1,154 @@
+//! UDP listeners: the first datagram from a new client address decides its
+//! flow's service (route.rs), later ones go to the same backend through a
+//! socket of the flow's own, and the backend's replies go back to the
+//! client from the listener's socket. A flow ends after its idle timeout,
+//! when its backend socket fails, or when a new flow needs its place
+//! (table.rs). The daemon sends a client only what its backend sent.
+
+mod flow;
+mod route;
+mod table;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use tokio::net::UdpSocket;
+
+use crate::model::UdpRoutes;
+use crate::ops::udp_metrics::Direction;
+use crate::state::Shared;
+use flow::{Ended, Flow, Flows, MAX_DATAGRAM};
+use table::Full;
+
+/// A UDP listener's routes, which a reload replaces.
+pub(crate) type SharedRoutes = Arc<RwLock<Arc<UdpRoutes>>>;
+
+/// Ends every flow when the listener stops serving (a reload removed it,
+/// or the daemon stops).
+struct EndAll(Arc<Flows>);
+
+impl Drop for EndAll {
+    fn drop(&mut self) {
+        for flow in self.0.table().drain() {
+            flow.end(Ended::ListenerClosed);
+        }
+    }
+}
+
+/// Serves `socket` until the task is aborted.
+pub(crate) async fn serve(socket: UdpSocket, routes: SharedRoutes, shared: Arc<Shared>) {
+    let socket = Arc::new(socket);
+    let Ok(local) = socket.local_addr() else {
+        return;
+    };
+    let flows = Arc::new(Flows::new());
+    let _end_all = EndAll(Arc::clone(&flows));
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    loop {
+        let (len, client) = match socket.recv_from(&mut buf).await {
+            Ok(received) => received,
+            Err(e) => {
+                // An ICMP error queued on the socket, or memory pressure:
+                // nothing to do for this datagram; the next one is served.
+                tracing::debug!(address = %local, error = %e, "UDP receive failed");
+                tokio::task::yield_now().await;
+                continue;
+            }
+        };
+        let datagram = &buf[..len];
+        let existing = flows.table().get(&client).cloned();
+        match existing {
+            Some(flow) => forward(&flow, datagram, &shared),
+            None => start_flow(
+                (&socket, local),
+                client,
+                datagram,
+                (&flows, &routes),
+                &shared,
+            ),
+        }
+        // A flood of datagrams must not starve the rest of the event loop.
+        tokio::task::consume_budget().await;
+    }
+}
+
+/// A datagram of a running flow, to its backend.
+fn forward(flow: &Flow, datagram: &[u8], shared: &Shared) {
+    flow.used_by_client();
+    // Straight to the socket: tokio's `try_send` would refuse a socket
+    // whose first writable event the reactor has not seen yet.
+    match socket2::SockRef::from(&flow.backend).send(datagram) {
+        Ok(_) => {
+            flow.count_in(datagram.len());
+            shared.udp.datagram(Direction::In, datagram.len());
+        }
+        // The backend's socket buffer is full: UDP's answer is a drop.
+        Err(_) => shared.udp.dropped(route::Dropped::BackendBusy.reason()),
+    }
+}
+
+/// A datagram from a client with no flow: routed, given a flow if the
+/// limits allow, and sent on.
+fn start_flow(
+    (socket, local): (&Arc<UdpSocket>, SocketAddr),
+    client: SocketAddr,
+    datagram: &[u8],
+    (flows, routes): (&Arc<Flows>, &SharedRoutes),
+    shared: &Arc<Shared>,
+) {
+    let settings = shared.settings();
+    let routes = Arc::clone(&routes.read().unwrap_or_else(|p| p.into_inner()));
+    let info = route::client_info(client, local);
+    let route = match route::route(datagram, &info, &routes, &settings) {
+        Ok(route) => route,
+        Err(dropped) => {
+            tracing::debug!(peer = %client, reason = dropped.reason(), "UDP datagram dropped");
+            return shared.udp.dropped(dropped.reason());
+        }
+    };
+    let Some(backend_addr) = route.proxy.pick(client) else {
+        return shared.udp.dropped(route::Dropped::NoService.reason());
+    };
+    let evicted = {
+        let mut table = flows.table();
+        table.set_limits(settings.udp.max_flows, settings.udp.max_flows_per_ip);
+        table.make_room(client, |flow: &Arc<Flow>| flow.used_since_asked())
+    };
+    match evicted {
+        Ok(evicted) => evicted.iter().for_each(|flow| flow.end(Ended::Evicted)),
+        Err(Full::PerIp) => return shared.udp.dropped(route::Dropped::PerIpLimit.reason()),
+    }
+    let backend = match crate::net::datagram::connect_udp(backend_addr) {
+        Ok(backend) => backend,
+        Err(e) => {
+            tracing::warn!(peer = %client, service = %route.service.name, backend = %backend_addr, error = %e, "cannot open a UDP socket to the backend");
+            return shared
+                .udp
+                .dropped(route::Dropped::BackendUnavailable.reason());
+        }
+    };
+    let flow = Arc::new(Flow::new(backend, flows.now(), Arc::clone(flows)));
+    let id = flows.table().insert(client, Arc::clone(&flow));
+    shared
+        .udp
+        .flow_started(route.service.name.as_str(), route.routed);
+    forward(&flow, datagram, shared);
+    // A flow earns its second chance with its second datagram: a spoofed
+    // source, which sends one, is the first to go when the table is full.
+    flow.used_since_asked();
+    let idle = settings.udp.idle_timeout(route.protocol);
+    let about = flow::About {
+        client,
+        id,
+        service: route.service.name.to_string(),
+        routed: route.routed,
+        backend: backend_addr,
+        idle,
+    };
+    tokio::spawn(flow::run(
+        flow,
+        Arc::clone(socket),
+        about,
+        Arc::clone(shared),
+    ));
+}

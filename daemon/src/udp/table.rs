@@ -1,0 +1,205 @@
+//! The flows of one UDP listener, by client address, within the limits:
+//! `max_udp_flows` in all and `max_udp_flows_per_ip` per source address.
+//! When it is full, a new flow takes the place of one idle since the last
+//! pass (the CLOCK algorithm: a flow used since gets a second chance), so a
+//! spoofed-source flood evicts idle flows and never grows the table. Pure
+//! data: whether a flow was used is the caller's to say.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+/// A flow's entry: its value and its id (a client's later flow has
+/// another).
+struct Entry<V> {
+    value: V,
+    id: u64,
+}
+
+/// Why a new flow has no place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Full {
+    /// Its source address holds `max_udp_flows_per_ip` flows already.
+    PerIp,
+}
+
+/// Flows by client address.
+pub(crate) struct FlowTable<V> {
+    flows: HashMap<SocketAddr, Entry<V>>,
+    per_ip: HashMap<IpAddr, usize>,
+    /// Clients in the order an eviction pass looks at them (oldest
+    /// first); an entry whose flow is gone, or whose id differs, is stale
+    /// and skipped.
+    order: VecDeque<(SocketAddr, u64)>,
+    max: usize,
+    max_per_ip: Option<usize>,
+    next_id: u64,
+}
+
+impl<V> FlowTable<V> {
+    pub(crate) fn new(max: usize, max_per_ip: Option<usize>) -> Self {
+        FlowTable {
+            flows: HashMap::new(),
+            per_ip: HashMap::new(),
+            order: VecDeque::new(),
+            max: max.max(1),
+            max_per_ip,
+            next_id: 1,
+        }
+    }
+
+    /// New limits (a reload); flows beyond them stay until they end.
+    pub(crate) fn set_limits(&mut self, max: usize, max_per_ip: Option<usize>) {
+        self.max = max.max(1);
+        self.max_per_ip = max_per_ip;
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    pub(crate) fn get(&self, client: &SocketAddr) -> Option<&V> {
+        self.flows.get(client).map(|e| &e.value)
+    }
+
+    /// Room for a flow from `client`: `Ok` with the flows evicted to make
+    /// it, or why there is none. `used` says whether a flow was used since
+    /// it was last asked (and forgets it): such a flow goes to the back.
+    pub(crate) fn make_room(
+        &mut self,
+        client: SocketAddr,
+        used: impl Fn(&V) -> bool,
+    ) -> Result<Vec<V>, Full> {
+        let held = self.per_ip.get(&client.ip()).copied().unwrap_or(0);
+        if self.max_per_ip.is_some_and(|max| held >= max) {
+            return Err(Full::PerIp);
+        }
+        let mut evicted = Vec::new();
+        while self.flows.len() >= self.max {
+            let Some((addr, id)) = self.order.pop_front() else {
+                break;
+            };
+            let Some(entry) = self.flows.get(&addr).filter(|e| e.id == id) else {
+                continue; // stale: the flow ended
+            };
+            if used(&entry.value) {
+                // Used since the last pass: a second chance, at the back.
+                self.order.push_back((addr, id));
+                continue;
+            }
+            if let Some(value) = self.remove(&addr, id) {
+                evicted.push(value);
+            }
+        }
+        Ok(evicted)
+    }
+
+    /// Adds the flow of `client` (after [`FlowTable::make_room`]); its id,
+    /// for [`FlowTable::remove`].
+    pub(crate) fn insert(&mut self, client: SocketAddr, value: V) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        if self.flows.insert(client, Entry { value, id }).is_none() {
+            *self.per_ip.entry(client.ip()).or_insert(0) += 1;
+        }
+        self.order.push_back((client, id));
+        // Ended flows leave stale queue entries: drop them once they
+        // outnumber the live ones, so the queue stays within twice the table.
+        if self.order.len() > 2 * self.flows.len() + 16 {
+            let flows = &self.flows;
+            self.order
+                .retain(|(addr, id)| flows.get(addr).is_some_and(|e| e.id == *id));
+        }
+        id
+    }
+
+    /// Removes `client`'s flow if it is still flow `id`.
+    pub(crate) fn remove(&mut self, client: &SocketAddr, id: u64) -> Option<V> {
+        if !matches!(self.flows.get(client), Some(e) if e.id == id) {
+            return None;
+        }
+        let entry = self.flows.remove(client)?;
+        if let Some(count) = self.per_ip.get_mut(&client.ip()) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_ip.remove(&client.ip());
+            }
+        }
+        Some(entry.value)
+    }
+
+    /// Every flow, for shutdown.
+    pub(crate) fn drain(&mut self) -> Vec<V> {
+        self.per_ip.clear();
+        self.order.clear();
+        self.flows.drain().map(|(_, e)| e.value).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn addr(ip: u8, port: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, ip], port))
+    }
+
+    /// A flow whose value says whether it was used since the last pass.
+    fn used(flow: &Cell<bool>) -> bool {
+        flow.replace(false)
+    }
+
+    #[test]
+    fn a_full_table_evicts_a_flow_unused_since_the_last_pass() {
+        let mut table: FlowTable<Cell<bool>> = FlowTable::new(3, None);
+        for port in [1, 2, 3] {
+            assert!(table.make_room(addr(1, port), used).unwrap().is_empty());
+            table.insert(addr(1, port), Cell::new(false));
+        }
+        // The first flow is used again: the second is evicted.
+        table.get(&addr(1, 1)).unwrap().set(true);
+        assert_eq!(table.make_room(addr(2, 9), used).unwrap().len(), 1);
+        table.insert(addr(2, 9), Cell::new(false));
+        assert_eq!(table.len(), 3);
+        assert!(table.get(&addr(1, 2)).is_none() && table.get(&addr(1, 1)).is_some());
+        // When every flow was used, one is still evicted: each gets one
+        // second chance, no more.
+        for flow in [addr(1, 1), addr(1, 3), addr(2, 9)] {
+            table.get(&flow).unwrap().set(true);
+        }
+        assert_eq!(table.make_room(addr(3, 9), used).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_flood_of_sources_never_grows_the_table_or_its_queue() {
+        let mut table: FlowTable<Cell<bool>> = FlowTable::new(100, None);
+        let keeper = addr(9, 9);
+        table.insert(keeper, Cell::new(false));
+        for n in 0..10_000u32 {
+            let client = SocketAddr::from(([192, 0, (n >> 8) as u8, n as u8], 4000));
+            table.get(&keeper).unwrap().set(true);
+            table.make_room(client, used).unwrap();
+            table.insert(client, Cell::new(false));
+            assert!(table.len() <= 100);
+            assert!(table.order.len() <= 2 * 100 + 16);
+        }
+        assert!(table.get(&keeper).is_some(), "the flow in use stays");
+    }
+
+    #[test]
+    fn one_address_holds_at_most_its_share() {
+        let mut table: FlowTable<Cell<bool>> = FlowTable::new(100, Some(2));
+        let mut ids = Vec::new();
+        for port in [1, 2] {
+            table.make_room(addr(1, port), used).unwrap();
+            ids.push(table.insert(addr(1, port), Cell::new(false)));
+        }
+        assert_eq!(table.make_room(addr(1, 3), used).err(), Some(Full::PerIp));
+        assert!(table.make_room(addr(2, 3), used).is_ok());
+        assert!(table.remove(&addr(1, 1), ids[0]).is_some());
+        assert!(table.make_room(addr(1, 3), used).is_ok());
+        // A stale id removes nothing.
+        assert!(table.remove(&addr(1, 2), ids[0]).is_none());
+    }
+}

@@ -1,0 +1,389 @@
+//! UDP listeners (`udp = true`): each first datagram's flow reaches its
+//! service's UDP backend by probe (WireGuard, OpenVPN, DNS, DTLS by SNI),
+//! `match` rule or `udp_default`; replies come back from the listener's
+//! address; flows end when idle, stay within `max_udp_flows` and
+//! `max_udp_flows_per_ip` under a flood of sources, and hostile datagrams
+//! cost nothing but a drop. DNS through the daemon to dnsmasq with dig.
+
+mod common;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{require_program, Daemon, PATIENCE};
+use tcpmux_proto::sniff::datagram::{build_dns_query, build_dtls_hello};
+
+/// A UDP backend that answers each datagram with `tag`, then the datagram.
+fn tagged_udp_echo(tag: &'static str) -> SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((len, from)) = socket.recv_from(&mut buf) {
+            let mut reply = tag.as_bytes().to_vec();
+            reply.extend_from_slice(&buf[..len]);
+            let _ = socket.send_to(&reply, from);
+        }
+    });
+    addr
+}
+
+fn client() -> UdpSocket {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(PATIENCE)).unwrap();
+    socket
+}
+
+/// Sends `datagram` from `socket` to `to` and returns the reply and where
+/// it came from.
+fn ask(socket: &UdpSocket, to: SocketAddr, datagram: &[u8]) -> (Vec<u8>, SocketAddr) {
+    socket.send_to(datagram, to).unwrap();
+    let mut buf = vec![0u8; 65_536];
+    let (len, from) = socket.recv_from(&mut buf).expect("a reply");
+    (buf[..len].to_vec(), from)
+}
+
+fn wireguard_initiation(seed: u8) -> Vec<u8> {
+    let mut packet = vec![1, 0, 0, 0];
+    packet.extend((0..144u32).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)));
+    packet
+}
+
+/// The clear header of a QUIC v1 client Initial, padded to 1200 bytes.
+fn quic_initial() -> Vec<u8> {
+    let mut packet = vec![0xc3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0];
+    packet.extend_from_slice(&(0x4000u16 | (1200 - 18)).to_be_bytes());
+    packet.resize(1200, 0x5a);
+    packet
+}
+
+const OPENVPN_RESET: &[u8] = b"\x38\x1f\x2e\x3d\x4c\x5b\x6a\x79\x88\x00\x00\x00\x00\x00";
+
+fn config(backends: &[(&str, SocketAddr)], extra: &str, listen_extra: &str) -> String {
+    let mut config = format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, wireguard = \"wg\", \
+         openvpn = \"vpn\", dns = \"resolver\", quic = \"h3\", udp_default = \"other\", \
+         match = [{{ regex = \"^PING\", service = \"ping\" }}] {listen_extra} }}]\n{extra}\n"
+    );
+    for (name, addr) in backends {
+        config.push_str(&format!("[service.{name}]\nproxy_udp = \"{addr}\"\n"));
+    }
+    config
+}
+
+struct Backends {
+    all: Vec<(&'static str, SocketAddr)>,
+}
+
+fn backends() -> Backends {
+    let names = ["wg", "vpn", "resolver", "other", "ping", "h3"];
+    Backends {
+        all: names.iter().map(|n| (*n, tagged_udp_echo(n))).collect(),
+    }
+}
+
+#[test]
+fn each_first_datagram_reaches_its_service_and_replies_come_back_from_the_port() {
+    let backends = backends();
+    let tls = tagged_udp_echo("tls");
+    let mut text = config(&backends.all, "", "");
+    text.push_str(&format!(
+        "[service.dtls]\nproxy_udp = \"{tls}\"\nsni = [\"vpn.example\"]\n"
+    ));
+    let daemon = Daemon::binary(&text);
+    let port = daemon.addr;
+    let cases: [(Vec<u8>, &str); 7] = [
+        (quic_initial(), "h3"),
+        (wireguard_initiation(1), "wg"),
+        (OPENVPN_RESET.to_vec(), "vpn"),
+        (build_dns_query(0x4242, "example.org", true), "resolver"),
+        (build_dtls_hello(Some("vpn.example"), &[]), "tls"),
+        (b"PING 1".to_vec(), "ping"),
+        (b"anything else".to_vec(), "other"),
+    ];
+    for (datagram, tag) in &cases {
+        let socket = client();
+        let (reply, from) = ask(&socket, port, datagram);
+        assert_eq!(from, port, "the reply leaves from the address asked");
+        assert_eq!(&reply[..tag.len()], tag.as_bytes(), "{tag}");
+        assert_eq!(&reply[tag.len()..], &datagram[..]);
+        // Later datagrams of the flow go to the same backend, whatever
+        // they hold.
+        let (reply, _) = ask(&socket, port, b"PING but later");
+        assert_eq!(&reply[..tag.len()], tag.as_bytes(), "{tag}, later");
+    }
+    daemon.wait_for_figure(
+        "tcpmuxd_udp_flows_total{service=\"wg\",routed=\"wireguard\"}",
+        |v| v == 1.0,
+    );
+    daemon.wait_for_figure(
+        "tcpmuxd_udp_flows_total{service=\"dtls\",routed=\"sni\"}",
+        |v| v == 1.0,
+    );
+    daemon.wait_for_figure("tcpmuxd_udp_datagrams_total{direction=\"out\"}", |v| {
+        v == 14.0
+    });
+    // The TCP side of the same port still speaks TCPMUX; a UDP-only
+    // service is not in HELP and is refused by name.
+    let help = String::from_utf8(daemon.exchange(b"HELP\r\n")).unwrap();
+    assert!(!help.contains("wg"), "{help}");
+    let refused = String::from_utf8(daemon.exchange(b"wg\r\n")).unwrap();
+    assert_eq!(refused, "-service wg takes UDP datagrams only\r\n");
+}
+
+#[test]
+fn a_datagram_nothing_routes_is_dropped_and_counted() {
+    let wg = tagged_udp_echo("wg");
+    let daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, wireguard = \"wg\" }}]\n\
+         [service.wg]\nproxy_udp = \"{wg}\"\n"
+    ));
+    let socket = client();
+    socket.send_to(b"not wireguard", daemon.addr).unwrap();
+    daemon.wait_for_figure("tcpmuxd_udp_dropped_total{reason=\"unrouted\"}", |v| {
+        v == 1.0
+    });
+    // The same client's WireGuard datagram then starts its flow.
+    let (reply, _) = ask(&socket, daemon.addr, &wireguard_initiation(2));
+    assert!(reply.starts_with(b"wg"));
+}
+
+#[test]
+fn an_idle_flow_ends_and_is_logged_and_the_client_starts_a_new_one() {
+    let backends = backends();
+    let mut daemon = Daemon::binary(&config(&backends.all, "udp_idle_timeout = \"300ms\"", ""));
+    let socket = client();
+    let (reply, _) = ask(&socket, daemon.addr, &wireguard_initiation(3));
+    assert!(reply.starts_with(b"wg"));
+    let line = daemon
+        .wait_for_log(|l| l.contains("udp flow ended: idle timeout"))
+        .expect("the flow's line");
+    assert!(
+        line.contains("service=wg") && line.contains("routed=wireguard"),
+        "{line}"
+    );
+    assert!(
+        line.contains("bytes_in=148") && line.contains("bytes_out=150"),
+        "{line}"
+    );
+    daemon.wait_for_figure("tcpmuxd_udp_flows", |v| v == 0.0);
+    // A new flow: routed afresh by its first datagram.
+    let (reply, _) = ask(&socket, daemon.addr, b"PING again");
+    assert!(reply.starts_with(b"ping"));
+}
+
+/// Many source addresses (127.0.0.2 up), as a spoofed-source flood has.
+#[test]
+fn a_flood_of_sources_evicts_idle_flows_and_never_passes_the_limits() {
+    let backends = backends();
+    let daemon = Daemon::binary(&config(
+        &backends.all,
+        "max_udp_flows = 8\nmax_udp_flows_per_ip = 2",
+        "",
+    ));
+    let port = daemon.addr;
+    // A flow that stays active through the flood.
+    let keeper = client();
+    ask(&keeper, port, b"PING keeper");
+    let mut sockets = Vec::new();
+    for n in 0..60u8 {
+        let socket = UdpSocket::bind((format!("127.0.0.{}", 2 + n / 3), 0)).unwrap();
+        socket.set_read_timeout(Some(PATIENCE)).unwrap();
+        socket.send_to(b"flood", port).unwrap();
+        sockets.push(socket);
+        if n % 3 == 0 {
+            let (reply, _) = ask(&keeper, port, b"still here");
+            assert!(
+                reply.starts_with(b"ping"),
+                "the active flow keeps its backend: {:?} at {n}",
+                String::from_utf8_lossy(&reply)
+            );
+        }
+    }
+    // Every third source address was over its share of two.
+    daemon.wait_for_figure("tcpmuxd_udp_dropped_total{reason=\"per_ip_limit\"}", |v| {
+        v == 20.0
+    });
+    let flows = daemon.wait_for_figure("tcpmuxd_udp_flows", |v| v <= 8.0);
+    assert!(flows >= 1.0);
+    let evicted = daemon.wait_for_lines(32, |l| l.contains("evicted for a new flow"));
+    assert!(evicted >= 32, "{evicted} flows evicted");
+    let (reply, _) = ask(&keeper, port, b"after the flood");
+    assert!(reply.starts_with(b"ping"));
+}
+
+#[test]
+fn hostile_datagrams_cost_a_drop_and_nothing_else() {
+    let wg = tagged_udp_echo("wg");
+    let daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, wireguard = \"wg\", dns = \"wg\" }}]\n\
+         [service.wg]\nproxy_udp = \"{wg}\"\n"
+    ));
+    let socket = client();
+    let mut hostile: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        vec![1],
+        vec![0xff; 65_507],
+        wireguard_initiation(4)[..147].to_vec(),
+        build_dns_query(1, "example.org", false)[..20].to_vec(),
+        vec![0x16, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff],
+    ];
+    hostile.extend((0..200).map(|i| common::random_bytes(i, (i as usize * 37) % 1500)));
+    let valid = client();
+    for (i, datagram) in hostile.iter().enumerate() {
+        socket.send_to(datagram, daemon.addr).unwrap();
+        // Paced by a flow's answer, so no burst outruns the socket's buffer.
+        if i % 10 == 0 {
+            let (reply, _) = ask(&valid, daemon.addr, &wireguard_initiation(5));
+            assert!(reply.starts_with(b"wg"));
+        }
+    }
+    let dropped = hostile.len() as f64;
+    daemon.wait_for_figure("tcpmuxd_udp_dropped_total{reason=\"unrouted\"}", |v| {
+        v == dropped
+    });
+    let fresh = client();
+    let (reply, _) = ask(&fresh, daemon.addr, &wireguard_initiation(5));
+    assert!(reply.starts_with(b"wg"));
+    assert!(daemon.exchange(b"daytime\r\n").starts_with(b"+"));
+}
+
+#[test]
+fn a_flow_whose_backend_is_gone_ends_and_says_so() {
+    // A port nobody listens on: the kernel answers with ICMP port
+    // unreachable, which the flow's connected socket reports.
+    let gone = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, udp_default = \"gone\" }}]\n\
+         [service.gone]\nproxy_udp = \"{gone}\"\n"
+    ));
+    let socket = client();
+    socket.send_to(b"hello", daemon.addr).unwrap();
+    let line = daemon
+        .wait_for_log(|l| l.contains("udp flow ended: backend error"))
+        .expect("the flow's line");
+    assert!(line.contains("service=gone"), "{line}");
+}
+
+#[test]
+fn reload_adds_and_removes_a_udp_side_and_changes_its_routes() {
+    let backends = backends();
+    // One port for the file before and after: a free one, found here.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let plain = format!(
+        "listen = [\"{address}\"]\n[service.wg]\nproxy_udp = \"{}\"\n",
+        backends.all[0].1
+    );
+    let mut daemon = Daemon::binary(&plain);
+    let with_udp = config(&backends.all, "", "").replace("127.0.0.1:0", &address);
+    std::fs::write(daemon.config_path(), &with_udp).unwrap();
+    daemon.signal("HUP");
+    daemon
+        .wait_for_log(|l| l.contains("listening for datagrams"))
+        .expect("the UDP side bound by the reload");
+    let socket = client();
+    let (reply, _) = ask(&socket, daemon.addr, &wireguard_initiation(6));
+    assert!(reply.starts_with(b"wg"));
+    // Routes change with the file: WireGuard now goes to `other`.
+    let rerouted = with_udp.replace("wireguard = \"wg\"", "wireguard = \"other\"");
+    std::fs::write(daemon.config_path(), &rerouted).unwrap();
+    daemon.signal("HUP");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (reply, _) = ask(&client(), daemon.addr, &wireguard_initiation(7));
+        if reply.starts_with(b"other") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new routes never applied");
+        thread::sleep(Duration::from_millis(20));
+    }
+    // Removing `udp = true` closes the socket and ends its flows.
+    std::fs::write(daemon.config_path(), &plain).unwrap();
+    daemon.signal("HUP");
+    daemon
+        .wait_for_log(|l| l.contains("udp flow ended: listener closed"))
+        .expect("the flows end with their listener");
+    assert!(daemon
+        .wait_for_log(|l| l.contains("UDP listener closed"))
+        .is_some());
+}
+
+#[test]
+#[ignore = "needs dnsmasq and dig (contrib/test-peers.sh)"]
+fn dig_asks_dnsmasq_through_the_daemon() {
+    require_program("dnsmasq", "--version", "dnsmasq-base");
+    require_program("dig", "-v", "bind9-dnsutils");
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut dnsmasq = DnsmasqGuard(
+        Command::new("dnsmasq")
+            .args([
+                "--keep-in-foreground",
+                "--no-resolv",
+                "--no-hosts",
+                "--bind-interfaces",
+                "--listen-address=127.0.0.1",
+                &format!("--port={port}"),
+                "--address=/through.tcpmux.test/192.0.2.77",
+                "--user=root",
+                "--pid-file=",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start dnsmasq"),
+    );
+    let daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, dns = \"resolver\" }}]\n\
+         [service.resolver]\nproxy_udp = \"127.0.0.1:{port}\"\n"
+    ));
+    let deadline = Instant::now() + PATIENCE;
+    let answer = loop {
+        let output = Command::new("dig")
+            .args([
+                "@127.0.0.1",
+                "-p",
+                &daemon.addr.port().to_string(),
+                "through.tcpmux.test",
+                "A",
+                "+short",
+                "+tries=1",
+                "+time=2",
+            ])
+            .output()
+            .expect("run dig");
+        let answer = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        if !answer.is_empty() && !answer.contains("timed out") {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "dig got no answer: {answer}");
+        assert!(dnsmasq.0.try_wait().unwrap().is_none(), "dnsmasq exited");
+    };
+    assert_eq!(answer, "192.0.2.77");
+    daemon.wait_for_figure(
+        "tcpmuxd_udp_flows_total{service=\"resolver\",routed=\"dns\"}",
+        |v| v >= 1.0,
+    );
+    dnsmasq.0.kill().ok();
+}
+
+struct DnsmasqGuard(Child);
+
+impl Drop for DnsmasqGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
