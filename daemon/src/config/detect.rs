@@ -15,6 +15,7 @@ pub(super) fn routes(
     src: Source<'_>,
     item: &Spanned<toml::Value>,
     table: &RawListenTable,
+    rules: &[MatchRule],
 ) -> Result<Option<Detect>, ConfigError> {
     let at = |message: String| src.at(item.span(), message);
     let names = [
@@ -47,9 +48,7 @@ pub(super) fn routes(
             None => Ok(None),
         };
     }
-    let name = |key: &str, value: &str| -> Result<ServiceName, ConfigError> {
-        ServiceName::parse(value).map_err(|e| at(format!("listen: {key} {value:?}: {e}")))
-    };
+    let name = |key: &str, value: &str| route_name(src, item, key, value);
     let optional =
         |key: &str, value: &Option<String>| value.as_deref().map(|v| name(key, v)).transpose();
     let timeout = table.detect_timeout.map_or(DEFAULT_DETECT_TIMEOUT, |t| t.0);
@@ -62,19 +61,31 @@ pub(super) fn routes(
             routed.push((protocol, name(protocol.name(), v)?));
         }
     }
-    let rules = rules(src, item, table)?;
     Ok(Some(Detect {
         ssh: optional("ssh", &table.ssh)?,
         http: optional("http", &table.http)?,
         silent: optional("silent", &table.silent)?,
         sni_default: optional("sni_default", &table.sni_default)?,
         probes: routed,
-        rules,
+        rules: rules.to_vec(),
         timeout,
     }))
 }
 
-/// The listener's `match` rules, for its TCP and its UDP side alike.
+/// The service a route key (`ssh = "sshd"`, `wireguard = "wg"`, a `match`
+/// rule's `service`) names.
+pub(super) fn route_name(
+    src: Source<'_>,
+    item: &Spanned<toml::Value>,
+    key: &str,
+    value: &str,
+) -> Result<ServiceName, ConfigError> {
+    ServiceName::parse(value)
+        .map_err(|e| src.at(item.span(), format!("listen: {key} {value:?}: {e}")))
+}
+
+/// The listener's `match` rules, compiled once for its TCP and its UDP side
+/// alike.
 pub(super) fn rules(
     src: Source<'_>,
     item: &Spanned<toml::Value>,
@@ -94,12 +105,7 @@ pub(super) fn rules(
                 MATCH_MEMORY >> 20
             )));
         }
-        let service = ServiceName::parse(&rule.service).map_err(|e| {
-            at(format!(
-                "listen: match[{i}] service {:?}: {e}",
-                rule.service
-            ))
-        })?;
+        let service = route_name(src, item, &format!("match[{i}] service"), &rule.service)?;
         rules.push(MatchRule { pattern, service });
     }
     Ok(rules)

@@ -86,7 +86,8 @@ fn one(
             "accept_proxy_from needs a TCP listener (upstreams are matched by IP)".into(),
         ));
     }
-    let detect = super::detect::routes(src, item, &table)?;
+    let rules = super::detect::rules(src, item, &table)?;
+    let detect = super::detect::routes(src, item, &table, &rules)?;
     if let Some(name) = table
         .name
         .as_ref()
@@ -111,7 +112,7 @@ fn one(
         ))
     })?;
     let defer_accept = table.defer_accept.unwrap_or(false);
-    let udp = super::udp::routes(src, item, &table, &addr)?;
+    let udp = super::udp::routes(src, item, &table, (&addr, &rules))?;
     let tcp = table.tcp.unwrap_or(true);
     if !tcp {
         let tcp_only = [
@@ -205,7 +206,8 @@ fn unix_directory(
     }
 }
 
-/// Every service a listener routes to must exist.
+/// Every service a listener routes to must exist; those its UDP side
+/// routes to must take datagrams (`proxy_udp`).
 pub(crate) fn check_targets(
     src: Source<'_>,
     list: Option<&Spanned<Vec<Spanned<toml::Value>>>>,
@@ -214,16 +216,23 @@ pub(crate) fn check_targets(
 ) -> Result<(), ConfigError> {
     let Some(list) = list else { return Ok(()) };
     for (item, spec) in list.get_ref().iter().zip(specs) {
-        let Some(detect) = &spec.options.detect else {
-            continue;
-        };
-        for (key, name) in detect.targets() {
-            if registry.lookup(name).is_none() {
-                return Err(src.at(
-                    item.span(),
-                    format!("listen {}: {key} = \"{name}\" is not a service", spec.addr),
-                ));
-            }
+        let streams = spec.options.detect.iter().flat_map(|d| d.targets());
+        let datagrams = spec.options.udp.iter().flat_map(|u| u.targets());
+        let targets = streams
+            .map(|target| (target, false))
+            .chain(datagrams.map(|target| (target, true)));
+        for ((key, name), udp) in targets {
+            let problem = match registry.lookup(name) {
+                None => "is not a service",
+                Some(service) if udp && service.udp.is_none() => {
+                    "routes datagrams to a service without `proxy_udp`"
+                }
+                Some(_) => continue,
+            };
+            return Err(src.at(
+                item.span(),
+                format!("listen {}: {key} = \"{name}\" {problem}", spec.addr),
+            ));
         }
     }
     Ok(())

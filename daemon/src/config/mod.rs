@@ -195,7 +195,6 @@ impl Config {
             warnings.push(format!("{origin}: no services (builtin_services = false and no [service.*] table): every client will be refused"));
         }
         listen::check_targets(src, listed.as_ref(), &listen, &registry)?;
-        udp::check_targets(src, listed.as_ref(), &listen, &registry)?;
         warnings.extend(backend_tls::warnings(&registry));
         if let Some(tls) = listen.iter().find(|spec| spec.options.tls.is_some()) {
             if let Some(service) = registry

@@ -1,27 +1,25 @@
 //! Datagrams in the file: a listener's `udp = true` and its routes, a
-//! service's `proxy_udp`, and the daemon-wide `max_udp_flows`,
+//! service's `proxy_udp`, and the top-level `max_udp_flows`,
 //! `max_udp_flows_per_ip` and `udp_idle_timeout`.
 
 use std::net::SocketAddr;
 
 use tcpmux_proto::sniff::datagram::Datagram;
-use tcpmux_proto::ServiceName;
 use toml::Spanned;
 
 use super::checks::{at_least_one, positive_duration};
 use super::error::{ConfigError, Source};
 use super::raw::{RawConfig, RawListenTable};
 use crate::model::{
-    ListenAddr, ListenSpec, UdpProxy, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS,
+    ListenAddr, MatchRule, UdpProxy, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS,
 };
-use crate::registry::Registry;
 
 /// The UDP side of a listener table, if `udp = true`; its keys need it.
 pub(super) fn routes(
     src: Source<'_>,
     item: &Spanned<toml::Value>,
     table: &RawListenTable,
-    addr: &ListenAddr,
+    (addr, rules): (&ListenAddr, &[MatchRule]),
 ) -> Result<Option<UdpRoutes>, ConfigError> {
     let at = |message: String| src.at(item.span(), message);
     let probes = [
@@ -46,9 +44,7 @@ pub(super) fn routes(
             "listen {addr}: `udp = true` needs an IP:PORT address"
         )));
     }
-    let name = |key: &str, value: &str| -> Result<ServiceName, ConfigError> {
-        ServiceName::parse(value).map_err(|e| at(format!("listen {addr}: {key} {value:?}: {e}")))
-    };
+    let name = |key: &str, value: &str| super::detect::route_name(src, item, key, value);
     let mut routed = Vec::new();
     for (protocol, value) in probes {
         if let Some(v) = value {
@@ -57,7 +53,7 @@ pub(super) fn routes(
     }
     Ok(Some(UdpRoutes {
         probes: routed,
-        rules: super::detect::rules(src, item, table)?,
+        rules: rules.to_vec(),
         default: table
             .udp_default
             .as_deref()
@@ -99,7 +95,7 @@ pub(super) fn proxy_udp(
     Ok(UdpProxy { backends })
 }
 
-/// The daemon-wide flow settings.
+/// The top-level flow settings.
 pub(super) fn settings(src: Source<'_>, raw: &RawConfig) -> Result<UdpSettings, ConfigError> {
     Ok(UdpSettings {
         max_flows: at_least_one(src, "max_udp_flows", raw.max_udp_flows.as_ref())?
@@ -111,31 +107,4 @@ pub(super) fn settings(src: Source<'_>, raw: &RawConfig) -> Result<UdpSettings, 
         )?,
         idle_timeout: positive_duration(src, "udp_idle_timeout", raw.udp_idle_timeout.as_ref())?,
     })
-}
-
-/// Every service a UDP side routes to must exist and have `proxy_udp`.
-pub(super) fn check_targets(
-    src: Source<'_>,
-    list: Option<&Spanned<Vec<Spanned<toml::Value>>>>,
-    specs: &[ListenSpec],
-    registry: &Registry,
-) -> Result<(), ConfigError> {
-    let Some(list) = list else { return Ok(()) };
-    for (item, spec) in list.get_ref().iter().zip(specs) {
-        let Some(udp) = &spec.options.udp else {
-            continue;
-        };
-        for (key, name) in udp.targets() {
-            let message = match registry.lookup(name) {
-                None => format!("listen {}: {key} = \"{name}\" is not a service", spec.addr),
-                Some(service) if service.udp.is_none() => format!(
-                    "listen {}: {key} = \"{name}\" routes datagrams to a service without `proxy_udp`",
-                    spec.addr
-                ),
-                Some(_) => continue,
-            };
-            return Err(src.at(item.span(), message));
-        }
-    }
-    Ok(())
 }

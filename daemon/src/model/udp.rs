@@ -15,8 +15,8 @@ pub const DEFAULT_UDP_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A QUIC flow's idle timeout when `udp_idle_timeout` is not set: QUIC
 /// endpoints keep a connection alive with their own PINGs well within it.
 pub const DEFAULT_QUIC_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Flows at once, daemon-wide, when `max_udp_flows` is not set: each costs
-/// a socket, so this stays well under a raised descriptor limit.
+/// Flows at once on one UDP listener when `max_udp_flows` is not set: each
+/// costs a socket, so this stays well under a raised descriptor limit.
 pub const DEFAULT_MAX_UDP_FLOWS: usize = 16_384;
 
 /// A UDP listener's routes (`udp = true` and the keys beside it).
@@ -64,36 +64,15 @@ impl UdpRoutes {
     }
 }
 
-/// A service's UDP backends (`proxy_udp`): a flow goes to one of them,
-/// picked by the client's address, so a client whose flow ended comes back
-/// to the same backend.
+/// A service's UDP backends (`proxy_udp`): a flow goes to the one its
+/// client's address hashes to (`udp::route::backend_for`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpProxy {
     pub backends: Vec<SocketAddr>,
 }
 
-impl UdpProxy {
-    /// The backend for a client at `client`.
-    pub fn pick(&self, client: SocketAddr) -> Option<SocketAddr> {
-        if self.backends.is_empty() {
-            return None;
-        }
-        // FNV-1a over the address: stable across restarts and workers.
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        let ip = match client.ip() {
-            std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
-            std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
-        };
-        for byte in ip.iter().chain(&client.port().to_be_bytes()) {
-            hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
-        }
-        let at = (hash % self.backends.len() as u64) as usize;
-        Some(self.backends[at])
-    }
-}
-
-/// The daemon-wide flow settings: `max_udp_flows`, `max_udp_flows_per_ip`,
-/// `udp_idle_timeout`.
+/// The flow settings: `max_udp_flows` and `max_udp_flows_per_ip` (each UDP
+/// listener's), `udp_idle_timeout`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpSettings {
     pub max_flows: usize,
@@ -126,22 +105,6 @@ impl UdpSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_client_keeps_its_backend_and_clients_spread() {
-        let proxy = UdpProxy {
-            backends: ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
-                .map(|a| a.parse().unwrap())
-                .to_vec(),
-        };
-        let client: SocketAddr = "192.0.2.7:5353".parse().unwrap();
-        assert_eq!(proxy.pick(client), proxy.pick(client));
-        let picked: std::collections::HashSet<_> = (1000..1100)
-            .map(|port| proxy.pick(SocketAddr::new(client.ip(), port)))
-            .collect();
-        assert_eq!(picked.len(), 3);
-        assert_eq!(UdpProxy { backends: vec![] }.pick(client), None);
-    }
 
     #[test]
     fn quic_flows_idle_out_sooner_unless_configured() {

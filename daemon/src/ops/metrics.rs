@@ -367,7 +367,7 @@ fn render_acme_failures(out: &mut String, failures: &[(String, u64)]) {
     }
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+pub(super) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 

@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use super::metrics::{escape, family};
+
 /// Which way a datagram went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Direction {
@@ -56,9 +58,9 @@ impl UdpCounters {
 
     /// The UDP families of the exposition text.
     pub(crate) fn render(&self, out: &mut String) {
-        header(out, "tcpmuxd_udp_flows", "gauge", "UDP flows open now.");
+        family(out, "tcpmuxd_udp_flows", "gauge", "UDP flows open now.");
         let _ = writeln!(out, "tcpmuxd_udp_flows {}", self.active());
-        header(
+        family(
             out,
             "tcpmuxd_udp_flows_total",
             "counter",
@@ -69,7 +71,7 @@ impl UdpCounters {
             let _ = writeln!(
                 out,
                 "tcpmuxd_udp_flows_total{{service=\"{}\",routed=\"{routed}\"}} {count}",
-                super::metrics::escape(service)
+                escape(service)
             );
         }
         drop(flows);
@@ -85,13 +87,13 @@ impl UdpCounters {
                 &self.bytes,
             ),
         ] {
-            header(out, name, "counter", help);
+            family(out, name, "counter", help);
             for (direction, value) in ["in", "out"].iter().zip(values) {
                 let value = value.load(Ordering::Relaxed);
                 let _ = writeln!(out, "{name}{{direction=\"{direction}\"}} {value}");
             }
         }
-        header(
+        family(
             out,
             "tcpmuxd_udp_dropped_total",
             "counter",
@@ -105,8 +107,4 @@ impl UdpCounters {
             );
         }
     }
-}
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }

@@ -6,7 +6,7 @@
 
 mod balance;
 pub(crate) mod discovery;
-mod hashing;
+pub(crate) mod hashing;
 pub(crate) mod health;
 mod known;
 mod overrides;

@@ -126,7 +126,7 @@ impl UdpListeners {
         }
     }
 
-    /// `show listeners` rows: (kind, address).
+    /// The bound addresses, for `show listeners`' `udp` rows.
     pub(super) fn rows(&self) -> impl Iterator<Item = String> + '_ {
         self.serving.iter().map(|s| s.bound.to_string())
     }

@@ -12,6 +12,7 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
+use super::route::Dropped;
 use super::table::FlowTable;
 use crate::ops::access_log;
 use crate::ops::udp_metrics::Direction;
@@ -24,6 +25,10 @@ pub(super) const MAX_DATAGRAM: usize = 65_535;
 pub(crate) struct Flows {
     table: Mutex<FlowTable<Arc<Flow>>>,
     started: Instant,
+    /// Where a backend's reply is read before it is sent on: one for the
+    /// listener's flows (their relays run one at a time, each without
+    /// awaiting while it holds it), none per flow.
+    replies: Mutex<Vec<u8>>,
 }
 
 impl Flows {
@@ -31,6 +36,7 @@ impl Flows {
         Flows {
             table: Mutex::new(FlowTable::new(1, None)),
             started: Instant::now(),
+            replies: Mutex::new(vec![0; MAX_DATAGRAM]),
         }
     }
 
@@ -118,10 +124,10 @@ impl Flow {
         self.last.store(self.flows.now(), Ordering::Relaxed);
     }
 
-    /// The client sent a datagram: only that protects a flow from eviction,
-    /// since a backend answers a spoofed source as readily as a real one.
+    /// The client sent a datagram after its first: only that protects a
+    /// flow from eviction, since a backend answers a spoofed source as
+    /// readily as a real one.
     pub(super) fn used_by_client(&self) {
-        self.touch();
         self.used.store(true, Ordering::Relaxed);
     }
 
@@ -178,7 +184,7 @@ pub(super) async fn run(
                 // An error is not readable data: left standing, it would
                 // wake this loop forever.
                 let failed = ready.map_or(true, |ready| ready.is_error());
-                if failed || !relay_replies(&flow, &socket, about.client, &shared, &mut out).await {
+                if failed || !relay_replies(&flow, &socket, about.client, &shared, &mut out) {
                     if let Ok(Some(e)) = flow.backend.take_error() {
                         tracing::debug!(peer = %about.client, backend = %about.backend, error = %e, "UDP backend error");
                     }
@@ -208,26 +214,30 @@ pub(super) async fn run(
     });
 }
 
-/// Sends the client every datagram waiting on the backend socket; `false`
-/// when the socket reports an error.
-async fn relay_replies(
+/// Sends the client the datagrams waiting on the backend socket (at most
+/// 64 at a time, so the flow still sees its stop); `false` when the socket
+/// reports an error. A reply the client's socket cannot take at once is
+/// dropped, as on a wire.
+fn relay_replies(
     flow: &Flow,
     socket: &UdpSocket,
     client: SocketAddr,
     shared: &Shared,
     out: &mut (u64, u64),
 ) -> bool {
-    // Allocated per wake-up, not per flow: an idle flow holds no buffer.
-    let mut buf = Vec::with_capacity(MAX_DATAGRAM);
-    // A backend that never stops sending still lets the flow see its stop.
+    let mut buf = flow.flows.replies.lock().unwrap_or_else(|p| p.into_inner());
+    let to = socket2::SockAddr::from(client);
     for _ in 0..64 {
-        buf.clear();
-        match flow.backend.try_recv_buf(&mut buf) {
+        match flow.backend.try_recv(&mut buf) {
             Ok(len) => {
                 flow.touch();
-                // The client's own socket buffer full: a drop, as on a wire.
-                if socket.send_to(&buf[..len], client).await.is_err() {
-                    shared.udp.dropped("client_unreachable");
+                // Straight to the socket, as `udp::forward`: no readiness
+                // to wait for, and nothing awaited while `buf` is held.
+                if socket2::SockRef::from(socket)
+                    .send_to(&buf[..len], &to)
+                    .is_err()
+                {
+                    shared.udp.dropped(Dropped::ClientUnreachable.reason());
                     continue;
                 }
                 out.0 += 1;

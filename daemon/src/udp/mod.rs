@@ -58,7 +58,13 @@ pub(crate) async fn serve(socket: UdpSocket, routes: SharedRoutes, shared: Arc<S
         let datagram = &buf[..len];
         let existing = flows.table().get(&client).cloned();
         match existing {
-            Some(flow) => forward(&flow, datagram, &shared),
+            Some(flow) => {
+                // A client's later datagram earns its flow a second chance
+                // when the table is full; its first does not, so a spoofed
+                // source, which sends one, is the first to go.
+                flow.used_by_client();
+                forward(&flow, datagram, &shared);
+            }
             None => start_flow(
                 (&socket, local),
                 client,
@@ -74,7 +80,7 @@ pub(crate) async fn serve(socket: UdpSocket, routes: SharedRoutes, shared: Arc<S
 
 /// A datagram of a running flow, to its backend.
 fn forward(flow: &Flow, datagram: &[u8], shared: &Shared) {
-    flow.used_by_client();
+    flow.touch();
     // Straight to the socket: tokio's `try_send` would refuse a socket
     // whose first writable event the reactor has not seen yet.
     match socket2::SockRef::from(&flow.backend).send(datagram) {
@@ -106,7 +112,7 @@ fn start_flow(
             return shared.udp.dropped(dropped.reason());
         }
     };
-    let Some(backend_addr) = route.proxy.pick(client) else {
+    let Some(backend_addr) = route::backend_for(route.proxy, client.ip()) else {
         return shared.udp.dropped(route::Dropped::NoService.reason());
     };
     let evicted = {
@@ -133,9 +139,6 @@ fn start_flow(
         .udp
         .flow_started(route.service.name.as_str(), route.routed);
     forward(&flow, datagram, shared);
-    // A flow earns its second chance with its second datagram: a spoofed
-    // source, which sends one, is the first to go when the table is full.
-    flow.used_since_asked();
     let idle = settings.udp.idle_timeout(route.protocol);
     let about = flow::About {
         client,

@@ -2,11 +2,13 @@
 //! UDP backend, it goes to, or why it is dropped. Pure: the datagram, the
 //! listener's routes and the registry in, a route or a drop out.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 
 use tcpmux_proto::sniff::datagram::{self, Datagram};
 
-use crate::model::{ClientInfo, Peer, Service, UdpProxy, UdpRoutes};
+use crate::model::{ClientInfo, Endpoint, Peer, Service, UdpProxy, UdpRoutes};
+use crate::pool::hashing::ranked;
 use crate::state::Settings;
 
 /// Where a new flow goes.
@@ -39,6 +41,8 @@ pub(crate) enum Dropped {
     BackendUnavailable,
     /// A datagram of a flow its backend could not take at once.
     BackendBusy,
+    /// A backend's reply the client's address could not be sent.
+    ClientUnreachable,
 }
 
 impl Dropped {
@@ -51,6 +55,7 @@ impl Dropped {
             Dropped::PerIpLimit => "per_ip_limit",
             Dropped::BackendUnavailable => "backend_unavailable",
             Dropped::BackendBusy => "backend_busy",
+            Dropped::ClientUnreachable => "client_unreachable",
         }
     }
 }
@@ -110,12 +115,50 @@ pub(crate) fn route<'s>(
     })
 }
 
+/// The backend of `proxy` for a client at `client`: rendezvous-hashed on
+/// its address, as `balance = "source"` does for a TCP pool, so a client
+/// whose flow ended comes back to the same backend, whatever its port, and
+/// a backend added moves only its share of clients.
+pub(crate) fn backend_for(proxy: &UdpProxy, client: IpAddr) -> Option<SocketAddr> {
+    let endpoints: Vec<Endpoint> = proxy.backends.iter().map(|a| Endpoint::Tcp(*a)).collect();
+    let sticky = match client {
+        IpAddr::V4(ip) => ip.octets().to_vec(),
+        IpAddr::V6(ip) => ip.octets().to_vec(),
+    };
+    let all: Vec<usize> = (0..endpoints.len()).collect();
+    let weights = vec![1; endpoints.len()];
+    let members: Vec<&Endpoint> = endpoints.iter().collect();
+    let first = *ranked(&sticky, &members, &weights, &all).first()?;
+    proxy.backends.get(first).copied()
+}
+
 /// A datagram's client as the access rules see it.
-pub(crate) fn client_info(client: std::net::SocketAddr, local: std::net::SocketAddr) -> ClientInfo {
+pub(crate) fn client_info(client: SocketAddr, local: SocketAddr) -> ClientInfo {
     ClientInfo {
         peer: Peer::Tcp(client),
         local: Some(local),
         tls: None,
         sni: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_keeps_its_backend_whatever_its_port_and_clients_spread() {
+        let proxy = UdpProxy {
+            backends: ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+                .map(|a| a.parse().unwrap())
+                .to_vec(),
+        };
+        let client: IpAddr = "192.0.2.7".parse().unwrap();
+        assert_eq!(backend_for(&proxy, client), backend_for(&proxy, client));
+        let picked: std::collections::HashSet<_> = (1..=100u8)
+            .map(|n| backend_for(&proxy, IpAddr::from([192, 0, 2, n])))
+            .collect();
+        assert_eq!(picked.len(), 3);
+        assert_eq!(backend_for(&UdpProxy { backends: vec![] }, client), None);
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 pub struct ServiceRow {
     /// Its name.
     pub name: String,
-    /// `builtin`, `proxy`, `exec` or `handoff`.
+    /// `builtin`, `proxy`, `exec`, `handoff`, or `udp` (`proxy_udp` alone).
     pub kind: String,
     /// Enabled, or disabled on the admin socket.
     pub state: ServiceState,
@@ -115,7 +115,7 @@ pub enum Source {
 /// One listening socket, as `show listeners` lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListenerRow {
-    /// `tcpmux`, `metrics`, `handoff control`, `upgrade` or `admin`.
+    /// `tcpmux`, `udp`, `metrics`, `handoff control`, `upgrade` or `admin`.
     pub kind: String,
     /// The address, or a Unix socket's path.
     pub address: String,
