@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use tcpmux_proto::sniff::client_hello::ClientHello;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::ahead::Ahead;
 use super::buffers::{self, Lent};
 use super::stream::{Metered, Peeked, Stream};
 use super::tls::{self, TlsConn};
@@ -31,9 +32,7 @@ pub(crate) enum Conn {
 /// Input already read from a connection, ahead of what is still in it.
 #[derive(Debug)]
 pub(crate) struct Early {
-    bytes: Vec<u8>,
-    /// How much of `bytes` has been read again.
-    at: usize,
+    bytes: Ahead,
     /// A plain or TLS connection: never `Early` itself.
     then: Conn,
 }
@@ -79,19 +78,20 @@ impl Conn {
         let then = std::mem::replace(self, Conn::Gone);
         *self = match then {
             Conn::Early(mut early) => {
-                early.bytes.drain(..early.at);
-                early.bytes.splice(0..0, bytes);
-                early.at = 0;
+                early.bytes.put_back(bytes);
                 Conn::Early(early)
             }
-            then => Conn::Early(Box::new(Early { bytes, at: 0, then })),
+            then => Conn::Early(Box::new(Early {
+                bytes: Ahead::new(bytes),
+                then,
+            })),
         };
     }
 
     /// Once the bytes read ahead have all been read again, the connection
     /// is the one they came on.
     fn settle(&mut self) {
-        if matches!(self, Conn::Early(early) if early.pending().is_empty()) {
+        if matches!(self, Conn::Early(early) if early.bytes.is_empty()) {
             drop(self.take_early());
         }
     }
@@ -101,14 +101,9 @@ impl Conn {
     pub(crate) fn take_early(&mut self) -> Vec<u8> {
         match std::mem::replace(self, Conn::Gone) {
             Conn::Early(early) => {
-                let Early {
-                    mut bytes,
-                    at,
-                    then,
-                } = *early;
+                let Early { bytes, then } = *early;
                 *self = then;
-                bytes.drain(..at);
-                bytes
+                bytes.into_pending()
             }
             other => {
                 *self = other;
@@ -155,14 +150,11 @@ impl Conn {
 }
 
 impl Early {
-    fn pending(&self) -> &[u8] {
-        &self.bytes[self.at..]
-    }
-
     /// The bytes read ahead, then what the connection has beyond them.
     async fn peek_beyond(&mut self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
-        let n = self.pending().len().min(buf.len());
-        buf[..n].copy_from_slice(&self.pending()[..n]);
+        let pending = self.bytes.pending();
+        let n = pending.len().min(buf.len());
+        buf[..n].copy_from_slice(&pending[..n]);
         if n > seen || n == buf.len() {
             return Ok(Peeked {
                 len: n,
@@ -183,13 +175,6 @@ impl Early {
             ended: beyond.ended,
         })
     }
-
-    /// Copies what is left of the bytes read ahead into `buf`.
-    fn read_into(&mut self, buf: &mut ReadBuf<'_>) {
-        let n = self.pending().len().min(buf.remaining());
-        buf.put_slice(&self.pending()[..n]);
-        self.at += n;
-    }
 }
 
 impl Metered<Conn> {
@@ -206,7 +191,7 @@ impl Metered<Conn> {
             Conn::Early(early) => {
                 let mut buf = buffers::lend(len);
                 let mut filled = ReadBuf::new(&mut buf);
-                early.read_into(&mut filled);
+                early.bytes.read_into(&mut filled);
                 let n = filled.filled().len();
                 (buf, n)
             }
@@ -233,7 +218,7 @@ impl AsyncRead for Conn {
             Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
             Conn::Early(early) => {
-                early.read_into(buf);
+                early.bytes.read_into(buf);
                 // At once, so that a socket shortcut sees the plain socket
                 // as soon as the last byte read ahead is read again.
                 this.settle();

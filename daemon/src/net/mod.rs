@@ -5,6 +5,7 @@
 //! accept loop's for the clients it answered itself).
 
 pub(crate) mod accept_errors;
+pub(crate) mod ahead;
 pub(crate) mod buffers;
 pub(crate) mod close;
 pub(crate) mod conn;

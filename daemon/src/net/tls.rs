@@ -12,6 +12,7 @@ use tcpmux_proto::sniff::client_hello::{self, ClientHello};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 
+use super::ahead::Ahead;
 use super::peek::{peek_parsed, Parsed, HELLO_PEEK, MAX_HELLO};
 use super::stream::{Peeked, Stream};
 use crate::model::{certificate_names, ServerConfigs, TlsClient, ACME_TLS_ALPN};
@@ -21,7 +22,7 @@ use crate::model::{certificate_names, ServerConfigs, TlsClient, ACME_TLS_ALPN};
 pub(crate) struct TlsConn {
     stream: TlsStream<Stream>,
     /// Plaintext read ahead by a peek and not yet consumed.
-    ahead: Vec<u8>,
+    ahead: Ahead,
     /// The client ended the stream (close_notify, FIN or RST) behind `ahead`.
     ended: bool,
 }
@@ -94,7 +95,7 @@ pub(crate) async fn accept(
     Ok((
         TlsConn {
             stream,
-            ahead: Vec::new(),
+            ahead: Ahead::default(),
             ended: false,
         },
         client,
@@ -131,14 +132,16 @@ impl TlsConn {
     /// read ahead into `ahead` as needed, so a caller that peeks again
     /// without consuming gets more, or the end, never the same bytes at once.
     pub(crate) async fn peek_beyond(&mut self, buf: &mut [u8], seen: usize) -> io::Result<Peeked> {
-        while self.ahead.len() <= seen && self.ahead.len() < buf.len() && !self.ended {
-            let mut record = vec![0u8; buf.len() - self.ahead.len()];
+        let held = |ahead: &Ahead| ahead.pending().len();
+        while held(&self.ahead) <= seen && held(&self.ahead) < buf.len() && !self.ended {
+            let mut record = vec![0u8; buf.len() - held(&self.ahead)];
             let n = self.stream.read(&mut record).await?;
             self.ended = n == 0;
-            self.ahead.extend_from_slice(&record[..n]);
+            self.ahead.extend(&record[..n]);
         }
-        let len = self.ahead.len().min(buf.len());
-        buf[..len].copy_from_slice(&self.ahead[..len]);
+        let pending = self.ahead.pending();
+        let len = pending.len().min(buf.len());
+        buf[..len].copy_from_slice(&pending[..len]);
         Ok(Peeked {
             len,
             ended: self.ended,
@@ -154,9 +157,7 @@ impl AsyncRead for TlsConn {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.ahead.is_empty() {
-            let n = this.ahead.len().min(buf.remaining());
-            buf.put_slice(&this.ahead[..n]);
-            this.ahead.drain(..n);
+            this.ahead.read_into(buf);
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.stream).poll_read(cx, buf)
