@@ -318,6 +318,36 @@ fn reload_adds_and_removes_a_udp_side_and_changes_its_routes() {
 }
 
 #[test]
+fn an_upgrade_hands_the_udp_socket_over_and_the_new_daemon_serves_it() {
+    let dir = common::scratch_dir();
+    let other = tagged_udp_echo("other");
+    let addr = common::successor::free_address(103);
+    let mut old = Daemon::binary(&format!(
+        "listen = [{{ address = \"{addr}\", udp = true, udp_default = \"other\" }}]\n\
+         upgrade_socket = \"{}\"\n[service.other]\nproxy_udp = \"{other}\"\n",
+        dir.join("upgrade.sock").display()
+    ));
+    let port: SocketAddr = addr.parse().unwrap();
+    let (reply, _) = ask(&client(), port, b"before");
+    assert_eq!(reply, b"otherbefore");
+    let successor = common::successor::Successor::start(&old.config_path());
+    successor.wait_for_log("took over from the running daemon");
+    successor.wait_for_log("listening for datagrams");
+    let status = old.wait_exit().expect("the old daemon exits");
+    assert!(status.success(), "{status:?}");
+    // Only the new daemon holds the port now: a datagram reaching it was
+    // served by the socket it took over, not a second bind.
+    let (reply, from) = ask(&client(), port, b"after");
+    assert_eq!((reply.as_slice(), from), (&b"otherafter"[..], port));
+    // Its counters start at zero: the flow is the new daemon's.
+    let mut stats = std::net::TcpStream::connect(port).unwrap();
+    std::io::Write::write_all(&mut stats, b"stats\r\n").unwrap();
+    let stats = String::from_utf8(common::read_all(&mut stats)).unwrap();
+    let flows = "tcpmuxd_udp_flows_total{service=\"other\",routed=\"udp_default\"} 1\n";
+    assert!(stats.contains(flows), "{stats}");
+}
+
+#[test]
 #[ignore = "needs dnsmasq and dig (contrib/test-peers.sh)"]
 fn dig_asks_dnsmasq_through_the_daemon() {
     require_program("dnsmasq", "--version", "dnsmasq-base");

@@ -8,7 +8,8 @@
 //! know. A frame from a daemon before versions says `END` alone: version 0,
 //! the same frames. What an operator set at run time travels too, as frames
 //! without a socket (`DISABLED`, `MEMBER`); a daemon with none sends none, so
-//! the exchange an older successor reads is unchanged.
+//! the exchange an older successor reads is unchanged. So do UDP sockets
+//! (`LISTEN_UDP`): only a daemon with UDP listeners sends them.
 
 /// Every frame's size, so frames never merge or split ambiguously.
 pub const FRAME: usize = 512;
@@ -23,6 +24,9 @@ pub const MAX_TEXT: usize = FRAME - 1;
 pub enum Frame<'a> {
     /// A TCPMUX listening socket, by the address it is bound to.
     Listen(&'a str),
+    /// A listener's UDP socket (`udp = true`), by the address it is bound
+    /// to.
+    ListenUdp(&'a str),
     /// The metrics endpoint's socket, by its configured address.
     Metrics(&'a str),
     /// The handoff control socket, by its path.
@@ -49,6 +53,7 @@ impl Frame<'_> {
     pub fn kind(&self) -> &'static str {
         match self {
             Frame::Listen(_) => "LISTEN",
+            Frame::ListenUdp(_) => "LISTEN_UDP",
             Frame::Metrics(_) => "METRICS",
             Frame::Control(_) => "CONTROL",
             Frame::Upgrade(_) => "UPGRADE",
@@ -124,6 +129,7 @@ pub fn encode(frame: &Frame<'_>) -> Result<[u8; FRAME], FrameError> {
     let kind = frame.kind();
     let text = match frame {
         Frame::Listen(v)
+        | Frame::ListenUdp(v)
         | Frame::Metrics(v)
         | Frame::Control(v)
         | Frame::Upgrade(v)
@@ -191,6 +197,7 @@ pub fn parse(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
     let value = checked(value);
     Ok(match kind {
         "LISTEN" => Frame::Listen(value?),
+        "LISTEN_UDP" => Frame::ListenUdp(value?),
         "METRICS" => Frame::Metrics(value?),
         "CONTROL" => Frame::Control(value?),
         "UPGRADE" => Frame::Upgrade(value?),
@@ -281,6 +288,7 @@ mod tests {
     fn every_kind_reads_back_as_written() {
         let frames = [
             Frame::Listen("127.0.0.1:41397"),
+            Frame::ListenUdp("[::1]:443"),
             Frame::Metrics("[::1]:9100"),
             Frame::Control("/run/tcpmuxd/handoff.sock"),
             Frame::Upgrade("/run/tcpmuxd/upgrade sock with spaces"),

@@ -347,6 +347,7 @@ impl Live {
                 sockets.push((encoded(&Frame::Listen(&addr))?, fd.try_clone()?));
             }
         }
+        sockets.extend(self.udp.sockets()?);
         for role in Role::ALL {
             if let Some(single) = &self.singles[role.index()] {
                 sockets.extend(single.handed(role)?);

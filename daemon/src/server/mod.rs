@@ -136,7 +136,7 @@ impl Server {
                 ListenAddr::Tcp(addr) => Some(addr),
                 ListenAddr::Unix(_) => None,
             });
-            udp.extend(udp_listeners::bind(spec, at)?);
+            udp.extend(udp_listeners::bind(spec, at, &mut handed.udp)?);
         }
         let mut singles = [None, None, None, None];
         let mut bind = |role: Role, handed: &mut Handed| -> Result<(), RunError> {

@@ -3,17 +3,21 @@
 //! them, their routes replaced by a reload that keeps them, closed by one
 //! that removes them (their flows end).
 
+use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, RwLock};
 
 use tokio::task::{AbortHandle, JoinSet};
 
+use super::roles::{encoded, Socket};
 use crate::config::Config;
 use crate::model::{ListenAddr, ListenSpec, UdpRoutes};
 use crate::net::datagram::bind_udp;
 use crate::net::listener::BindError;
 use crate::state::Shared;
 use crate::udp::SharedRoutes;
+use tcpmux_proto::upgrade::Frame;
 
 /// A UDP socket bound for a listen entry and not serving yet.
 pub(super) struct BoundUdp {
@@ -24,15 +28,28 @@ pub(super) struct BoundUdp {
 }
 
 /// Binds the UDP side of `spec`, at `at` (the TCP side's bound address,
-/// so a port 0 gives both the same port), if it has one.
+/// so a port 0 gives both the same port), if it has one; or takes the
+/// socket a predecessor bound there, from `handed`.
 pub(super) fn bind(
     spec: &ListenSpec,
     at: Option<SocketAddr>,
+    handed: &mut Vec<(SocketAddr, OwnedFd)>,
 ) -> Result<Option<BoundUdp>, BindError> {
     let (Some(routes), ListenAddr::Tcp(configured)) = (&spec.options.udp, &spec.addr) else {
         return Ok(None);
     };
-    let socket = bind_udp(at.unwrap_or(*configured), false)?;
+    let addr = at.unwrap_or(*configured);
+    let socket = match handed.iter().position(|(bound, _)| *bound == addr) {
+        Some(at) => {
+            let socket = std::net::UdpSocket::from(handed.swap_remove(at).1);
+            socket.set_nonblocking(true).map_err(|e| BindError {
+                addr: spec.addr.clone(),
+                reason: format!("the UDP socket handed over: {e}"),
+            })?;
+            socket
+        }
+        None => bind_udp(addr, false)?,
+    };
     Ok(Some(BoundUdp {
         configured: spec.addr.clone(),
         socket,
@@ -43,6 +60,8 @@ pub(super) fn bind(
 struct Serving {
     configured: ListenAddr,
     bound: SocketAddr,
+    /// A second descriptor of the socket, to hand to a successor.
+    fd: Option<OwnedFd>,
     routes: SharedRoutes,
     task: AbortHandle,
 }
@@ -72,6 +91,7 @@ impl UdpListeners {
             udp_default = bound.routes.default.as_ref().map(tracing::field::display),
             "listening for datagrams"
         );
+        let fd = socket.as_fd().try_clone_to_owned().ok();
         let routes: SharedRoutes = Arc::new(RwLock::new(Arc::new(bound.routes)));
         let task = tasks.spawn(crate::udp::serve(
             socket,
@@ -81,6 +101,7 @@ impl UdpListeners {
         self.serving.push(Serving {
             configured: bound.configured,
             bound: local,
+            fd,
             routes,
             task,
         });
@@ -91,7 +112,7 @@ impl UdpListeners {
         let mut staged = Vec::new();
         for spec in &config.listen {
             if !self.serving.iter().any(|s| s.configured == spec.addr) {
-                staged.extend(bind(spec, None)?);
+                staged.extend(bind(spec, None, &mut Vec::new())?);
             }
         }
         Ok(staged)
@@ -124,6 +145,19 @@ impl UdpListeners {
         for bound in staged {
             self.serve(bound, tasks, shared);
         }
+    }
+
+    /// Every socket in service, for a successor: its frame and a
+    /// descriptor of its own.
+    pub(super) fn sockets(&self) -> io::Result<Vec<Socket>> {
+        let mut sockets = Vec::new();
+        for serving in &self.serving {
+            if let Some(fd) = &serving.fd {
+                let frame = encoded(&Frame::ListenUdp(&serving.bound.to_string()))?;
+                sockets.push((frame, fd.try_clone()?));
+            }
+        }
+        Ok(sockets)
     }
 
     /// The bound addresses, for `show listeners`' `udp` rows.

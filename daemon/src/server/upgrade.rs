@@ -62,6 +62,8 @@ pub enum UpgradeError {
 #[derive(Default)]
 pub struct Handed {
     pub(super) clients: Vec<(ListenAddr, OwnedFd)>,
+    /// The listeners' UDP sockets, by the address each is bound to.
+    pub(super) udp: Vec<(std::net::SocketAddr, OwnedFd)>,
     /// Each role's socket (by `Role::index`), with where it was configured.
     pub(super) singles: [Option<(Place, OwnedFd)>; 4],
     /// Handoff backends' registrations, with their control connections.
@@ -114,6 +116,7 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
         }
         match frame {
             Frame::Listen(addr) => handed.clients.push((addr.parse().map_err(|_| bad())?, fd)),
+            Frame::ListenUdp(addr) => handed.udp.push((addr.parse().map_err(|_| bad())?, fd)),
             Frame::Backend(r) => handed.backends.push(Adopted {
                 names: r.names.iter().map(|n| (*n).to_owned()).collect(),
                 uid: r.uid,
