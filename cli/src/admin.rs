@@ -248,7 +248,10 @@ fn sessions(rows: &[SessionRow]) -> String {
             vec![
                 r.id.to_string(),
                 r.client.clone(),
-                r.listener.clone(),
+                match r.udp {
+                    true => format!("udp:{}", r.listener),
+                    false => r.listener.clone(),
+                },
                 or_dash(r.service.as_ref()),
                 r.routed.clone(),
                 age(r.age),

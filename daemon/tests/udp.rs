@@ -8,10 +8,11 @@
 mod common;
 
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::dns::Dnsmasq;
 use common::{require_program, Daemon, PATIENCE};
 use tcpmux_proto::sniff::datagram::{build_dns_query, build_dtls_hello};
 
@@ -348,33 +349,67 @@ fn an_upgrade_hands_the_udp_socket_over_and_the_new_daemon_serves_it() {
 }
 
 #[test]
+fn a_flow_is_a_session_on_the_admin_socket_and_kill_ends_it() {
+    let dir = common::scratch_dir();
+    let socket = dir.join("admin.sock");
+    let wg = tagged_udp_echo("wg");
+    let mut daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, wireguard = \"wg\" }}]\n\
+         admin_socket = \"{}\"\n[service.wg]\nproxy_udp = \"{wg}\"\n",
+        socket.display()
+    ));
+    let admin = |words: &str| {
+        let out = Command::new(common::sibling_binary("tcpmux"))
+            .arg("admin")
+            .arg("--socket")
+            .arg(&socket)
+            .args(words.split_whitespace())
+            .output()
+            .expect("run tcpmux admin");
+        assert!(
+            out.status.success(),
+            "{words}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let flow = client();
+    ask(&flow, daemon.addr, &wireguard_initiation(8));
+    let reply: serde_json::Value =
+        serde_json::from_str(&admin("--json show sessions")).expect("JSON");
+    let rows = reply["sessions"].as_array().expect("a list");
+    assert_eq!(rows.len(), 1, "{reply}");
+    let row = &rows[0];
+    assert_eq!(row["udp"], true, "{row}");
+    assert_eq!(row["client"], flow.local_addr().unwrap().to_string());
+    assert_eq!(row["service"], "wg");
+    assert_eq!(row["routed"], "wireguard");
+    assert_eq!(row["backend"], wg.to_string());
+    assert_eq!(
+        (row["bytes_in"].as_u64(), row["bytes_out"].as_u64()),
+        (Some(148), Some(150))
+    );
+    let table = admin("show sessions");
+    assert!(table.contains(&format!("udp:{}", daemon.addr)), "{table}");
+    let id = row["id"].as_u64().expect("an id");
+    assert!(admin(&format!("kill session {id}")).contains("ended 1 session"));
+    let line = daemon
+        .wait_for_log(|l| l.contains("udp flow ended: killed"))
+        .expect("the flow's line");
+    assert!(line.contains("service=wg"), "{line}");
+    daemon.wait_for_figure("tcpmuxd_udp_flows", |v| v == 0.0);
+    // The client's next datagram starts a new flow, routed afresh.
+    let (reply, _) = ask(&flow, daemon.addr, &wireguard_initiation(9));
+    assert!(reply.starts_with(b"wg"));
+}
+
+#[test]
 #[ignore = "needs dnsmasq and dig (contrib/test-peers.sh)"]
 fn dig_asks_dnsmasq_through_the_daemon() {
-    require_program("dnsmasq", "--version", "dnsmasq-base");
     require_program("dig", "-v", "bind9-dnsutils");
-    let port = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut dnsmasq = DnsmasqGuard(
-        Command::new("dnsmasq")
-            .args([
-                "--keep-in-foreground",
-                "--no-resolv",
-                "--no-hosts",
-                "--bind-interfaces",
-                "--listen-address=127.0.0.1",
-                &format!("--port={port}"),
-                "--address=/through.tcpmux.test/192.0.2.77",
-                "--user=root",
-                "--pid-file=",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start dnsmasq"),
-    );
+    let dir = common::scratch_dir();
+    let port = common::dns::free_port();
+    let _dnsmasq = Dnsmasq::start(&dir, port, "192.0.2.77 through.tcpmux.test\n", &[]);
     let daemon = Daemon::binary(&format!(
         "listen = [{{ address = \"127.0.0.1:0\", udp = true, dns = \"resolver\" }}]\n\
          [service.resolver]\nproxy_udp = \"127.0.0.1:{port}\"\n"
@@ -399,21 +434,10 @@ fn dig_asks_dnsmasq_through_the_daemon() {
             break answer;
         }
         assert!(Instant::now() < deadline, "dig got no answer: {answer}");
-        assert!(dnsmasq.0.try_wait().unwrap().is_none(), "dnsmasq exited");
     };
     assert_eq!(answer, "192.0.2.77");
     daemon.wait_for_figure(
         "tcpmuxd_udp_flows_total{service=\"resolver\",routed=\"dns\"}",
         |v| v >= 1.0,
     );
-    dnsmasq.0.kill().ok();
-}
-
-struct DnsmasqGuard(Child);
-
-impl Drop for DnsmasqGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

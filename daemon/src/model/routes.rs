@@ -212,6 +212,9 @@ pub enum Routed {
     Probe(Protocol),
     /// By a listener's `match` rule.
     Match,
+    /// A UDP flow, by its first datagram: the route's word (`sni`,
+    /// `wireguard`, `udp_default`, ...).
+    Udp(&'static str),
 }
 
 impl Routed {
@@ -226,6 +229,7 @@ impl Routed {
             Routed::Silent => "silent",
             Routed::Probe(protocol) => protocol.name(),
             Routed::Match => "match",
+            Routed::Udp(word) => word,
         }
     }
 }

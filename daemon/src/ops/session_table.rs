@@ -227,6 +227,7 @@ impl LiveSession {
             backend: detail.backend.map(|b| b.to_string()),
             tls: detail.tls,
             cert: detail.cert,
+            udp: matches!(detail.routed, Routed::Udp(_)),
         }
     }
 }

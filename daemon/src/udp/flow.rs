@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use super::route::Dropped;
 use super::table::FlowTable;
 use crate::ops::access_log;
+use crate::ops::session_table::{LiveSession, Registered};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
 
@@ -62,6 +63,9 @@ pub(crate) enum Ended {
     ListenerClosed = 3,
     /// Its backend socket reported an error (an ICMP port unreachable).
     BackendError = 4,
+    /// Ended on the admin socket (`kill session`, `shutdown sessions
+    /// backend`).
+    Killed = 5,
 }
 
 impl Ended {
@@ -70,6 +74,7 @@ impl Ended {
             2 => Ended::Evicted,
             3 => Ended::ListenerClosed,
             4 => Ended::BackendError,
+            5 => Ended::Killed,
             _ => Ended::Idle,
         }
     }
@@ -82,6 +87,7 @@ impl fmt::Display for Ended {
             Ended::Evicted => "udp flow ended: evicted for a new flow (max_udp_flows)",
             Ended::ListenerClosed => "udp flow ended: listener closed",
             Ended::BackendError => "udp flow ended: backend error",
+            Ended::Killed => "udp flow ended: killed",
         })
     }
 }
@@ -93,8 +99,9 @@ pub(crate) struct Flow {
     last: AtomicU64,
     /// Whether the client sent a datagram since the table last asked.
     used: AtomicBool,
-    datagrams_in: AtomicU64,
-    bytes_in: AtomicU64,
+    /// Its row in the live-session table: the bytes each way, and the kill
+    /// an operator may send.
+    pub(super) session: Arc<LiveSession>,
     /// Why it was told to end (0 until it is).
     ended: AtomicU8,
     stop: Notify,
@@ -102,13 +109,12 @@ pub(crate) struct Flow {
 }
 
 impl Flow {
-    pub(super) fn new(backend: UdpSocket, now: u64, flows: Arc<Flows>) -> Flow {
+    pub(super) fn new(backend: UdpSocket, session: Arc<LiveSession>, flows: Arc<Flows>) -> Flow {
         Flow {
             backend,
-            last: AtomicU64::new(now),
+            last: AtomicU64::new(flows.now()),
             used: AtomicBool::new(false),
-            datagrams_in: AtomicU64::new(0),
-            bytes_in: AtomicU64::new(0),
+            session,
             ended: AtomicU8::new(0),
             stop: Notify::new(),
             flows,
@@ -137,8 +143,8 @@ impl Flow {
     }
 
     pub(super) fn count_in(&self, bytes: usize) {
-        self.datagrams_in.fetch_add(1, Ordering::Relaxed);
-        self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+        let up = &self.session.traffic.up;
+        up.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// Tells the flow's task to end, for `why` (the first reason given
@@ -155,6 +161,8 @@ impl Flow {
 pub(super) struct About {
     pub(super) client: SocketAddr,
     pub(super) id: u64,
+    /// Its place in the live-session table, given up when the flow ends.
+    pub(super) registered: Registered,
     pub(super) service: String,
     pub(super) routed: &'static str,
     pub(super) backend: SocketAddr,
@@ -169,7 +177,6 @@ pub(super) async fn run(
     shared: Arc<Shared>,
 ) {
     let started = Instant::now();
-    let mut out = (0u64, 0u64);
     let why = loop {
         let idle_for = flow.flows.now().saturating_sub(flow.last_active());
         let Some(left) = about.idle.checked_sub(Duration::from_millis(idle_for)) else {
@@ -184,7 +191,7 @@ pub(super) async fn run(
                 // An error is not readable data: left standing, it would
                 // wake this loop forever.
                 let failed = ready.map_or(true, |ready| ready.is_error());
-                if failed || !relay_replies(&flow, &socket, about.client, &shared, &mut out) {
+                if failed || !relay_replies(&flow, &socket, about.client, &shared) {
                     if let Ok(Some(e)) = flow.backend.take_error() {
                         tracing::debug!(peer = %about.client, backend = %about.backend, error = %e, "UDP backend error");
                     }
@@ -193,11 +200,12 @@ pub(super) async fn run(
             }
             () = tokio::time::sleep(left) => {}
             () = flow.stop.notified() => break Ended::from_u8(flow.ended.load(Ordering::Acquire)),
+            () = about.registered.killed() => break Ended::Killed,
         }
     };
     flow.flows.table().remove(&about.client, about.id);
     shared.udp.flow_ended();
-    let bytes_in = flow.bytes_in.load(Ordering::Relaxed);
+    let traffic = &flow.session.traffic;
     access_log::write(&access_log::Fields {
         peer: &about.client,
         via: Some("udp"),
@@ -208,8 +216,8 @@ pub(super) async fn run(
         cipher: None,
         cert: None,
         outcome: &why,
-        bytes_in,
-        bytes_out: out.1,
+        bytes_in: traffic.up.load(Ordering::Relaxed),
+        bytes_out: traffic.down.load(Ordering::Relaxed),
         elapsed: started.elapsed(),
     });
 }
@@ -218,13 +226,7 @@ pub(super) async fn run(
 /// 64 at a time, so the flow still sees its stop); `false` when the socket
 /// reports an error. A reply the client's socket cannot take at once is
 /// dropped, as on a wire.
-fn relay_replies(
-    flow: &Flow,
-    socket: &UdpSocket,
-    client: SocketAddr,
-    shared: &Shared,
-    out: &mut (u64, u64),
-) -> bool {
+fn relay_replies(flow: &Flow, socket: &UdpSocket, client: SocketAddr, shared: &Shared) -> bool {
     let mut buf = flow.flows.replies.lock().unwrap_or_else(|p| p.into_inner());
     let to = socket2::SockAddr::from(client);
     for _ in 0..64 {
@@ -240,8 +242,8 @@ fn relay_replies(
                     shared.udp.dropped(Dropped::ClientUnreachable.reason());
                     continue;
                 }
-                out.0 += 1;
-                out.1 += len as u64;
+                let down = &flow.session.traffic.down;
+                down.fetch_add(len as u64, Ordering::Relaxed);
                 shared.udp.datagram(Direction::Out, len);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,

@@ -14,7 +14,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio::net::UdpSocket;
 
-use crate::model::UdpRoutes;
+use crate::model::{Endpoint, Peer, Routed, UdpRoutes};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
 use flow::{Ended, Flow, Flows, MAX_DATAGRAM};
@@ -133,7 +133,15 @@ fn start_flow(
                 .dropped(route::Dropped::BackendUnavailable.reason());
         }
     };
-    let flow = Arc::new(Flow::new(backend, flows.now(), Arc::clone(flows)));
+    // A row in the live-session table: `show sessions` lists the flow and
+    // `kill session` ends it.
+    let registered = shared.sessions.open(Peer::Tcp(client), Some(local));
+    registered.update(|detail| {
+        detail.service = Some(route.service.name.clone());
+        detail.routed = Routed::Udp(route.routed);
+        detail.backend = Some(Endpoint::Tcp(backend_addr));
+    });
+    let flow = Arc::new(Flow::new(backend, registered.handle(), Arc::clone(flows)));
     let id = flows.table().insert(client, Arc::clone(&flow));
     shared
         .udp
@@ -143,6 +151,7 @@ fn start_flow(
     let about = flow::About {
         client,
         id,
+        registered,
         service: route.service.name.to_string(),
         routed: route.routed,
         backend: backend_addr,

@@ -194,6 +194,7 @@ mod tests {
             backend: Some("10.0.0.1:80".into()),
             tls: None,
             cert: None,
+            udp: false,
         }
     }
 

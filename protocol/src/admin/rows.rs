@@ -171,6 +171,10 @@ pub struct SessionRow {
     pub tls: Option<String>,
     /// The client certificate's name.
     pub cert: Option<String>,
+    /// A UDP flow (`udp = true`), not a connection; left out when false,
+    /// so a reply of version 1 without flows reads as before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub udp: bool,
 }
 
 /// The word for each value of these enums, as the replies write it.

@@ -104,7 +104,7 @@ function render(status) {
 
   $("sessions-total").textContent = `(${status.sessions.total} live)`;
   fill($("sessions"), ["id", "client", "service", "routed", "age", "in", "out", "backend", "tls"],
-    status.sessions.busiest.map((s) => [s.id, s.client, s.service, s.routed, { text: age(s.age), num: true },
+    status.sessions.busiest.map((s) => [s.id, s.client, s.service, s.udp ? `udp ${s.routed}` : s.routed, { text: age(s.age), num: true },
       { text: size(s.bytes_in), num: true }, { text: size(s.bytes_out), num: true }, s.backend,
       s.tls ? `${s.tls}${s.cert ? " " + s.cert : ""}` : null]));
 
