@@ -27,3 +27,9 @@ if [ -n "$missing" ]; then
   # shellcheck disable=SC2086 # one word per package
   apt-get install -y -qq $PEERS >/dev/null
 fi
+# aioquic (PyPI): the real QUIC client and servers of tests/udp.rs.
+if ! python3 -c "import aioquic" 2>/dev/null; then
+  echo "test-peers: installing aioquic (pip)"
+  python3 -m pip install --quiet aioquic 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages aioquic
+fi

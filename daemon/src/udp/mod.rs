@@ -6,6 +6,7 @@
 //! (table.rs). The daemon sends a client only what its backend sent.
 
 mod flow;
+mod quic;
 mod route;
 mod table;
 

@@ -69,13 +69,17 @@ pub(crate) fn route<'s>(
 ) -> Result<Route<'s>, Dropped> {
     let registry = &settings.registry;
     let protocol = datagram::classify(first, &routes.enabled());
-    let by_name = match protocol {
-        Some(Datagram::Dtls) => datagram::dtls_record(first).and_then(|hello| {
-            let (service, _) = registry.by_hello(hello.server_name.as_deref(), &hello.alpn)?;
-            service.udp.is_some().then_some(service)
-        }),
+    // DTLS's ClientHello is in clear; QUIC's opens with keys any observer
+    // derives from its connection ID.
+    let hello = match protocol {
+        Some(Datagram::Dtls) => datagram::dtls_record(first),
+        Some(Datagram::Quic) => super::quic::client_hello(first),
         _ => None,
     };
+    let by_name = hello.and_then(|hello| {
+        let (service, _) = registry.by_hello(hello.server_name.as_deref(), &hello.alpn)?;
+        service.udp.is_some().then_some(service)
+    });
     let (service, routed) = match by_name {
         Some(service) => (Some(service), "sni"),
         None => {

@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tcpmux_proto::sniff::{classify_with, client_hello, datagram, http, Probes, Protocol};
+use tcpmux_proto::sniff::{classify_with, client_hello, datagram, http, quic, Probes, Protocol};
 
 fuzz_target!(|data: &[u8]| {
     if let Some(found) = datagram::classify(data, &datagram::Datagram::ALL) {
@@ -15,6 +15,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = datagram::dtls_record(data);
     let _ = client_hello::parse_message(data);
+    let mut crypto = quic::CryptoStream::default();
+    if crypto.add(data).is_ok() {
+        let _ = crypto.hello();
+    }
     if let Some((&pick, first)) = data.split_first() {
         let probes = Protocol::OPTIONAL
             .into_iter()

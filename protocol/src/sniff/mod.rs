@@ -8,6 +8,7 @@ pub mod client_hello;
 pub mod datagram;
 pub mod http;
 pub mod probes;
+pub mod quic;
 
 use probes::Guess;
 

@@ -1,0 +1,99 @@
+"""A real QUIC peer for tests/udp.rs, with aioquic (PyPI).
+
+  quic_peer.py server PORT TAG   an echo server on 127.0.0.1:PORT/udp with a
+                                 self-signed certificate: every stream is
+                                 answered with TAG, then what it carried;
+                                 prints "ready" once it listens
+  quic_peer.py client PORT NAME  a client of 127.0.0.1:PORT asking for the
+                                 server name NAME: opens a stream, sends
+                                 "hello", prints the answer
+Each run ends within 20 s.
+"""
+
+import asyncio
+import datetime
+import os
+import ssl
+import sys
+import tempfile
+
+from aioquic.asyncio import connect, serve
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import StreamDataReceived
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+ALPN = ["tcpmux-test"]
+
+
+def certificate(directory):
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "quic.test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_path = os.path.join(directory, "cert.pem")
+    key_path = os.path.join(directory, "key.pem")
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+    return cert_path, key_path
+
+
+async def server(port, tag):
+    class Echo(QuicConnectionProtocol):
+        def quic_event_received(self, event):
+            if isinstance(event, StreamDataReceived) and event.end_stream:
+                self._quic.send_stream_data(
+                    event.stream_id, tag + event.data, end_stream=True
+                )
+                self.transmit()
+
+    configuration = QuicConfiguration(is_client=False, alpn_protocols=ALPN)
+    with tempfile.TemporaryDirectory() as directory:
+        configuration.load_cert_chain(*certificate(directory))
+        await serve("127.0.0.1", port, configuration=configuration, create_protocol=Echo)
+        print("ready", flush=True)
+        await asyncio.sleep(20)
+
+
+async def client(port, name):
+    configuration = QuicConfiguration(
+        is_client=True,
+        alpn_protocols=ALPN,
+        server_name=name,
+        verify_mode=ssl.CERT_NONE,
+    )
+    async with connect("127.0.0.1", port, configuration=configuration) as peer:
+        reader, writer = await peer.create_stream()
+        writer.write(b"hello")
+        writer.write_eof()
+        print((await reader.read()).decode(), flush=True)
+
+
+def main():
+    mode, port, word = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    run = server(port, word.encode()) if mode == "server" else client(port, word)
+    asyncio.run(asyncio.wait_for(run, 20))
+
+
+if __name__ == "__main__":
+    main()
