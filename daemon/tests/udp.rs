@@ -448,7 +448,7 @@ impl Drop for QuicServer {
 
 #[test]
 #[ignore = "needs python3 with aioquic (contrib/test-peers.sh)"]
-fn two_quic_servers_behind_one_udp_port_are_chosen_by_server_name() {
+fn two_quic_servers_behind_one_udp_port_are_chosen_by_server_name_in_one_initial_or_two() {
     let (a, b) = (QuicServer::start("A"), QuicServer::start("B"));
     let daemon = Daemon::binary(&format!(
         "listen = [{{ address = \"127.0.0.1:0\", udp = true, quic = \"qb\" }}]\n\
@@ -474,9 +474,22 @@ fn two_quic_servers_behind_one_udp_port_are_chosen_by_server_name() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // A ClientHello over two Initial packets (two 1,200-byte datagrams):
+    // held until whole, then routed by its name, both packets sent on.
+    let out = quic_peer(&["client", &port, "a.example"])
+        .env("BIG_HELLO", "1")
+        .output()
+        .expect("run the QUIC client");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        said.trim(),
+        "Ahello",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     daemon.wait_for_figure(
         "tcpmuxd_udp_flows_total{service=\"qa\",routed=\"sni\"}",
-        |v| v == 1.0,
+        |v| v == 2.0,
     );
     daemon.wait_for_figure(
         "tcpmuxd_udp_flows_total{service=\"qb\",routed=\"sni\"}",

@@ -12,6 +12,7 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
+use super::gather::Gathering;
 use super::route::Dropped;
 use super::table::FlowTable;
 use crate::ops::access_log;
@@ -30,6 +31,8 @@ pub(crate) struct Flows {
     /// listener's flows (their relays run one at a time, each without
     /// awaiting while it holds it), none per flow.
     replies: Mutex<Vec<u8>>,
+    /// QUIC clients whose ClientHello is still arriving.
+    pub(super) gathering: Mutex<Gathering>,
 }
 
 impl Flows {
@@ -38,6 +41,7 @@ impl Flows {
             table: Mutex::new(FlowTable::new(1, None)),
             started: Instant::now(),
             replies: Mutex::new(vec![0; MAX_DATAGRAM]),
+            gathering: Mutex::new(Gathering::default()),
         }
     }
 

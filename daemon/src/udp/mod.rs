@@ -6,6 +6,7 @@
 //! (table.rs). The daemon sends a client only what its backend sent.
 
 mod flow;
+mod gather;
 mod quic;
 mod route;
 mod table;
@@ -19,6 +20,7 @@ use crate::model::{Endpoint, Peer, Routed, UdpRoutes};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
 use flow::{Ended, Flow, Flows, MAX_DATAGRAM};
+use gather::Gathered;
 use table::Full;
 
 /// A UDP listener's routes, which a reload replaces.
@@ -103,10 +105,22 @@ fn start_flow(
     (flows, routes): (&Arc<Flows>, &SharedRoutes),
     shared: &Arc<Shared>,
 ) {
+    // A QUIC client's Initials are held until its ClientHello is whole.
+    let payload = quic::initial_payload(datagram);
+    let gathered = flows
+        .gathering
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .add(client, datagram, payload, flows.now());
+    let (hello, earlier) = match gathered {
+        Gathered::Held => return,
+        Gathered::NotQuic => (None, Vec::new()),
+        Gathered::Done { hello, earlier } => (hello, earlier),
+    };
     let settings = shared.settings();
     let routes = Arc::clone(&routes.read().unwrap_or_else(|p| p.into_inner()));
     let info = route::client_info(client, local);
-    let route = match route::route(datagram, &info, &routes, &settings) {
+    let route = match route::route((datagram, hello), &info, &routes, &settings) {
         Ok(route) => route,
         Err(dropped) => {
             tracing::debug!(peer = %client, reason = dropped.reason(), "UDP datagram dropped");
@@ -147,6 +161,9 @@ fn start_flow(
     shared
         .udp
         .flow_started(route.service.name.as_str(), route.routed);
+    for held in &earlier {
+        forward(&flow, held, shared);
+    }
     forward(&flow, datagram, shared);
     let idle = settings.udp.idle_timeout(route.protocol);
     let about = flow::About {

@@ -6,20 +6,11 @@
 
 use rustls::quic::{Keys, Version};
 use rustls::Side;
-use tcpmux_proto::sniff::client_hello::ClientHello;
 use tcpmux_proto::sniff::datagram::{quic_initial, varint, QUIC_V1, QUIC_V2};
-use tcpmux_proto::sniff::quic::CryptoStream;
 
-/// The ClientHello of the client Initial packet at the start of `datagram`,
-/// when that one packet holds all of it.
-pub(crate) fn client_hello(datagram: &[u8]) -> Option<ClientHello> {
-    let mut crypto = CryptoStream::default();
-    crypto.add(&initial_payload(datagram)?).ok()?;
-    crypto.hello().ok().flatten()
-}
-
-/// The initial keys of a client whose first Initial's header is `header`:
-/// the `remote` half is the client's, for a server to open its packets.
+/// The Initial keys of a connection that `version` and the client's first
+/// destination connection ID `dcid` name; on the server `side`, `remote`
+/// opens the client's packets.
 fn keys(version: u32, dcid: &[u8], side: Side) -> Option<Keys> {
     let version = match version {
         QUIC_V1 => Version::V1,
@@ -101,7 +92,16 @@ pub(crate) fn build_initial(version: u32, dcid: &[u8], frames: &[u8]) -> Vec<u8>
 mod tests {
     use super::*;
     use tcpmux_proto::sniff::client_hello;
-    use tcpmux_proto::sniff::quic::crypto_frame;
+    use tcpmux_proto::sniff::client_hello::ClientHello;
+    use tcpmux_proto::sniff::quic::{crypto_frame, CryptoStream};
+
+    /// The ClientHello of the client Initial packet at the start of
+    /// `datagram`, when that one packet holds all of it.
+    fn client_hello(datagram: &[u8]) -> Option<ClientHello> {
+        let mut crypto = CryptoStream::default();
+        crypto.add(&initial_payload(datagram)?).ok()?;
+        crypto.hello().ok().flatten()
+    }
 
     fn hello(name: &str) -> Vec<u8> {
         client_hello::build(Some(name), &["h3"], 0, 1 << 20)[5..].to_vec()

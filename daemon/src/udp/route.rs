@@ -5,6 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 
+use tcpmux_proto::sniff::client_hello::ClientHello;
 use tcpmux_proto::sniff::datagram::{self, Datagram};
 
 use crate::model::{ClientInfo, Endpoint, Peer, Service, UdpProxy, UdpRoutes};
@@ -60,20 +61,22 @@ impl Dropped {
     }
 }
 
-/// The route of a flow from `client` whose first datagram is `first`.
+/// The route of a flow from `client` whose first datagram is `first`;
+/// `quic_hello` is the ClientHello its QUIC Initials gathered, if they did
+/// (gather.rs).
 pub(crate) fn route<'s>(
-    first: &[u8],
+    (first, quic_hello): (&[u8], Option<ClientHello>),
     client: &ClientInfo,
     routes: &UdpRoutes,
     settings: &'s Settings,
 ) -> Result<Route<'s>, Dropped> {
     let registry = &settings.registry;
     let protocol = datagram::classify(first, &routes.enabled());
-    // DTLS's ClientHello is in clear; QUIC's opens with keys any observer
-    // derives from its connection ID.
+    // DTLS's ClientHello is in clear; QUIC's was opened with the keys any
+    // observer derives from its connection ID.
     let hello = match protocol {
         Some(Datagram::Dtls) => datagram::dtls_record(first),
-        Some(Datagram::Quic) => super::quic::client_hello(first),
+        Some(Datagram::Quic) => quic_hello,
         _ => None,
     };
     let by_name = hello.and_then(|hello| {

@@ -6,7 +6,10 @@
                                  prints "ready" once it listens
   quic_peer.py client PORT NAME  a client of 127.0.0.1:PORT asking for the
                                  server name NAME: opens a stream, sends
-                                 "hello", prints the answer
+                                 "hello", prints the answer; with
+                                 BIG_HELLO set, it offers 40 more ALPN
+                                 names, so that its ClientHello takes two
+                                 Initial packets, as a post-quantum one does
 Each run ends within 20 s.
 """
 
@@ -76,9 +79,12 @@ async def server(port, tag):
 
 
 async def client(port, name):
+    alpn = ALPN
+    if os.environ.get("BIG_HELLO"):
+        alpn = ALPN + ["filler-%02d-padding-to-spread-the-hello" % i for i in range(40)]
     configuration = QuicConfiguration(
         is_client=True,
-        alpn_protocols=ALPN,
+        alpn_protocols=alpn,
         server_name=name,
         verify_mode=ssl.CERT_NONE,
     )
