@@ -3,8 +3,8 @@
 //! `match` rule or `udp_default`; replies come back from the listener's
 //! address; flows end when idle, stay within `max_udp_flows` and
 //! `max_udp_flows_per_ip` under a flood of sources, and hostile datagrams
-//! cost nothing but a drop. DNS through the daemon to dnsmasq with dig;
-//! QUIC handshakes with aioquic, two servers behind one port by SNI.
+//! cost nothing but a drop. DNS through the daemon to dnsmasq with dig.
+//! QUIC with real peers is tests/udp_quic.rs.
 
 mod common;
 
@@ -174,6 +174,27 @@ fn an_idle_flow_ends_and_is_logged_and_the_client_starts_a_new_one() {
     // A new flow: routed afresh by its first datagram.
     let (reply, _) = ask(&socket, daemon.addr, b"PING again");
     assert!(reply.starts_with(b"ping"));
+}
+
+/// A flow that keeps sending is not idle, however long it lasts: its timer
+/// is set again from its last datagram when it fires.
+#[test]
+fn a_busy_flow_outlives_its_idle_timeout() {
+    let backends = backends();
+    let mut daemon = Daemon::binary(&config(&backends.all, "udp_idle_timeout = \"1s\"", ""));
+    let socket = client();
+    // Three seconds of a datagram every 200 ms: three idle timeouts long,
+    // each gap a fifth of one.
+    for round in 0..15 {
+        let (reply, _) = ask(&socket, daemon.addr, b"PING busy");
+        assert!(reply.starts_with(b"ping"), "round {round}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let line = daemon
+        .wait_for_log(|l| l.contains("udp flow ended: idle timeout"))
+        .expect("the flow's line");
+    // One flow carried all fifteen.
+    assert!(line.contains("bytes_in=135"), "{line}");
 }
 
 /// Many source addresses (127.0.0.2 up), as a spoofed-source flood has.
@@ -402,103 +423,6 @@ fn a_flow_is_a_session_on_the_admin_socket_and_kill_ends_it() {
     // The client's next datagram starts a new flow, routed afresh.
     let (reply, _) = ask(&flow, daemon.addr, &wireguard_initiation(9));
     assert!(reply.starts_with(b"wg"));
-}
-
-/// `tests/peers/quic_peer.py`, run by python3 with aioquic.
-fn quic_peer(args: &[&str]) -> Command {
-    let found = Command::new("python3")
-        .args(["-c", "import aioquic"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(found, "this test needs aioquic: python3 -m pip install aioquic (contrib/test-peers.sh installs it)");
-    let mut command = Command::new("python3");
-    command
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/peers/quic_peer.py"
-        ))
-        .args(args);
-    command
-}
-
-/// A QUIC echo server answering with `tag`, stopped when dropped.
-struct QuicServer(std::process::Child, SocketAddr);
-
-impl QuicServer {
-    fn start(tag: &str) -> QuicServer {
-        let port = common::dns::free_port();
-        let mut child = quic_peer(&["server", &port.to_string(), tag])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the QUIC server");
-        let stdout = child.stdout.take().expect("piped");
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "the QUIC server did not start");
-        QuicServer(child, SocketAddr::from(([127, 0, 0, 1], port)))
-    }
-}
-
-impl Drop for QuicServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-#[test]
-#[ignore = "needs python3 with aioquic (contrib/test-peers.sh)"]
-fn two_quic_servers_behind_one_udp_port_are_chosen_by_server_name_in_one_initial_or_two() {
-    let (a, b) = (QuicServer::start("A"), QuicServer::start("B"));
-    let daemon = Daemon::binary(&format!(
-        "listen = [{{ address = \"127.0.0.1:0\", udp = true, quic = \"qb\" }}]\n\
-         [service.qa]\nsni = [\"a.example\"]\nproxy_udp = \"{}\"\n\
-         [service.qb]\nsni = [\"b.example\"]\nproxy_udp = \"{}\"\n",
-        a.1, b.1
-    ));
-    let port = daemon.addr.port().to_string();
-    // A whole QUIC handshake and a stream each way, through the daemon.
-    for (name, answer) in [
-        ("a.example", "Ahello"),
-        ("b.example", "Bhello"),
-        ("c.example", "Bhello"),
-    ] {
-        let out = quic_peer(&["client", &port, name])
-            .output()
-            .expect("run the QUIC client");
-        let said = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            said.trim(),
-            answer,
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    // A ClientHello over two Initial packets (two 1,200-byte datagrams):
-    // held until whole, then routed by its name, both packets sent on.
-    let out = quic_peer(&["client", &port, "a.example"])
-        .env("BIG_HELLO", "1")
-        .output()
-        .expect("run the QUIC client");
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        said.trim(),
-        "Ahello",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    daemon.wait_for_figure(
-        "tcpmuxd_udp_flows_total{service=\"qa\",routed=\"sni\"}",
-        |v| v == 2.0,
-    );
-    daemon.wait_for_figure(
-        "tcpmuxd_udp_flows_total{service=\"qb\",routed=\"sni\"}",
-        |v| v == 1.0,
-    );
-    daemon.wait_for_figure(
-        "tcpmuxd_udp_flows_total{service=\"qb\",routed=\"quic\"}",
-        |v| v == 1.0,
-    );
 }
 
 #[test]

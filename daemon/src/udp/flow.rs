@@ -12,6 +12,7 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
+use super::cids::{ConnectionIds, Owner};
 use super::gather::Gathering;
 use super::route::Dropped;
 use super::table::FlowTable;
@@ -19,6 +20,8 @@ use crate::ops::access_log;
 use crate::ops::session_table::{LiveSession, Registered};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
+use tcpmux_proto::sniff::datagram::long_header;
+use tcpmux_proto::ServiceName;
 
 /// The largest datagram: what one UDP datagram can carry.
 pub(super) const MAX_DATAGRAM: usize = 65_535;
@@ -33,6 +36,8 @@ pub(crate) struct Flows {
     replies: Mutex<Vec<u8>>,
     /// QUIC clients whose ClientHello is still arriving.
     pub(super) gathering: Mutex<Gathering>,
+    /// The QUIC connections the flows carry, by connection ID.
+    cids: Mutex<ConnectionIds>,
 }
 
 impl Flows {
@@ -42,12 +47,17 @@ impl Flows {
             started: Instant::now(),
             replies: Mutex::new(vec![0; MAX_DATAGRAM]),
             gathering: Mutex::new(Gathering::default()),
+            cids: Mutex::new(ConnectionIds::default()),
         }
     }
 
     /// Milliseconds since the listener started: the flows' clock.
     pub(super) fn now(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    pub(super) fn cids(&self) -> std::sync::MutexGuard<'_, ConnectionIds> {
+        self.cids.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(super) fn table(&self) -> std::sync::MutexGuard<'_, FlowTable<Arc<Flow>>> {
@@ -167,10 +177,13 @@ pub(super) struct About {
     pub(super) id: u64,
     /// Its place in the live-session table, given up when the flow ends.
     pub(super) registered: Registered,
-    pub(super) service: String,
+    pub(super) service: ServiceName,
     pub(super) routed: &'static str,
     pub(super) backend: SocketAddr,
     pub(super) idle: Duration,
+    /// A QUIC flow: its server's connection IDs are learned from its
+    /// replies.
+    pub(super) quic: bool,
 }
 
 /// Relays the backend's datagrams to the client until the flow ends.
@@ -181,39 +194,47 @@ pub(super) async fn run(
     shared: Arc<Shared>,
 ) {
     let started = Instant::now();
+    // Made once and polled by reference: a reply wakes this loop without
+    // a timer entry or a waiter taken down and put back each time.
+    let idle = tokio::time::sleep(about.idle);
+    let stop = flow.stop.notified();
+    let killed = about.registered.killed();
+    tokio::pin!(idle, stop, killed);
     let why = loop {
-        let idle_for = flow.flows.now().saturating_sub(flow.last_active());
-        let Some(left) = about.idle.checked_sub(Duration::from_millis(idle_for)) else {
-            break Ended::Idle;
-        };
-        if left.is_zero() {
-            break Ended::Idle;
-        }
         tokio::select! {
             // ERROR too: an ICMP port unreachable is an error, not data.
             ready = flow.backend.ready(Interest::READABLE | Interest::ERROR) => {
                 // An error is not readable data: left standing, it would
                 // wake this loop forever.
                 let failed = ready.map_or(true, |ready| ready.is_error());
-                if failed || !relay_replies(&flow, &socket, about.client, &shared) {
+                if failed || !relay_replies(&flow, &socket, &about, &shared) {
                     if let Ok(Some(e)) = flow.backend.take_error() {
                         tracing::debug!(peer = %about.client, backend = %about.backend, error = %e, "UDP backend error");
                     }
                     break Ended::BackendError;
                 }
             }
-            () = tokio::time::sleep(left) => {}
-            () = flow.stop.notified() => break Ended::from_u8(flow.ended.load(Ordering::Acquire)),
-            () = about.registered.killed() => break Ended::Killed,
+            // The timer is set from the last datagram each time it fires,
+            // not moved by every datagram.
+            () = &mut idle => {
+                let idle_for = Duration::from_millis(flow.flows.now().saturating_sub(flow.last_active()));
+                match about.idle.checked_sub(idle_for) {
+                    Some(left) if !left.is_zero() => idle.as_mut().reset(tokio::time::Instant::now() + left),
+                    _ => break Ended::Idle,
+                }
+            }
+            () = &mut stop => break Ended::from_u8(flow.ended.load(Ordering::Acquire)),
+            () = &mut killed => break Ended::Killed,
         }
     };
     flow.flows.table().remove(&about.client, about.id);
+    flow.flows.cids().forget(about.id);
     shared.udp.flow_ended();
     let traffic = &flow.session.traffic;
     access_log::write(&access_log::Fields {
         peer: &about.client,
         via: Some("udp"),
-        service: &about.service,
+        service: about.service.as_str(),
         routed: about.routed,
         backend: Some(&about.backend),
         tls: None,
@@ -226,17 +247,38 @@ pub(super) async fn run(
     });
 }
 
+/// The connection ID a QUIC server's long header names itself by: its
+/// client's later packets are addressed to it, from wherever the client
+/// is by then.
+fn learn_server_id(flow: &Flow, about: &About, reply: &[u8]) {
+    let Some(header) = long_header(reply) else {
+        return;
+    };
+    flow.flows.cids().learn(
+        header.scid,
+        Owner {
+            service: about.service.clone(),
+            backend: about.backend,
+            flow: about.id,
+        },
+    );
+}
+
 /// Sends the client the datagrams waiting on the backend socket (at most
 /// 64 at a time, so the flow still sees its stop); `false` when the socket
 /// reports an error. A reply the client's socket cannot take at once is
 /// dropped, as on a wire.
-fn relay_replies(flow: &Flow, socket: &UdpSocket, client: SocketAddr, shared: &Shared) -> bool {
+fn relay_replies(flow: &Flow, socket: &UdpSocket, about: &About, shared: &Shared) -> bool {
+    let client = about.client;
     let mut buf = flow.flows.replies.lock().unwrap_or_else(|p| p.into_inner());
     let to = socket2::SockAddr::from(client);
     for _ in 0..64 {
         match flow.backend.try_recv(&mut buf) {
             Ok(len) => {
                 flow.touch();
+                if about.quic {
+                    learn_server_id(flow, about, &buf[..len]);
+                }
                 // Straight to the socket, as `udp::forward`: no readiness
                 // to wait for, and nothing awaited while `buf` is held.
                 if socket2::SockRef::from(socket)

@@ -5,6 +5,7 @@
 //! when its backend socket fails, or when a new flow needs its place
 //! (table.rs). The daemon sends a client only what its backend sent.
 
+mod cids;
 mod flow;
 mod gather;
 mod quic;
@@ -19,9 +20,11 @@ use tokio::net::UdpSocket;
 use crate::model::{Endpoint, Peer, Routed, UdpRoutes};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
+use cids::Owner;
 use flow::{Ended, Flow, Flows, MAX_DATAGRAM};
 use gather::Gathered;
 use table::Full;
+use tcpmux_proto::sniff::datagram::{quic_initial, Datagram};
 
 /// A UDP listener's routes, which a reload replaces.
 pub(crate) type SharedRoutes = Arc<RwLock<Arc<UdpRoutes>>>;
@@ -105,30 +108,16 @@ fn start_flow(
     (flows, routes): (&Arc<Flows>, &SharedRoutes),
     shared: &Arc<Shared>,
 ) {
-    // A QUIC client's Initials are held until its ClientHello is whole.
-    let payload = quic::initial_payload(datagram);
-    let gathered = flows
-        .gathering
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .add(client, datagram, payload, flows.now());
-    let (hello, earlier) = match gathered {
-        Gathered::Held => return,
-        Gathered::NotQuic => (None, Vec::new()),
-        Gathered::Done { hello, earlier } => (hello, earlier),
-    };
     let settings = shared.settings();
-    let routes = Arc::clone(&routes.read().unwrap_or_else(|p| p.into_inner()));
     let info = route::client_info(client, local);
-    let route = match route::route((datagram, hello), &info, &routes, &settings) {
-        Ok(route) => route,
-        Err(dropped) => {
-            tracing::debug!(peer = %client, reason = dropped.reason(), "UDP datagram dropped");
-            return shared.udp.dropped(dropped.reason());
-        }
-    };
-    let Some(backend_addr) = route::backend_for(route.proxy, client.ip()) else {
-        return shared.udp.dropped(route::Dropped::NoService.reason());
+    let Some(Decided {
+        route,
+        backend: backend_addr,
+        earlier,
+        connection,
+    }) = decide(client, &info, datagram, (flows, routes), &settings, shared)
+    else {
+        return;
     };
     let evicted = {
         let mut table = flows.table();
@@ -158,6 +147,19 @@ fn start_flow(
     });
     let flow = Arc::new(Flow::new(backend, registered.handle(), Arc::clone(flows)));
     let id = flows.table().insert(client, Arc::clone(&flow));
+    let quic = route.protocol == Some(Datagram::Quic);
+    if let Some(connection) = connection.filter(|_| quic) {
+        // The client's own ID for its connection (its Initials'), or the
+        // one a migrated client's datagram carries: this flow's now.
+        flows.cids().learn(
+            &connection,
+            Owner {
+                service: route.service.name.clone(),
+                backend: backend_addr,
+                flow: id,
+            },
+        );
+    }
     shared
         .udp
         .flow_started(route.service.name.as_str(), route.routed);
@@ -165,15 +167,15 @@ fn start_flow(
         forward(&flow, held, shared);
     }
     forward(&flow, datagram, shared);
-    let idle = settings.udp.idle_timeout(route.protocol);
     let about = flow::About {
         client,
         id,
         registered,
-        service: route.service.name.to_string(),
+        service: route.service.name.clone(),
         routed: route.routed,
         backend: backend_addr,
-        idle,
+        idle: settings.udp.idle_timeout(route.protocol),
+        quic,
     };
     tokio::spawn(flow::run(
         flow,
@@ -181,4 +183,81 @@ fn start_flow(
         about,
         Arc::clone(shared),
     ));
+}
+
+/// Where a new flow goes, and what it carries first.
+struct Decided<'s> {
+    route: route::Route<'s>,
+    backend: SocketAddr,
+    /// A QUIC client's Initials held while its ClientHello arrived.
+    earlier: Vec<Vec<u8>>,
+    /// The QUIC connection ID the datagram is addressed to.
+    connection: Option<Vec<u8>>,
+}
+
+/// The route of a client's first datagram: to the backend of the QUIC
+/// connection it is addressed to, if a flow carries that one already (the
+/// client moved), or else by what it holds, a QUIC client's Initials being
+/// gathered first. `None` when it is held or dropped (and counted).
+fn decide<'s>(
+    client: SocketAddr,
+    info: &crate::model::ClientInfo,
+    datagram: &[u8],
+    (flows, routes): (&Arc<Flows>, &SharedRoutes),
+    settings: &'s crate::state::Settings,
+    shared: &Shared,
+) -> Option<Decided<'s>> {
+    let moved = {
+        let cids = flows.cids();
+        cids.find(datagram)
+            .map(|(id, owner)| (id.to_vec(), owner.clone()))
+    };
+    if let Some((id, owner)) = moved {
+        match route::by_connection(&owner, info, settings) {
+            Some(Ok((route, backend))) => {
+                return Some(Decided {
+                    route,
+                    backend,
+                    earlier: Vec::new(),
+                    connection: Some(id),
+                })
+            }
+            Some(Err(dropped)) => return drop_first(client, dropped, shared),
+            None => {}
+        }
+    }
+    // A QUIC client's Initials are held until its ClientHello is whole.
+    let payload = quic::initial_payload(datagram);
+    let gathered = flows
+        .gathering
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .add(client, datagram, payload, flows.now());
+    let (hello, earlier) = match gathered {
+        Gathered::Held => return None,
+        Gathered::NotQuic => (None, Vec::new()),
+        Gathered::Done { hello, earlier } => (hello, earlier),
+    };
+    let routes = Arc::clone(&routes.read().unwrap_or_else(|p| p.into_inner()));
+    let route = match route::route((datagram, hello), info, &routes, settings) {
+        Ok(route) => route,
+        Err(dropped) => return drop_first(client, dropped, shared),
+    };
+    let Some(backend) = route::backend_for(route.proxy, client.ip()) else {
+        return drop_first(client, route::Dropped::NoService, shared);
+    };
+    let connection = quic_initial(datagram).map(|initial| initial.dcid.to_vec());
+    Some(Decided {
+        route,
+        backend,
+        earlier,
+        connection,
+    })
+}
+
+/// Counts a first datagram that starts no flow.
+fn drop_first<T>(client: SocketAddr, dropped: route::Dropped, shared: &Shared) -> Option<T> {
+    tracing::debug!(peer = %client, reason = dropped.reason(), "UDP datagram dropped");
+    shared.udp.dropped(dropped.reason());
+    None
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use tcpmux_proto::sniff::client_hello::ClientHello;
 use tcpmux_proto::sniff::datagram::{self, Datagram};
 
+use super::cids::Owner;
 use crate::model::{ClientInfo, Endpoint, Peer, Service, UdpProxy, UdpRoutes};
 use crate::pool::hashing::ranked;
 use crate::state::Settings;
@@ -18,7 +19,8 @@ pub(crate) struct Route<'s> {
     pub(crate) service: &'s Service,
     pub(crate) proxy: &'s UdpProxy,
     /// How it was routed, for the log and the metrics: `sni`, a probe's
-    /// name, `match` or `udp_default`.
+    /// name, `match`, `udp_default`, or `connection_id` (a QUIC connection
+    /// another flow carries).
     pub(crate) routed: &'static str,
     /// The protocol its first datagram was recognized as, if any.
     pub(crate) protocol: Option<Datagram>,
@@ -102,7 +104,48 @@ pub(crate) fn route<'s>(
             (registry.lookup(name), routed)
         }
     };
-    let service = service.ok_or(Dropped::NoService)?;
+    admit(
+        service.ok_or(Dropped::NoService)?,
+        routed,
+        protocol,
+        client,
+        settings,
+    )
+}
+
+/// The route of a flow from a client with no flow whose datagram is
+/// addressed to a QUIC connection another flow carries (`owner`): that
+/// connection's service and backend, if both are still there. `None`
+/// sends the datagram through [`route`] instead.
+pub(crate) fn by_connection<'s>(
+    owner: &Owner,
+    client: &ClientInfo,
+    settings: &'s Settings,
+) -> Option<Result<(Route<'s>, SocketAddr), Dropped>> {
+    let service = settings.registry.lookup(&owner.service)?;
+    let proxy = service.udp.as_deref()?;
+    if !proxy.backends.contains(&owner.backend) {
+        return None;
+    }
+    let route = admit(
+        service,
+        "connection_id",
+        Some(Datagram::Quic),
+        client,
+        settings,
+    );
+    Some(route.map(|route| (route, owner.backend)))
+}
+
+/// `service`'s route, if its access rules and the admin socket let
+/// `client` in.
+fn admit<'s>(
+    service: &'s Service,
+    routed: &'static str,
+    protocol: Option<Datagram>,
+    client: &ClientInfo,
+    settings: &'s Settings,
+) -> Result<Route<'s>, Dropped> {
     let proxy = service.udp.as_deref().ok_or(Dropped::NoService)?;
     if !service.access.permits_client(client) {
         return Err(Dropped::AccessDenied);

@@ -10,12 +10,20 @@
                                  BIG_HELLO set, it offers 40 more ALPN
                                  names, so that its ClientHello takes two
                                  Initial packets, as a post-quantum one does
+  quic_peer.py migrate PORT NAME IP...
+                                 a client that asks as `client` does, then
+                                 moves to a socket on each IP in turn (a
+                                 new address, as a NAT rebinding or a phone
+                                 changing networks gives it) and asks again
+                                 on the same connection from there: prints
+                                 each answer on a line
 Each run ends within 20 s.
 """
 
 import asyncio
 import datetime
 import os
+import socket
 import ssl
 import sys
 import tempfile
@@ -95,9 +103,47 @@ async def client(port, name):
         print((await reader.read()).decode(), flush=True)
 
 
+async def ask(peer, text):
+    reader, writer = await peer.create_stream()
+    writer.write(text)
+    writer.write_eof()
+    return (await reader.read()).decode()
+
+
+async def migrate(port, name, addresses):
+    configuration = QuicConfiguration(
+        is_client=True,
+        alpn_protocols=ALPN,
+        server_name=name,
+        verify_mode=ssl.CERT_NONE,
+    )
+    loop = asyncio.get_running_loop()
+    async with connect("127.0.0.1", port, configuration=configuration) as peer:
+        print(await ask(peer, b"before"), flush=True)
+        for address in addresses:
+            old = peer._transport
+            # The same connection from a new socket: the protocol object
+            # takes the new transport; the old socket is closed, so
+            # nothing reaches the client there any more.
+            # aioquic's client socket is IPv6 with IPv4 mapped, so is this one.
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind(("::ffff:" + address, 0, 0, 0))
+            await loop.create_datagram_endpoint(lambda: peer, sock=sock)
+            old.close()
+            # A PING from the new address first, so the server sees the move.
+            await asyncio.wait_for(peer.ping(), 5)
+            print(await asyncio.wait_for(ask(peer, address.encode()), 5), flush=True)
+
+
 def main():
     mode, port, word = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    run = server(port, word.encode()) if mode == "server" else client(port, word)
+    if mode == "server":
+        run = server(port, word.encode())
+    elif mode == "migrate":
+        run = migrate(port, word, sys.argv[4:])
+    else:
+        run = client(port, word)
     asyncio.run(asyncio.wait_for(run, 20))
 
 

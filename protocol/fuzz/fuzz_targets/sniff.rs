@@ -14,6 +14,8 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(datagram::classify(data, &[found]), Some(found));
     }
     let _ = datagram::dtls_record(data);
+    let _ = datagram::long_header(data);
+    let _ = datagram::short_header_dcid(data, 8);
     let _ = client_hello::parse_message(data);
     let mut crypto = quic::CryptoStream::default();
     if crypto.add(data).is_ok() {

@@ -126,6 +126,56 @@ pub fn quic_initial(datagram: &[u8]) -> Option<QuicInitial<'_>> {
     })
 }
 
+/// The connection IDs of a QUIC long-header packet of any version but
+/// version negotiation's (RFC 8999 §5.1: these fields are the same in
+/// every version), as a server's Initial and Handshake packets carry them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LongHeader<'a> {
+    /// The QUIC version (not 0: version negotiation is not read).
+    pub version: u32,
+    /// To whom: the receiver's connection ID.
+    pub dcid: &'a [u8],
+    /// The sender's own connection ID: from a server, the one its
+    /// client's later packets are addressed to.
+    pub scid: &'a [u8],
+}
+
+/// The long header at the start of `datagram`, if it holds one whose
+/// connection IDs are at most 20 bytes (RFC 9000 §17.2).
+pub fn long_header(datagram: &[u8]) -> Option<LongHeader<'_>> {
+    let (&first, rest) = datagram.split_first()?;
+    let version = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+    if first & 0x80 == 0 || version == 0 {
+        return None;
+    }
+    let dcid_len = usize::from(*datagram.get(5)?);
+    let dcid = datagram.get(6..6 + dcid_len).filter(|_| dcid_len <= 20)?;
+    let at = 6 + dcid_len;
+    let scid_len = usize::from(*datagram.get(at)?);
+    let scid = datagram
+        .get(at + 1..at + 1 + scid_len)
+        .filter(|_| scid_len <= 20)?;
+    Some(LongHeader {
+        version,
+        dcid,
+        scid,
+    })
+}
+
+/// The destination connection ID of the short-header packet at the start
+/// of `datagram`, taken as `len` bytes long: a short header does not say
+/// (the endpoint that chose the ID knows). `None` when it is no short
+/// header, or too short to hold a packet: after the ID come a packet
+/// number and at least the 16-byte sample of header protection (RFC 9001
+/// §5.4.2), 20 bytes in all.
+pub fn short_header_dcid(datagram: &[u8], len: usize) -> Option<&[u8]> {
+    let first = *datagram.first()?;
+    if first & 0x80 != 0 || !(1..=20).contains(&len) || datagram.len() < 1 + len + 20 {
+        return None;
+    }
+    datagram.get(1..1 + len)
+}
+
 /// A QUIC variable-length integer (RFC 9000 §16): its value and width.
 pub fn varint(bytes: &[u8]) -> Option<(usize, usize)> {
     let first = *bytes.first()?;

@@ -147,3 +147,52 @@ fn random_and_tiny_datagrams_are_nothing_known_and_never_panic() {
         assert_eq!(classify(&[byte], &Datagram::ALL), None);
     }
 }
+
+#[test]
+fn connection_ids_are_read_from_long_and_short_headers() {
+    // A server's Handshake packet (v1, type 2): to the client's ID, from
+    // its own.
+    let mut handshake = vec![0xe0, 0, 0, 0, 1, 4, 1, 2, 3, 4, 8];
+    handshake.extend_from_slice(&[9; 8]);
+    handshake.extend_from_slice(&[0x40, 0x20]);
+    let header = long_header(&handshake).expect("a long header");
+    assert_eq!(
+        (header.version, header.dcid, header.scid),
+        (1, &[1, 2, 3, 4][..], &[9; 8][..])
+    );
+    // Version negotiation, IDs over 20 bytes, or cut short: none.
+    let mut negotiation = handshake.clone();
+    negotiation[1..5].copy_from_slice(&[0; 4]);
+    assert_eq!(long_header(&negotiation), None);
+    let mut long_id = handshake.clone();
+    long_id[5] = 21;
+    assert_eq!(long_header(&long_id), None);
+    for cut in 0..19 {
+        assert_eq!(long_header(&handshake[..cut]), None, "cut at {cut}");
+    }
+    // A short header: the ID is whatever length its chooser uses.
+    let mut short = vec![0x41];
+    short.extend_from_slice(&[9; 8]);
+    short.extend_from_slice(&[0; 20]);
+    assert_eq!(short_header_dcid(&short, 8), Some(&[9; 8][..]));
+    assert_eq!(short_header_dcid(&short[..28], 8), None);
+    assert_eq!(short_header_dcid(&short, 0), None);
+    assert_eq!(short_header_dcid(&handshake, 4), None);
+}
+
+#[test]
+fn header_readers_never_panic_on_any_bytes() {
+    let mut rng = Rng(44);
+    for _ in 0..20_000 {
+        let len = rng.below(64);
+        let bytes: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+        if let Some(header) = long_header(&bytes) {
+            assert!(header.dcid.len() <= 20 && header.scid.len() <= 20);
+        }
+        for id in 0..22 {
+            if let Some(dcid) = short_header_dcid(&bytes, id) {
+                assert_eq!(dcid.len(), id);
+            }
+        }
+    }
+}
