@@ -239,6 +239,44 @@ pub enum Command {
         #[arg(long, default_value = "target")]
         label: String,
     },
+    /// A UDP backend: every datagram back to its sender, on one thread.
+    UdpEcho {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
+    /// UDP flows: F sockets (each a flow at the proxy), each keeping W
+    /// datagrams of --size bytes in flight to an echo backend; replies per
+    /// second and their latency. A window of 1 is request/response; one flow
+    /// with a large window is a bulk stream.
+    Udp {
+        #[arg(long)]
+        connect: SocketAddr,
+        #[arg(long, default_value_t = 64)]
+        flows: usize,
+        #[arg(long, default_value_t = 1)]
+        window: usize,
+        /// Bytes per datagram (at least 8: the send time rides in them).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Client threads the flows are spread over.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        #[arg(long, default_value_t = 5.0)]
+        duration: f64,
+        #[command(flatten)]
+        report: Report,
+    },
+    /// Idle UDP flows: F sockets send one datagram each, wait for the reply,
+    /// then hold (bench/udp.sh reads the proxy's memory meanwhile).
+    UdpIdle {
+        #[arg(long)]
+        connect: SocketAddr,
+        #[arg(long, default_value_t = 10_000)]
+        flows: usize,
+        /// Seconds to hold them.
+        #[arg(long, default_value_t = 3.0)]
+        hold: f64,
+    },
     /// Bulk download: C connections at once, each reading to EOF.
     Bulk {
         #[arg(long)]

@@ -36,7 +36,7 @@ impl Latencies {
         self.failures += 1;
     }
 
-    fn merge(&mut self, other: &Latencies) {
+    pub fn merge(&mut self, other: &Latencies) {
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.histogram.add(&other.histogram);
         self.failures += other.failures;

@@ -1,7 +1,7 @@
 //! tcpmux-bench: measures tcpmuxd and its peers on the same workloads.
 //!
 //! One module per workload: `bulk` (a byte source and the download client),
-//! `sweep` (the concurrency sweep), `requests` (short connections and connect-
+//! `sweep` (the concurrency sweep), `udp` (datagram flows and their echo backend), `requests` (short connections and connect-
 //! per-request echo), `nagle` (the write-write-read experiment), `idle` (and
 //! `idle-unix`, a control-socket flood), `sources` (many source addresses). Every
 //! run checks what it received, and none reports a run that failed.
@@ -17,6 +17,7 @@ mod requests;
 mod sources;
 mod sweep;
 mod tls;
+mod udp;
 
 use std::process::ExitCode;
 
@@ -105,6 +106,9 @@ fn run(command: Command) -> Result<(), String> {
         } => idle::idle_unix(&path, connections, hold),
         tls @ (Command::TlsBurst { .. } | Command::TlsShort { .. } | Command::TlsBulk { .. }) => {
             run_tls(tls)
+        }
+        udp @ (Command::UdpEcho { .. } | Command::Udp { .. } | Command::UdpIdle { .. }) => {
+            run_udp(udp)
         }
         Command::Bulk {
             connect,
@@ -217,6 +221,39 @@ fn run_tls(command: Command) -> Result<(), String> {
             &label,
         ),
         other => Err(format!("not a TLS workload: {other:?}")),
+    }
+}
+
+/// The UDP workloads.
+fn run_udp(command: Command) -> Result<(), String> {
+    match command {
+        Command::UdpEcho { listen } => udp::echo(listen),
+        Command::Udp {
+            connect,
+            flows,
+            window,
+            size,
+            threads,
+            duration,
+            report,
+        } => udp::load(
+            &udp::Load {
+                target: connect,
+                flows,
+                window,
+                size,
+                threads,
+                duration,
+            },
+            &report.label,
+            report.json,
+        ),
+        Command::UdpIdle {
+            connect,
+            flows,
+            hold,
+        } => udp::idle(connect, flows, hold),
+        other => Err(format!("not a UDP workload: {other:?}")),
     }
 }
 

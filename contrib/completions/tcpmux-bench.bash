@@ -61,6 +61,15 @@ _tcpmux__bench() {
             tcpmux__bench,tls-short)
                 cmd="tcpmux__bench__subcmd__tls__subcmd__short"
                 ;;
+            tcpmux__bench,udp)
+                cmd="tcpmux__bench__subcmd__udp"
+                ;;
+            tcpmux__bench,udp-echo)
+                cmd="tcpmux__bench__subcmd__udp__subcmd__echo"
+                ;;
+            tcpmux__bench,udp-idle)
+                cmd="tcpmux__bench__subcmd__udp__subcmd__idle"
+                ;;
             tcpmux__bench__subcmd__help,bulk)
                 cmd="tcpmux__bench__subcmd__help__subcmd__bulk"
                 ;;
@@ -106,6 +115,15 @@ _tcpmux__bench() {
             tcpmux__bench__subcmd__help,tls-short)
                 cmd="tcpmux__bench__subcmd__help__subcmd__tls__subcmd__short"
                 ;;
+            tcpmux__bench__subcmd__help,udp)
+                cmd="tcpmux__bench__subcmd__help__subcmd__udp"
+                ;;
+            tcpmux__bench__subcmd__help,udp-echo)
+                cmd="tcpmux__bench__subcmd__help__subcmd__udp__subcmd__echo"
+                ;;
+            tcpmux__bench__subcmd__help,udp-idle)
+                cmd="tcpmux__bench__subcmd__help__subcmd__udp__subcmd__idle"
+                ;;
             *)
                 ;;
         esac
@@ -113,7 +131,7 @@ _tcpmux__bench() {
 
     case "${cmd}" in
         tcpmux__bench)
-            opts="-h -V --help --version source sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-burst tls-bulk bulk help"
+            opts="-h -V --help --version source sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-burst tls-bulk udp-echo udp udp-idle bulk help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -169,7 +187,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__help)
-            opts="source sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-burst tls-bulk bulk help"
+            opts="source sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-burst tls-bulk udp-echo udp udp-idle bulk help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -379,6 +397,48 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__help__subcmd__tls__subcmd__short)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tcpmux__subcmd__bench__subcmd__help__subcmd__udp)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tcpmux__subcmd__bench__subcmd__help__subcmd__udp__subcmd__echo)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tcpmux__subcmd__bench__subcmd__help__subcmd__udp__subcmd__idle)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -796,6 +856,92 @@ _tcpmux__bench() {
                     return 0
                     ;;
                 --label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tcpmux__subcmd__bench__subcmd__udp)
+            opts="-h --connect --flows --window --size --threads --duration --label --json --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --connect)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --flows)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --window)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --duration)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tcpmux__subcmd__bench__subcmd__udp__subcmd__echo)
+            opts="-h --listen --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tcpmux__subcmd__bench__subcmd__udp__subcmd__idle)
+            opts="-h --connect --flows --hold --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --connect)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --flows)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hold)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
