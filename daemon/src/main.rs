@@ -115,15 +115,15 @@ fn daemon_main() -> ExitCode {
             (usize::from(args.workers), daemon),
         );
     }
-    event_loop(config, given, daemon, Start::Fresh(inherited, 0))
+    event_loop(config, given, daemon, Start::Fresh(inherited, None))
 }
 
 /// One event loop on the calling thread.
 /// Where an event loop's sockets come from.
 enum Start {
     /// Bound here, or inherited from systemd or `--workers`' prebinding, and
-    /// which worker this is.
-    Fresh(Vec<Prebound>, usize),
+    /// which worker this is (`None`: the only event loop).
+    Fresh(Vec<Prebound>, Option<usize>),
     /// Handed over by the daemon this one replaces.
     Upgrade(Box<(std::os::unix::net::UnixStream, tcpmuxd::server::Handed)>),
 }
@@ -151,12 +151,14 @@ fn event_loop(config: Config, given: Given, daemon: DaemonState, start: Start) -
         };
         // Said once per daemon, by its first loop, once privileges are
         // dropped (the drop keeps the capability when it is there to keep).
-        let first = matches!(start, Start::Fresh(_, 0) | Start::Upgrade(_));
+        let first = matches!(start, Start::Fresh(_, None | Some(0)) | Start::Upgrade(_));
         let transparent = config.registry.has_transparent_proxy();
         let bound = match start {
-            Start::Fresh(inherited, worker) => {
-                Server::bind(config, inherited, given.path, daemon).map(|s| s.worker(worker))
-            }
+            Start::Fresh(inherited, worker) => Server::bind(config, inherited, given.path, daemon)
+                .map(|s| match worker {
+                    Some(index) => s.worker(index),
+                    None => s,
+                }),
             Start::Upgrade(taken) => {
                 let (predecessor, handed) = *taken;
                 Server::bind_upgrading(config, handed, predecessor, given.path, daemon)
@@ -226,12 +228,6 @@ fn run_workers(
     if config.handoff_socket.is_some() {
         return fail("handoff services need a single event loop: run with --workers 1");
     }
-    if let Some(spec) = config.listen.iter().find(|spec| spec.options.udp.is_some()) {
-        return fail(format!(
-            "the UDP listener {} needs a single event loop: run with --workers 1",
-            spec.addr
-        ));
-    }
     if config.upgrade_socket.is_some() {
         return fail("binary upgrades hand over one event loop's sockets: run with --workers 1, or remove upgrade_socket");
     }
@@ -251,6 +247,7 @@ fn run_workers(
                         options: None,
                         owns_path: false,
                         name: prebound.name.clone(),
+                        datagram: None,
                     }),
                     Err(e) => return fail(format!("cannot share a socket passed by systemd: {e}")),
                 }
@@ -279,7 +276,7 @@ fn run_workers(
             let (given, daemon) = (given.clone(), daemon.clone());
             std::thread::Builder::new()
                 .name(format!("tcpmuxd-worker-{index}"))
-                .spawn(move || event_loop(config, given, daemon, Start::Fresh(set, index)))
+                .spawn(move || event_loop(config, given, daemon, Start::Fresh(set, Some(index))))
         })
         .collect();
     let mut status = ExitCode::SUCCESS;

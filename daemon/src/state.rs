@@ -1,14 +1,19 @@
 //! What every connection of one event loop shares: the settings in force (which a
 //! reload swaps), the handoff hub, the admission counts and the metrics.
 
-use std::sync::{Arc, RwLock};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::admission::{Gate, OwnConnections, Usage, UsageTable};
 use crate::config::Config;
 use crate::hub::Hub;
 use crate::keys::{AcmeCert, Keys};
-use crate::model::{ControlLimits, DefaultCert, Dns, Limits, ServiceKind, UdpSettings};
+use crate::model::{
+    ConnectionIds, ControlLimits, DefaultCert, Dns, Limits, ServiceKind, UdpSettings,
+};
 use crate::ops::history::{History, Totals};
 use crate::ops::metrics::{earliest, Gauges, Metrics};
 use crate::ops::session_table::SessionTable;
@@ -97,6 +102,31 @@ pub struct DaemonState {
     own: Arc<OwnConnections>,
     sessions: Arc<SessionTable>,
     history: Arc<History>,
+    quic: Arc<QuicConnections>,
+}
+
+/// The QUIC connection IDs of each UDP listener address, shared by the
+/// workers: a client that moves may reach another worker's socket. Flow
+/// numbers come from here too, so an ID's owner is unique daemon-wide.
+#[derive(Default)]
+pub(crate) struct QuicConnections {
+    by_listener: Mutex<HashMap<SocketAddr, Arc<Mutex<ConnectionIds>>>>,
+    /// Each listener socket's flows are numbered from its own base.
+    next_base: AtomicU64,
+}
+
+impl QuicConnections {
+    /// The table of the listener bound at `addr`.
+    pub(crate) fn of(&self, addr: SocketAddr) -> Arc<Mutex<ConnectionIds>> {
+        let mut all = self.by_listener.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(all.entry(addr).or_default())
+    }
+
+    /// The first flow number of a listener socket starting to serve: 2^40
+    /// apart, so no two sockets' flows share one.
+    pub(crate) fn flow_base(&self) -> u64 {
+        (self.next_base.fetch_add(1, Ordering::Relaxed) + 1) << 40
+    }
 }
 
 /// What every connection of one event loop shares.
@@ -116,6 +146,8 @@ pub(crate) struct Shared {
     pub sessions: Arc<SessionTable>,
     /// Each service's recent traffic, for the dashboard.
     pub history: Arc<History>,
+    /// The UDP listeners' QUIC connection IDs.
+    pub quic: Arc<QuicConnections>,
     /// Whether an operator may change the run-time state now.
     pub changes: Changes,
     /// What a reload parses the file with.
@@ -203,6 +235,7 @@ impl Shared {
             own: counters.own,
             sessions: counters.sessions,
             history: counters.history,
+            quic: counters.quic,
             changes: Changes::default(),
         }
     }

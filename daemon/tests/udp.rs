@@ -197,6 +197,54 @@ fn a_busy_flow_outlives_its_idle_timeout() {
     assert!(line.contains("bytes_in=135"), "{line}");
 }
 
+/// With `--workers 2` each worker has a socket on the port (SO_REUSEPORT):
+/// every client is answered, so both serve, and each client's datagrams
+/// stay on one worker, so each client is one flow.
+#[test]
+fn workers_share_the_port_and_keep_each_flow_on_one() {
+    let backends = backends();
+    let daemon = Daemon::start_with(Some(&config(&backends.all, "", "")), &["--workers", "2"]);
+    let clients: Vec<UdpSocket> = (0..40).map(|_| client()).collect();
+    for round in 0..5 {
+        for (n, socket) in clients.iter().enumerate() {
+            let datagram = format!("PING {n} {round}");
+            let (reply, from) = ask(socket, daemon.addr, datagram.as_bytes());
+            assert_eq!(reply, format!("ping{datagram}").into_bytes());
+            assert_eq!(from, daemon.addr);
+        }
+    }
+    daemon.wait_for_figure(
+        "tcpmuxd_udp_flows_total{service=\"ping\",routed=\"match\"}",
+        |v| v == 40.0,
+    );
+}
+
+/// `max_udp_flows` is the daemon's: flows on one listener count against a
+/// new flow on another, which has none of its own to give up.
+#[test]
+fn max_udp_flows_counts_every_listener() {
+    let backend = tagged_udp_echo("ping");
+    let second = common::dns::free_port();
+    let daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, udp_default = \"ping\" }}, \
+         {{ address = \"127.0.0.1:{second}\", udp = true, tcp = false, udp_default = \"ping\" }}]\n\
+         max_udp_flows = 4\n[service.ping]\nproxy_udp = \"{backend}\"\n"
+    ));
+    let first: Vec<UdpSocket> = (0..4).map(|_| client()).collect();
+    for socket in &first {
+        assert!(ask(socket, daemon.addr, b"one").0.starts_with(b"ping"));
+    }
+    let other = client();
+    other.send_to(b"two", ("127.0.0.1", second)).unwrap();
+    daemon.wait_for_figure("tcpmuxd_udp_dropped_total{reason=\"flow_limit\"}", |v| {
+        v == 1.0
+    });
+    // On the first listener a new flow takes the place of an idle one.
+    let (reply, _) = ask(&client(), daemon.addr, b"three");
+    assert!(reply.starts_with(b"ping"));
+    daemon.wait_for_figure("tcpmuxd_udp_flows", |v| v == 4.0);
+}
+
 /// Many source addresses (127.0.0.2 up), as a spoofed-source flood has.
 #[test]
 fn a_flood_of_sources_evicts_idle_flows_and_never_passes_the_limits() {

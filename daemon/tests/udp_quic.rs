@@ -116,12 +116,27 @@ fn two_quic_servers_behind_one_udp_port_are_chosen_by_server_name_in_one_initial
 #[test]
 #[ignore = "needs python3 with aioquic (contrib/test-peers.sh)"]
 fn a_client_that_moves_keeps_its_server_by_connection_id() {
+    moves_and_keeps_its_server(&[]);
+}
+
+/// The same with two workers: the kernel spreads the client's addresses
+/// over both workers' sockets, which share the connection IDs.
+#[test]
+#[ignore = "needs python3 with aioquic (contrib/test-peers.sh)"]
+fn a_client_that_moves_to_another_workers_socket_keeps_its_server() {
+    moves_and_keeps_its_server(&["--workers", "2"]);
+}
+
+fn moves_and_keeps_its_server(daemon_args: &[&str]) {
     let (a, b) = (QuicServer::start("A"), QuicServer::start("B"));
-    let daemon = Daemon::binary(&format!(
-        "listen = [{{ address = \"127.0.0.1:0\", udp = true, quic = \"h3\" }}]\n\
-         [service.h3]\nproxy_udp = [\"{}\", \"{}\"]\n",
-        a.1, b.1
-    ));
+    let daemon = Daemon::start_with(
+        Some(&format!(
+            "listen = [{{ address = \"127.0.0.1:0\", udp = true, quic = \"h3\" }}]\n\
+             [service.h3]\nproxy_udp = [\"{}\", \"{}\"]\n",
+            a.1, b.1
+        )),
+        daemon_args,
+    );
     let port = daemon.addr.port().to_string();
     let moves = [
         "127.0.0.2",

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, UdpSocket};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::listener::BindError;
+use super::bind_error::BindError;
 use crate::model::ListenAddr;
 
 /// What a UDP listener asks for its receive buffer.

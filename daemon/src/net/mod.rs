@@ -6,6 +6,7 @@
 
 pub(crate) mod accept_errors;
 pub(crate) mod ahead;
+pub mod bind_error;
 pub(crate) mod buffers;
 pub(crate) mod close;
 pub(crate) mod conn;

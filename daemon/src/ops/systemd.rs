@@ -45,6 +45,7 @@ pub unsafe fn take_listen_fds() -> Vec<crate::net::listener::Prebound> {
                 options: None,
                 owns_path: false,
                 name: names.next().filter(|n| !n.is_empty() && n != "unknown"),
+                datagram: None,
             }
         })
         .collect()

@@ -103,6 +103,14 @@ pub(super) struct Staged {
 }
 
 impl Live {
+    /// Whether this loop is one worker of several, whose UDP sockets were
+    /// bound for it before it started: a reload adds none.
+    pub(super) fn share_udp_ports(&mut self, several: bool) {
+        if several {
+            self.udp.share_ports();
+        }
+    }
+
     pub(super) fn new(chosen_by: ChosenBy) -> Live {
         Live {
             accepting: JoinSet::new(),

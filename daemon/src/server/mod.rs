@@ -57,6 +57,8 @@ pub struct Server {
     adopted: Vec<crate::hub::Adopted>,
     /// Which of the daemon's event loops this is (0 when it has one).
     worker: usize,
+    /// One of several workers (`--workers`).
+    several: bool,
 }
 
 impl Server {
@@ -111,7 +113,20 @@ impl Server {
         daemon: DaemonState,
     ) -> Result<Server, RunError> {
         let chosen_by = ChosenBy::of(!inherited.is_empty());
-        let listeners = if inherited.is_empty() {
+        // `--workers` bound each worker a UDP socket of its own too.
+        let (datagram, inherited): (Vec<_>, Vec<_>) =
+            inherited.into_iter().partition(|p| p.datagram.is_some());
+        let mut udp = Vec::new();
+        for prebound in datagram {
+            let spec = config
+                .listen
+                .iter()
+                .find(|spec| Some(&spec.addr) == prebound.datagram.as_ref());
+            if let Some(spec) = spec {
+                udp.extend(udp_listeners::adopt(spec, prebound.fd)?);
+            }
+        }
+        let listeners = if inherited.is_empty() && udp.is_empty() {
             config
                 .listen
                 .iter()
@@ -127,8 +142,8 @@ impl Server {
             adopt(inherited, &config.listen)?
         };
         // A UDP side at its TCP side's bound address: one port for both.
-        let mut udp = Vec::new();
-        for spec in &config.listen {
+        let prebound_udp = !udp.is_empty();
+        for spec in config.listen.iter().filter(|_| !prebound_udp) {
             let tcp_side = listeners
                 .iter()
                 .find(|((configured, _), _, _)| *configured == spec.addr);
@@ -168,6 +183,7 @@ impl Server {
             predecessor,
             adopted: std::mem::take(&mut handed.backends),
             worker: 0,
+            several: false,
         })
     }
 
@@ -176,6 +192,7 @@ impl Server {
     /// runs the tasks the daemon needs once (health checks, DNS).
     pub fn worker(mut self, index: usize) -> Server {
         self.worker = index;
+        self.several = true;
         self
     }
 
@@ -209,6 +226,7 @@ impl Server {
         let shared = self.shared;
         let sessions = Sessions::default();
         let mut live = Live::new(self.chosen_by);
+        live.share_udp_ports(self.several);
         let (upgrade_requests, mut upgrades) = mpsc::channel(1);
         live.pass_upgrades_to(upgrade_requests);
         let mut adopted = Some(self.adopted);

@@ -57,6 +57,24 @@ pub(super) fn bind(
     }))
 }
 
+/// The UDP socket `prebind` bound for `spec` (`--workers`): each worker
+/// has its own, on the same address.
+pub(super) fn adopt(spec: &ListenSpec, fd: OwnedFd) -> Result<Option<BoundUdp>, BindError> {
+    let Some(routes) = &spec.options.udp else {
+        return Ok(None);
+    };
+    let socket = std::net::UdpSocket::from(fd);
+    socket.set_nonblocking(true).map_err(|e| BindError {
+        addr: spec.addr.clone(),
+        reason: format!("the UDP socket bound for this worker: {e}"),
+    })?;
+    Ok(Some(BoundUdp {
+        configured: spec.addr.clone(),
+        socket,
+        routes: routes.clone(),
+    }))
+}
+
 struct Serving {
     configured: ListenAddr,
     bound: SocketAddr,
@@ -70,9 +88,17 @@ struct Serving {
 #[derive(Default)]
 pub(super) struct UdpListeners {
     serving: Vec<Serving>,
+    /// One of several workers (`--workers`): the sockets were bound before
+    /// the workers started, and a reload adds none.
+    shared_port: bool,
 }
 
 impl UdpListeners {
+    /// Marks these as one worker's of several (`--workers`).
+    pub(super) fn share_ports(&mut self) {
+        self.shared_port = true;
+    }
+
     /// Starts serving `bound`'s socket.
     pub(super) fn serve(&mut self, bound: BoundUdp, tasks: &mut JoinSet<()>, shared: &Arc<Shared>) {
         let socket = match tokio::net::UdpSocket::from_std(bound.socket) {
@@ -111,9 +137,16 @@ impl UdpListeners {
     pub(super) fn stage(&self, config: &Config) -> Result<Vec<BoundUdp>, BindError> {
         let mut staged = Vec::new();
         for spec in &config.listen {
-            if !self.serving.iter().any(|s| s.configured == spec.addr) {
-                staged.extend(bind(spec, None, &mut Vec::new())?);
+            if self.serving.iter().any(|s| s.configured == spec.addr) {
+                continue;
             }
+            if self.shared_port && spec.options.udp.is_some() {
+                // As for TCP: the sockets of `--workers` were bound before
+                // the workers started, each worker's own.
+                tracing::warn!(address = %spec.addr, "a UDP side added by a reload is not bound under --workers: restart the daemon to serve it");
+                continue;
+            }
+            staged.extend(bind(spec, None, &mut Vec::new())?);
         }
         Ok(staged)
     }

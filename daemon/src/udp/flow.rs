@@ -12,10 +12,10 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
-use super::cids::{ConnectionIds, Owner};
 use super::gather::Gathering;
 use super::route::Dropped;
 use super::table::FlowTable;
+use crate::model::{ConnectionIds, Owner};
 use crate::ops::access_log;
 use crate::ops::session_table::{LiveSession, Registered};
 use crate::ops::udp_metrics::Direction;
@@ -36,18 +36,20 @@ pub(crate) struct Flows {
     replies: Mutex<Vec<u8>>,
     /// QUIC clients whose ClientHello is still arriving.
     pub(super) gathering: Mutex<Gathering>,
-    /// The QUIC connections the flows carry, by connection ID.
-    cids: Mutex<ConnectionIds>,
+    /// The QUIC connections the flows carry, by connection ID: the
+    /// listener address's, which every worker serving it shares.
+    cids: Arc<Mutex<ConnectionIds>>,
 }
 
 impl Flows {
-    pub(super) fn new() -> Flows {
+    /// `first_id` numbers its flows; `cids` is its address's table.
+    pub(super) fn new(first_id: u64, cids: Arc<Mutex<ConnectionIds>>) -> Flows {
         Flows {
-            table: Mutex::new(FlowTable::new(1, None)),
+            table: Mutex::new(FlowTable::new(1, None).numbered_from(first_id)),
             started: Instant::now(),
             replies: Mutex::new(vec![0; MAX_DATAGRAM]),
             gathering: Mutex::new(Gathering::default()),
-            cids: Mutex::new(ConnectionIds::default()),
+            cids,
         }
     }
 
@@ -227,9 +229,11 @@ pub(super) async fn run(
             () = &mut killed => break Ended::Killed,
         }
     };
-    flow.flows.table().remove(&about.client, about.id);
+    // An evicted or drained flow left the table, and the count, already.
+    if flow.flows.table().remove(&about.client, about.id).is_some() {
+        shared.udp.flow_ended();
+    }
     flow.flows.cids().forget(about.id);
-    shared.udp.flow_ended();
     let traffic = &flow.session.traffic;
     access_log::write(&access_log::Fields {
         peer: &about.client,

@@ -5,7 +5,6 @@
 //! when its backend socket fails, or when a new flow needs its place
 //! (table.rs). The daemon sends a client only what its backend sent.
 
-mod cids;
 mod flow;
 mod gather;
 mod quic;
@@ -17,10 +16,9 @@ use std::sync::{Arc, RwLock};
 
 use tokio::net::UdpSocket;
 
-use crate::model::{Endpoint, Peer, Routed, UdpRoutes};
+use crate::model::{Endpoint, Owner, Peer, Routed, UdpRoutes};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
-use cids::Owner;
 use flow::{Ended, Flow, Flows, MAX_DATAGRAM};
 use gather::Gathered;
 use table::Full;
@@ -31,12 +29,13 @@ pub(crate) type SharedRoutes = Arc<RwLock<Arc<UdpRoutes>>>;
 
 /// Ends every flow when the listener stops serving (a reload removed it,
 /// or the daemon stops).
-struct EndAll(Arc<Flows>);
+struct EndAll(Arc<Flows>, Arc<crate::ops::udp_metrics::UdpCounters>);
 
 impl Drop for EndAll {
     fn drop(&mut self) {
         for flow in self.0.table().drain() {
             flow.end(Ended::ListenerClosed);
+            self.1.flow_ended();
         }
     }
 }
@@ -47,8 +46,8 @@ pub(crate) async fn serve(socket: UdpSocket, routes: SharedRoutes, shared: Arc<S
     let Ok(local) = socket.local_addr() else {
         return;
     };
-    let flows = Arc::new(Flows::new());
-    let _end_all = EndAll(Arc::clone(&flows));
+    let flows = Arc::new(Flows::new(shared.quic.flow_base(), shared.quic.of(local)));
+    let _end_all = EndAll(Arc::clone(&flows), Arc::clone(&shared.udp));
     let mut buf = vec![0u8; MAX_DATAGRAM];
     loop {
         let (len, client) = match socket.recv_from(&mut buf).await {
@@ -122,11 +121,19 @@ fn start_flow(
     let evicted = {
         let mut table = flows.table();
         table.set_limits(settings.udp.max_flows, settings.udp.max_flows_per_ip);
-        table.make_room(client, |flow: &Arc<Flow>| flow.used_since_asked())
+        // `max_udp_flows` is the daemon's: other listeners' and workers'
+        // flows count too.
+        let others = (shared.udp.active() as usize).saturating_sub(table.len());
+        table.make_room_among(client, |flow: &Arc<Flow>| flow.used_since_asked(), others)
     };
     match evicted {
-        Ok(evicted) => evicted.iter().for_each(|flow| flow.end(Ended::Evicted)),
+        Ok(evicted) => evicted.iter().for_each(|flow| {
+            // Out of the table now, so out of the count now.
+            shared.udp.flow_ended();
+            flow.end(Ended::Evicted);
+        }),
         Err(Full::PerIp) => return shared.udp.dropped(route::Dropped::PerIpLimit.reason()),
+        Err(Full::Daemon) => return shared.udp.dropped(route::Dropped::FlowLimit.reason()),
     }
     let backend = match crate::net::datagram::connect_udp(backend_addr) {
         Ok(backend) => backend,

@@ -8,8 +8,7 @@ use std::sync::atomic::Ordering;
 use tcpmux_proto::sniff::client_hello::ClientHello;
 use tcpmux_proto::sniff::datagram::{self, Datagram};
 
-use super::cids::Owner;
-use crate::model::{ClientInfo, Endpoint, Peer, Service, UdpProxy, UdpRoutes};
+use crate::model::{ClientInfo, Endpoint, Owner, Peer, Service, UdpProxy, UdpRoutes};
 use crate::pool::hashing::ranked;
 use crate::state::Settings;
 
@@ -40,6 +39,8 @@ pub(crate) enum Dropped {
     Disabled,
     /// `max_udp_flows_per_ip`.
     PerIpLimit,
+    /// `max_udp_flows`, all held by other listeners or workers.
+    FlowLimit,
     /// The backend socket could not be opened.
     BackendUnavailable,
     /// A datagram of a flow its backend could not take at once.
@@ -56,6 +57,7 @@ impl Dropped {
             Dropped::AccessDenied => "access_denied",
             Dropped::Disabled => "disabled",
             Dropped::PerIpLimit => "per_ip_limit",
+            Dropped::FlowLimit => "flow_limit",
             Dropped::BackendUnavailable => "backend_unavailable",
             Dropped::BackendBusy => "backend_busy",
             Dropped::ClientUnreachable => "client_unreachable",

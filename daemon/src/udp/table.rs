@@ -20,6 +20,9 @@ struct Entry<V> {
 pub(crate) enum Full {
     /// Its source address holds `max_udp_flows_per_ip` flows already.
     PerIp,
+    /// The daemon holds `max_udp_flows`, none of them in this table to
+    /// give up.
+    Daemon,
 }
 
 /// Flows by client address.
@@ -47,14 +50,20 @@ impl<V> FlowTable<V> {
         }
     }
 
+    /// Numbers its flows from `first` on (unique across the tables that
+    /// share a connection-ID table).
+    pub(crate) fn numbered_from(mut self, first: u64) -> Self {
+        self.next_id = first.max(1);
+        self
+    }
+
     /// New limits (a reload); flows beyond them stay until they end.
     pub(crate) fn set_limits(&mut self, max: usize, max_per_ip: Option<usize>) {
         self.max = max.max(1);
         self.max_per_ip = max_per_ip;
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.flows.len()
     }
 
@@ -65,17 +74,34 @@ impl<V> FlowTable<V> {
     /// Room for a flow from `client`: `Ok` with the flows evicted to make
     /// it, or why there is none. `used` says whether a flow was used since
     /// it was last asked (and forgets it): such a flow goes to the back.
+    #[cfg(test)]
     pub(crate) fn make_room(
         &mut self,
         client: SocketAddr,
         used: impl Fn(&V) -> bool,
     ) -> Result<Vec<V>, Full> {
+        self.make_room_among(client, used, 0)
+    }
+
+    /// [`FlowTable::make_room`] when `others` flows are held elsewhere (the
+    /// daemon's other listeners and workers) within the same `max`: this
+    /// table gives up its own to stay within it.
+    pub(crate) fn make_room_among(
+        &mut self,
+        client: SocketAddr,
+        used: impl Fn(&V) -> bool,
+        others: usize,
+    ) -> Result<Vec<V>, Full> {
         let held = self.per_ip.get(&client.ip()).copied().unwrap_or(0);
         if self.max_per_ip.is_some_and(|max| held >= max) {
             return Err(Full::PerIp);
         }
+        if others >= self.max {
+            // The others hold it all: nothing of this table's would do.
+            return Err(Full::Daemon);
+        }
         let mut evicted = Vec::new();
-        while self.flows.len() >= self.max {
+        while self.flows.len() + others >= self.max {
             let Some((addr, id)) = self.order.pop_front() else {
                 break;
             };
@@ -201,5 +227,23 @@ mod tests {
         assert!(table.make_room(addr(1, 3), used).is_ok());
         // A stale id removes nothing.
         assert!(table.remove(&addr(1, 2), ids[0]).is_none());
+    }
+
+    #[test]
+    fn flows_held_elsewhere_count_against_the_same_limit() {
+        let mut table = FlowTable::new(4, None);
+        let used = |_: &Cell<bool>| false;
+        table.make_room_among(addr(1, 1), used, 2).unwrap();
+        table.insert(addr(1, 1), Cell::new(false));
+        table.make_room_among(addr(1, 2), used, 2).unwrap();
+        table.insert(addr(1, 2), Cell::new(false));
+        // Two here and two elsewhere: this table gives up one of its own.
+        assert_eq!(table.make_room_among(addr(1, 3), used, 2).unwrap().len(), 1);
+        // All four elsewhere: nothing here to give up.
+        let mut empty = FlowTable::<Cell<bool>>::new(4, None);
+        assert_eq!(
+            empty.make_room_among(addr(1, 4), used, 4).err(),
+            Some(Full::Daemon)
+        );
     }
 }

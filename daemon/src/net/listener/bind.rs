@@ -10,18 +10,13 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
+use crate::net::datagram::bind_udp;
 use crate::net::unix_socket::remove_stale_socket;
 
 /// Pending-connection queue length; the kernel caps it at net.core.somaxconn.
 const BACKLOG: i32 = 1024;
 
-/// A bind that failed, with the reason in words and, where there is one, the fix.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {addr}: {reason}")]
-pub struct BindError {
-    pub addr: ListenAddr,
-    pub reason: String,
-}
+pub use crate::net::bind_error::BindError;
 
 /// A listening socket bound before the event loops start.
 #[derive(Debug)]
@@ -34,13 +29,18 @@ pub struct Prebound {
     /// systemd's name for it (LISTEN_FDNAMES), matched against a listener's
     /// `name` (or its address, as tcpmuxd names the sockets it stores).
     pub name: Option<String>,
+    /// A UDP socket `prebind` bound for the listen entry at this address,
+    /// not a TCP listener.
+    pub datagram: Option<ListenAddr>,
 }
 
 /// Binds the listen addresses once per worker for the multi-core mode: every
-/// worker gets its own TCP socket on each address, with SO_REUSEPORT so the
-/// kernel spreads new connections across them; Unix sockets (which cannot be
-/// shared that way) go to worker 0 only. A port 0 is resolved by the first bind
-/// and reused by the rest.
+/// worker gets its own TCP socket on each address, and its own UDP socket
+/// where the entry has `udp = true`, with SO_REUSEPORT so the kernel spreads
+/// new connections across them, and keeps each client's datagrams on one
+/// (it hashes their addresses); Unix sockets (which cannot be shared that
+/// way) go to worker 0 only. A port 0 is resolved by the first bind and
+/// reused by the rest, UDP on the port TCP got.
 pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>>, BindError> {
     let mut sets: Vec<Vec<Prebound>> = (0..workers).map(|_| Vec::new()).collect();
     for spec in specs {
@@ -51,7 +51,7 @@ pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>
         match &spec.addr {
             ListenAddr::Tcp(addr) => {
                 let mut actual = *addr;
-                for set in sets.iter_mut() {
+                for set in sets.iter_mut().filter(|_| spec.tcp) {
                     let socket = tcp_socket(actual, true).map_err(fail)?;
                     if let Some(bound) = socket.local_addr().ok().and_then(|a| a.as_socket()) {
                         actual = bound;
@@ -61,6 +61,20 @@ pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>
                         options: Some(spec.options.clone()),
                         owns_path: false,
                         name: None,
+                        datagram: None,
+                    });
+                }
+                for set in sets.iter_mut().filter(|_| spec.options.udp.is_some()) {
+                    let socket = bind_udp(actual, true)?;
+                    if let Ok(bound) = socket.local_addr() {
+                        actual = bound;
+                    }
+                    set.push(Prebound {
+                        fd: socket.into(),
+                        options: Some(spec.options.clone()),
+                        owns_path: false,
+                        name: None,
+                        datagram: Some(spec.addr.clone()),
                     });
                 }
             }
@@ -75,6 +89,7 @@ pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>
                     options: Some(spec.options.clone()),
                     owns_path: true,
                     name: None,
+                    datagram: None,
                 });
             }
         }

@@ -1,11 +1,11 @@
-//! The QUIC connection IDs a listener has seen, and where the connection
-//! each names went: a datagram from an address with no flow whose
-//! destination ID is known goes to that connection's backend, in a flow of
-//! its own. The backend sees its client's address change and validates the
-//! new path itself (RFC 9000 §9), so a client that migrates or is rebound
-//! by a NAT keeps its server, and a forged datagram with an ID it saw gets
-//! no more than any new flow does. Pure data, bounded by the flows it
-//! belongs to.
+//! The QUIC connection IDs a UDP listener has seen, and where the
+//! connection each names went: a datagram from an address with no flow
+//! whose destination ID is known goes to that connection's backend, in a
+//! flow of its own (udp/mod.rs). The backend sees its client's address
+//! change and validates the new path itself (RFC 9000 §9), so a client that
+//! migrates or is rebound by a NAT keeps its server, and a forged datagram
+//! with an ID it saw gets no more than any new flow does. Pure data,
+//! bounded by the flows it belongs to.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,17 +19,18 @@ const PER_FLOW: usize = 4;
 
 /// Where a connection's datagrams go.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Owner {
-    pub(crate) service: ServiceName,
-    pub(crate) backend: SocketAddr,
-    /// The flow that saw the ID last (the newest path's).
-    pub(crate) flow: u64,
+pub struct Owner {
+    pub service: ServiceName,
+    pub backend: SocketAddr,
+    /// The flow that saw the ID last (the newest path's): a number unique
+    /// in the daemon, as workers share the table.
+    pub flow: u64,
 }
 
 /// Connection IDs by their bytes, and each flow's IDs, to forget them when
 /// it ends.
 #[derive(Default)]
-pub(crate) struct ConnectionIds {
+pub struct ConnectionIds {
     owners: HashMap<Box<[u8]>, Owner>,
     by_flow: HashMap<u64, Vec<Box<[u8]>>>,
     /// The lengths of the IDs known: a short header's ID is tried at each.
@@ -39,7 +40,7 @@ pub(crate) struct ConnectionIds {
 impl ConnectionIds {
     /// Notes that `id` names the connection `owner` carries. The newest
     /// flow to see an ID owns it; a flow keeps at most [`PER_FLOW`].
-    pub(crate) fn learn(&mut self, id: &[u8], owner: Owner) {
+    pub fn learn(&mut self, id: &[u8], owner: Owner) {
         if id.is_empty() || id.len() > 20 {
             return;
         }
@@ -55,7 +56,7 @@ impl ConnectionIds {
     }
 
     /// Forgets the IDs `flow` owns still (a later flow may have taken one).
-    pub(crate) fn forget(&mut self, flow: u64) {
+    pub fn forget(&mut self, flow: u64) {
         for id in self.by_flow.remove(&flow).unwrap_or_default() {
             if self.owners.get(&id).is_some_and(|o| o.flow == flow) {
                 self.owners.remove(&id);
@@ -68,7 +69,7 @@ impl ConnectionIds {
 
     /// The ID `datagram` is addressed to (its long header's destination
     /// ID, or its short header's) and the owner of that connection.
-    pub(crate) fn find<'d>(&self, datagram: &'d [u8]) -> Option<(&'d [u8], &Owner)> {
+    pub fn find<'d>(&self, datagram: &'d [u8]) -> Option<(&'d [u8], &Owner)> {
         if let Some(header) = long_header(datagram) {
             return Some((header.dcid, self.owners.get(header.dcid)?));
         }
