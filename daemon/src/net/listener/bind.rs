@@ -34,6 +34,19 @@ pub struct Prebound {
     pub datagram: Option<ListenAddr>,
 }
 
+impl Prebound {
+    /// A socket `prebind` bound for `spec` (a UDP one when `datagram`).
+    fn ours(fd: std::os::fd::OwnedFd, spec: &ListenSpec, datagram: Option<ListenAddr>) -> Prebound {
+        Prebound {
+            fd,
+            options: Some(spec.options.clone()),
+            owns_path: false,
+            name: None,
+            datagram,
+        }
+    }
+}
+
 /// Binds the listen addresses once per worker for the multi-core mode: every
 /// worker gets its own TCP socket on each address, and its own UDP socket
 /// where the entry has `udp = true`, with SO_REUSEPORT so the kernel spreads
@@ -56,26 +69,14 @@ pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>
                     if let Some(bound) = socket.local_addr().ok().and_then(|a| a.as_socket()) {
                         actual = bound;
                     }
-                    set.push(Prebound {
-                        fd: socket.into(),
-                        options: Some(spec.options.clone()),
-                        owns_path: false,
-                        name: None,
-                        datagram: None,
-                    });
+                    set.push(Prebound::ours(socket.into(), spec, None));
                 }
                 for set in sets.iter_mut().filter(|_| spec.options.udp.is_some()) {
                     let socket = bind_udp(actual, true)?;
                     if let Ok(bound) = socket.local_addr() {
                         actual = bound;
                     }
-                    set.push(Prebound {
-                        fd: socket.into(),
-                        options: Some(spec.options.clone()),
-                        owns_path: false,
-                        name: None,
-                        datagram: Some(spec.addr.clone()),
-                    });
+                    set.push(Prebound::ours(socket.into(), spec, Some(spec.addr.clone())));
                 }
             }
             ListenAddr::Unix(path) => {
@@ -85,11 +86,8 @@ pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>
                 })?;
                 let listener = std::os::unix::net::UnixListener::bind(path).map_err(fail)?;
                 sets[0].push(Prebound {
-                    fd: listener.into(),
-                    options: Some(spec.options.clone()),
                     owns_path: true,
-                    name: None,
-                    datagram: None,
+                    ..Prebound::ours(listener.into(), spec, None)
                 });
             }
         }
