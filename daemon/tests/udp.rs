@@ -3,7 +3,8 @@
 //! `match` rule or `udp_default`; replies come back from the listener's
 //! address; flows end when idle, stay within `max_udp_flows` and
 //! `max_udp_flows_per_ip` under a flood of sources, and hostile datagrams
-//! cost nothing but a drop. DNS through the daemon to dnsmasq with dig.
+//! cost nothing but a drop. DNS through the daemon to dnsmasq with dig, and
+//! a real OpenVPN client and server's handshake through it.
 //! QUIC with real peers is tests/udp_quic.rs.
 
 mod common;
@@ -471,6 +472,123 @@ fn a_flow_is_a_session_on_the_admin_socket_and_kill_ends_it() {
     // The client's next datagram starts a new flow, routed afresh.
     let (reply, _) = ask(&flow, daemon.addr, &wireguard_initiation(9));
     assert!(reply.starts_with(b"wg"));
+}
+
+/// `openvpn` with the arguments `args`, its output lines sent on a
+/// channel; killed when the guard drops.
+struct OpenVpn(std::process::Child, std::sync::mpsc::Receiver<String>);
+
+impl OpenVpn {
+    fn start(
+        args: &[&str],
+        dir: &std::path::Path,
+        leaf: &common::pki::Leaf,
+        ca: &common::pki::Ca,
+    ) -> OpenVpn {
+        let mut child = Command::new("openvpn")
+            .args(args)
+            .args(["--proto", "udp", "--dev", "null", "--verb", "3"])
+            .arg("--ca")
+            .arg(&ca.pem)
+            .arg("--cert")
+            .arg(&leaf.cert)
+            .arg("--key")
+            .arg(&leaf.key)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start openvpn");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            for line in
+                std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        OpenVpn(child, rx)
+    }
+
+    /// Waits for a line containing `text`.
+    fn wait_for(&self, text: &str) -> bool {
+        let deadline = Instant::now() + PATIENCE;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.1.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+}
+
+impl Drop for OpenVpn {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A real OpenVPN client and server (TLS mode, UDP; `--dev null`, so no tun
+/// device) complete their handshake through the daemon: the client's hard
+/// reset is recognized, and the whole exchange after it is relayed.
+#[test]
+#[ignore = "needs openvpn (contrib/test-peers.sh)"]
+fn openvpn_client_and_server_shake_hands_through_the_daemon() {
+    require_program("openvpn", "--version", "openvpn");
+    let dir = common::scratch_dir();
+    let ca = common::pki::Ca::new(&dir, "vpn-ca");
+    let (server_leaf, client_leaf) = (
+        ca.server("vpn-server", 2),
+        ca.client("vpn-client", "client", false),
+    );
+    let port = common::dns::free_port();
+    let server = OpenVpn::start(
+        &[
+            "--tls-server",
+            "--dh",
+            "none",
+            "--local",
+            "127.0.0.1",
+            "--lport",
+            &port.to_string(),
+        ],
+        &dir,
+        &server_leaf,
+        &ca,
+    );
+    let daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, openvpn = \"vpn\" }}]\n\
+         [service.vpn]\nproxy_udp = \"127.0.0.1:{port}\"\n"
+    ));
+    let client = OpenVpn::start(
+        &[
+            "--tls-client",
+            "--nobind",
+            "--remote",
+            "127.0.0.1",
+            &daemon.addr.port().to_string(),
+        ],
+        &dir,
+        &client_leaf,
+        &ca,
+    );
+    assert!(
+        client.wait_for("Initialization Sequence Completed"),
+        "the client's handshake completed"
+    );
+    assert!(
+        server.wait_for("Initialization Sequence Completed"),
+        "the server's handshake completed"
+    );
+    // One flow, recognized by the probe.
+    daemon.wait_for_figure(
+        "tcpmuxd_udp_flows_total{service=\"vpn\",routed=\"openvpn\"}",
+        |v| v == 1.0,
+    );
 }
 
 #[test]
