@@ -3,9 +3,8 @@
 //! `match` rule or `udp_default`; replies come back from the listener's
 //! address; flows end when idle, stay within `max_udp_flows` and
 //! `max_udp_flows_per_ip` under a flood of sources, and hostile datagrams
-//! cost nothing but a drop. DNS through the daemon to dnsmasq with dig, and
-//! a real OpenVPN client and server's handshake through it.
-//! QUIC with real peers is tests/udp_quic.rs.
+//! cost nothing but a drop. Real peers (dig and dnsmasq, OpenVPN) are in
+//! tests/udp_peers.rs, QUIC's in tests/udp_quic.rs.
 
 mod common;
 
@@ -14,8 +13,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::dns::Dnsmasq;
-use common::{require_program, Daemon, PATIENCE};
+use common::{Daemon, PATIENCE};
 use tcpmux_proto::sniff::datagram::{build_dns_query, build_dtls_hello};
 
 /// A UDP backend that answers each datagram with `tag`, then the datagram.
@@ -246,6 +244,33 @@ fn max_udp_flows_counts_every_listener() {
     daemon.wait_for_figure("tcpmuxd_udp_flows", |v| v == 4.0);
 }
 
+/// On a wildcard address each reply leaves from the address its client
+/// sent to (IP_PKTINFO, IPV6_RECVPKTINFO), where the kernel's route alone
+/// would pick 127.0.0.1 for every client of the loopback.
+#[test]
+fn replies_leave_from_the_address_the_client_sent_to_on_a_wildcard_bind() {
+    let backend = tagged_udp_echo("ping");
+    let port = common::dns::free_port();
+    let _daemon = Daemon::binary(&format!(
+        "listen = [\"127.0.0.1:0\", \
+         {{ address = \"0.0.0.0:{port}\", udp = true, tcp = false, udp_default = \"ping\" }}, \
+         {{ address = \"[::]:{port}\", udp = true, tcp = false, udp_default = \"ping\" }}]\n\
+         [service.ping]\nproxy_udp = \"{backend}\"\n"
+    ));
+    for local in ["127.0.0.2", "127.0.0.3", "127.0.0.2"] {
+        let to: SocketAddr = format!("{local}:{port}").parse().unwrap();
+        let (reply, from) = ask(&client(), to, b"where from");
+        assert!(reply.starts_with(b"ping"));
+        assert_eq!(from, to, "the reply to a client of {local}");
+    }
+    let v6 = UdpSocket::bind("[::1]:0").unwrap();
+    v6.set_read_timeout(Some(PATIENCE)).unwrap();
+    let to: SocketAddr = format!("[::1]:{port}").parse().unwrap();
+    let (reply, from) = ask(&v6, to, b"where from");
+    assert!(reply.starts_with(b"ping"));
+    assert_eq!(from, to);
+}
+
 /// Many source addresses (127.0.0.2 up), as a spoofed-source flood has.
 #[test]
 fn a_flood_of_sources_evicts_idle_flows_and_never_passes_the_limits() {
@@ -472,160 +497,4 @@ fn a_flow_is_a_session_on_the_admin_socket_and_kill_ends_it() {
     // The client's next datagram starts a new flow, routed afresh.
     let (reply, _) = ask(&flow, daemon.addr, &wireguard_initiation(9));
     assert!(reply.starts_with(b"wg"));
-}
-
-/// `openvpn` with the arguments `args`, its output lines sent on a
-/// channel; killed when the guard drops.
-struct OpenVpn(std::process::Child, std::sync::mpsc::Receiver<String>);
-
-impl OpenVpn {
-    fn start(
-        args: &[&str],
-        dir: &std::path::Path,
-        leaf: &common::pki::Leaf,
-        ca: &common::pki::Ca,
-    ) -> OpenVpn {
-        let mut child = Command::new("openvpn")
-            .args(args)
-            .args(["--proto", "udp", "--dev", "null", "--verb", "3"])
-            .arg("--ca")
-            .arg(&ca.pem)
-            .arg("--cert")
-            .arg(&leaf.cert)
-            .arg("--key")
-            .arg(&leaf.key)
-            .current_dir(dir)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start openvpn");
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, rx) = std::sync::mpsc::channel();
-        thread::spawn(move || {
-            for line in
-                std::io::BufRead::lines(std::io::BufReader::new(stdout)).map_while(Result::ok)
-            {
-                let _ = tx.send(line);
-            }
-        });
-        OpenVpn(child, rx)
-    }
-
-    /// Waits for a line containing `text`.
-    fn wait_for(&self, text: &str) -> bool {
-        let deadline = Instant::now() + PATIENCE;
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match self.1.recv_timeout(left) {
-                Ok(line) if line.contains(text) => return true,
-                Ok(_) => {}
-                Err(_) => return false,
-            }
-        }
-        false
-    }
-}
-
-impl Drop for OpenVpn {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A real OpenVPN client and server (TLS mode, UDP; `--dev null`, so no tun
-/// device) complete their handshake through the daemon: the client's hard
-/// reset is recognized, and the whole exchange after it is relayed.
-#[test]
-#[ignore = "needs openvpn (contrib/test-peers.sh)"]
-fn openvpn_client_and_server_shake_hands_through_the_daemon() {
-    require_program("openvpn", "--version", "openvpn");
-    let dir = common::scratch_dir();
-    let ca = common::pki::Ca::new(&dir, "vpn-ca");
-    let (server_leaf, client_leaf) = (
-        ca.server("vpn-server", 2),
-        ca.client("vpn-client", "client", false),
-    );
-    let port = common::dns::free_port();
-    let server = OpenVpn::start(
-        &[
-            "--tls-server",
-            "--dh",
-            "none",
-            "--local",
-            "127.0.0.1",
-            "--lport",
-            &port.to_string(),
-        ],
-        &dir,
-        &server_leaf,
-        &ca,
-    );
-    let daemon = Daemon::binary(&format!(
-        "listen = [{{ address = \"127.0.0.1:0\", udp = true, openvpn = \"vpn\" }}]\n\
-         [service.vpn]\nproxy_udp = \"127.0.0.1:{port}\"\n"
-    ));
-    let client = OpenVpn::start(
-        &[
-            "--tls-client",
-            "--nobind",
-            "--remote",
-            "127.0.0.1",
-            &daemon.addr.port().to_string(),
-        ],
-        &dir,
-        &client_leaf,
-        &ca,
-    );
-    assert!(
-        client.wait_for("Initialization Sequence Completed"),
-        "the client's handshake completed"
-    );
-    assert!(
-        server.wait_for("Initialization Sequence Completed"),
-        "the server's handshake completed"
-    );
-    // One flow, recognized by the probe.
-    daemon.wait_for_figure(
-        "tcpmuxd_udp_flows_total{service=\"vpn\",routed=\"openvpn\"}",
-        |v| v == 1.0,
-    );
-}
-
-#[test]
-#[ignore = "needs dnsmasq and dig (contrib/test-peers.sh)"]
-fn dig_asks_dnsmasq_through_the_daemon() {
-    require_program("dig", "-v", "bind9-dnsutils");
-    let dir = common::scratch_dir();
-    let port = common::dns::free_port();
-    let _dnsmasq = Dnsmasq::start(&dir, port, "192.0.2.77 through.tcpmux.test\n", &[]);
-    let daemon = Daemon::binary(&format!(
-        "listen = [{{ address = \"127.0.0.1:0\", udp = true, dns = \"resolver\" }}]\n\
-         [service.resolver]\nproxy_udp = \"127.0.0.1:{port}\"\n"
-    ));
-    let deadline = Instant::now() + PATIENCE;
-    let answer = loop {
-        let output = Command::new("dig")
-            .args([
-                "@127.0.0.1",
-                "-p",
-                &daemon.addr.port().to_string(),
-                "through.tcpmux.test",
-                "A",
-                "+short",
-                "+tries=1",
-                "+time=2",
-            ])
-            .output()
-            .expect("run dig");
-        let answer = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-        if !answer.is_empty() && !answer.contains("timed out") {
-            break answer;
-        }
-        assert!(Instant::now() < deadline, "dig got no answer: {answer}");
-    };
-    assert_eq!(answer, "192.0.2.77");
-    daemon.wait_for_figure(
-        "tcpmuxd_udp_flows_total{service=\"resolver\",routed=\"dns\"}",
-        |v| v >= 1.0,
-    );
 }

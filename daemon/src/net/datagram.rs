@@ -4,7 +4,8 @@
 //! to its backend.
 
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::AsRawFd;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -28,6 +29,16 @@ pub(crate) fn bind_udp(addr: SocketAddr, reuse_port: bool) -> Result<UdpSocket, 
         // Room for a burst while the event loop is busy (the kernel caps
         // it at net.core.rmem_max); a failure keeps the default.
         let _ = socket.set_recv_buffer_size(RECEIVE_BUFFER);
+        if addr.ip().is_unspecified() {
+            // A wildcard bind: each datagram says which local address it
+            // was sent to, so that its replies leave from that one.
+            use nix::sys::socket::{setsockopt, sockopt};
+            let on = match addr {
+                SocketAddr::V4(_) => setsockopt(&socket, sockopt::Ipv4PacketInfo, &true),
+                SocketAddr::V6(_) => setsockopt(&socket, sockopt::Ipv6RecvPacketInfo, &true),
+            };
+            on.map_err(io::Error::from)?;
+        }
         socket.set_nonblocking(true)?;
         socket.bind(&addr.into())?;
         Ok(socket.into())
@@ -61,4 +72,103 @@ pub(crate) fn connect_udp(backend: SocketAddr) -> io::Result<tokio::net::UdpSock
     socket.connect(backend)?;
     socket.set_nonblocking(true)?;
     tokio::net::UdpSocket::from_std(socket)
+}
+
+/// The local address a datagram was sent to, on a wildcard-bound socket:
+/// where its replies must come from (a QUIC or WireGuard client drops a
+/// reply from any other address), and for IPv6 the interface, which a
+/// link-local address needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Destination {
+    pub(crate) ip: IpAddr,
+    interface: u32,
+}
+
+/// One datagram into `buf`, from a socket `bind_udp` bound to a wildcard
+/// address: its length, its sender, and the local address it was sent to.
+pub(crate) fn recv_with_destination(
+    socket: &impl AsRawFd,
+    buf: &mut [u8],
+) -> io::Result<(usize, SocketAddr, Option<Destination>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrStorage};
+    let mut control = nix::cmsg_space!(libc::in6_pktinfo);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let message = recvmsg::<SockaddrStorage>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut control),
+        MsgFlags::empty(),
+    )?;
+    let from = message
+        .address
+        .and_then(|a| match (a.as_sockaddr_in(), a.as_sockaddr_in6()) {
+            (Some(v4), _) => Some(SocketAddr::from(SocketAddrV4::from(*v4))),
+            (_, Some(v6)) => Some(SocketAddr::from(SocketAddrV6::from(*v6))),
+            _ => None,
+        })
+        .ok_or_else(|| io::Error::other("a datagram without a sender's address"))?;
+    let mut destination = None;
+    for cmsg in message.cmsgs()? {
+        destination = match cmsg {
+            ControlMessageOwned::Ipv4PacketInfo(info) => Some(Destination {
+                ip: IpAddr::from(info.ipi_addr.s_addr.to_ne_bytes()),
+                interface: 0,
+            }),
+            ControlMessageOwned::Ipv6PacketInfo(info) => Some(Destination {
+                ip: IpAddr::from(info.ipi6_addr.s6_addr),
+                interface: info.ipi6_ifindex,
+            }),
+            _ => destination,
+        };
+    }
+    Ok((message.bytes, from, destination))
+}
+
+/// Sends `datagram` to `to` from the local address `from` (what a client
+/// sent to, on a wildcard-bound socket).
+pub(crate) fn send_from(
+    socket: &impl AsRawFd,
+    datagram: &[u8],
+    to: SocketAddr,
+    from: Destination,
+) -> io::Result<usize> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrStorage};
+    let iov = [io::IoSlice::new(datagram)];
+    let to = SockaddrStorage::from(to);
+    let sent = match from.ip {
+        IpAddr::V4(ip) => {
+            let info = libc::in_pktinfo {
+                ipi_ifindex: 0,
+                ipi_spec_dst: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(ip.octets()),
+                },
+                ipi_addr: libc::in_addr { s_addr: 0 },
+            };
+            let cmsg = [ControlMessage::Ipv4PacketInfo(&info)];
+            sendmsg(
+                socket.as_raw_fd(),
+                &iov,
+                &cmsg,
+                MsgFlags::MSG_DONTWAIT,
+                Some(&to),
+            )
+        }
+        IpAddr::V6(ip) => {
+            let info = libc::in6_pktinfo {
+                ipi6_addr: libc::in6_addr {
+                    s6_addr: ip.octets(),
+                },
+                ipi6_ifindex: from.interface,
+            };
+            let cmsg = [ControlMessage::Ipv6PacketInfo(&info)];
+            sendmsg(
+                socket.as_raw_fd(),
+                &iov,
+                &cmsg,
+                MsgFlags::MSG_DONTWAIT,
+                Some(&to),
+            )
+        }
+    };
+    Ok(sent?)
 }

@@ -16,6 +16,7 @@ use super::gather::Gathering;
 use super::route::Dropped;
 use super::table::FlowTable;
 use crate::model::{ConnectionIds, Owner};
+use crate::net::datagram::{send_from, Destination};
 use crate::ops::access_log;
 use crate::ops::session_table::{LiveSession, Registered};
 use crate::ops::udp_metrics::Direction;
@@ -186,6 +187,9 @@ pub(super) struct About {
     /// A QUIC flow: its server's connection IDs are learned from its
     /// replies.
     pub(super) quic: bool,
+    /// The local address the client sent to, on a wildcard-bound socket:
+    /// the replies leave from it.
+    pub(super) reply_from: Option<Destination>,
 }
 
 /// Relays the backend's datagrams to the client until the flow ends.
@@ -285,10 +289,11 @@ fn relay_replies(flow: &Flow, socket: &UdpSocket, about: &About, shared: &Shared
                 }
                 // Straight to the socket, as `udp::forward`: no readiness
                 // to wait for, and nothing awaited while `buf` is held.
-                if socket2::SockRef::from(socket)
-                    .send_to(&buf[..len], &to)
-                    .is_err()
-                {
+                let sent = match about.reply_from {
+                    Some(from) => send_from(socket, &buf[..len], client, from),
+                    None => socket2::SockRef::from(socket).send_to(&buf[..len], &to),
+                };
+                if sent.is_err() {
                     shared.udp.dropped(Dropped::ClientUnreachable.reason());
                     continue;
                 }

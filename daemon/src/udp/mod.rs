@@ -14,9 +14,11 @@ mod table;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
 use crate::model::{Endpoint, Owner, Peer, Routed, UdpRoutes};
+use crate::net::datagram::{recv_with_destination, Destination};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
 use flow::{Ended, Flow, Flows, MAX_DATAGRAM};
@@ -49,8 +51,20 @@ pub(crate) async fn serve(socket: UdpSocket, routes: SharedRoutes, shared: Arc<S
     let flows = Arc::new(Flows::new(shared.quic.flow_base(), shared.quic.of(local)));
     let _end_all = EndAll(Arc::clone(&flows), Arc::clone(&shared.udp));
     let mut buf = vec![0u8; MAX_DATAGRAM];
+    // On a wildcard address each datagram says where it was sent.
+    let wildcard = local.ip().is_unspecified();
     loop {
-        let (len, client) = match socket.recv_from(&mut buf).await {
+        let received = match wildcard {
+            true => {
+                let read = || recv_with_destination(&*socket, &mut buf);
+                socket.async_io(Interest::READABLE, read).await
+            }
+            false => socket
+                .recv_from(&mut buf)
+                .await
+                .map(|(n, from)| (n, from, None)),
+        };
+        let (len, client, destination) = match received {
             Ok(received) => received,
             Err(e) => {
                 // An ICMP error queued on the socket, or memory pressure:
@@ -71,7 +85,7 @@ pub(crate) async fn serve(socket: UdpSocket, routes: SharedRoutes, shared: Arc<S
                 forward(&flow, datagram, &shared);
             }
             None => start_flow(
-                (&socket, local),
+                (&socket, local, destination),
                 client,
                 datagram,
                 (&flows, &routes),
@@ -101,7 +115,7 @@ fn forward(flow: &Flow, datagram: &[u8], shared: &Shared) {
 /// A datagram from a client with no flow: routed, given a flow if the
 /// limits allow, and sent on.
 fn start_flow(
-    (socket, local): (&Arc<UdpSocket>, SocketAddr),
+    (socket, local, destination): (&Arc<UdpSocket>, SocketAddr, Option<Destination>),
     client: SocketAddr,
     datagram: &[u8],
     (flows, routes): (&Arc<Flows>, &SharedRoutes),
@@ -183,6 +197,7 @@ fn start_flow(
         backend: backend_addr,
         idle: settings.udp.idle_timeout(route.protocol),
         quic,
+        reply_from: destination,
     };
     tokio::spawn(flow::run(
         flow,
