@@ -135,40 +135,35 @@ pub(crate) fn send_from(
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrStorage};
     let iov = [io::IoSlice::new(datagram)];
     let to = SockaddrStorage::from(to);
-    let sent = match from.ip {
+    // Each arm's control message borrows its own info.
+    let (v4, v6);
+    let cmsg = match from.ip {
         IpAddr::V4(ip) => {
-            let info = libc::in_pktinfo {
+            v4 = libc::in_pktinfo {
                 ipi_ifindex: 0,
                 ipi_spec_dst: libc::in_addr {
                     s_addr: u32::from_ne_bytes(ip.octets()),
                 },
                 ipi_addr: libc::in_addr { s_addr: 0 },
             };
-            let cmsg = [ControlMessage::Ipv4PacketInfo(&info)];
-            sendmsg(
-                socket.as_raw_fd(),
-                &iov,
-                &cmsg,
-                MsgFlags::MSG_DONTWAIT,
-                Some(&to),
-            )
+            ControlMessage::Ipv4PacketInfo(&v4)
         }
         IpAddr::V6(ip) => {
-            let info = libc::in6_pktinfo {
+            v6 = libc::in6_pktinfo {
                 ipi6_addr: libc::in6_addr {
                     s6_addr: ip.octets(),
                 },
                 ipi6_ifindex: from.interface,
             };
-            let cmsg = [ControlMessage::Ipv6PacketInfo(&info)];
-            sendmsg(
-                socket.as_raw_fd(),
-                &iov,
-                &cmsg,
-                MsgFlags::MSG_DONTWAIT,
-                Some(&to),
-            )
+            ControlMessage::Ipv6PacketInfo(&v6)
         }
     };
-    Ok(sent?)
+    let flags = MsgFlags::MSG_DONTWAIT;
+    Ok(sendmsg(
+        socket.as_raw_fd(),
+        &iov,
+        &[cmsg],
+        flags,
+        Some(&to),
+    )?)
 }
