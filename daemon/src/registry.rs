@@ -165,8 +165,10 @@ impl Registry {
 
     /// Whether a proxy service connects from its clients' addresses.
     pub fn has_transparent_proxy(&self) -> bool {
-        self.services()
-            .any(|s| matches!(&s.kind, ServiceKind::Proxy(p) if p.transparent))
+        self.services().any(|s| {
+            matches!(&s.kind, ServiceKind::Proxy(p) if p.transparent)
+                || s.udp.as_ref().is_some_and(|udp| udp.transparent)
+        })
     }
 
     /// Names in HELP order (sorted).

@@ -3,6 +3,7 @@
 //! gives) and a backend's, where socat prints the peer address it sees. The
 //! transparent service's backend sees the client's own address, a plain
 //! one the daemon's; the daemon runs as `nobody`, keeping CAP_NET_ADMIN only.
+//! The same for a UDP listener's flows.
 
 mod common;
 
@@ -38,7 +39,10 @@ struct Namespaces {
 
 impl Namespaces {
     fn new() -> Namespaces {
-        let tag = std::process::id() % 100_000;
+        // Unique per test too: the tests of this file run at once.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = std::process::id() % 10_000 * 10 + next % 10;
         let ns = Namespaces {
             client: format!("tpx-c{tag}"),
             daemon: format!("tpx-d{tag}"),
@@ -66,7 +70,7 @@ impl Namespaces {
         // What deployment.md tells operators to set up beside the daemon.
         let rules = "table inet tcpmuxd { chain prerouting { \
                      type filter hook prerouting priority mangle; \
-                     meta l4proto tcp socket transparent 1 meta mark set 1 accept; }; }";
+                     meta l4proto { tcp, udp } socket transparent 1 meta mark set 1 accept; }; }";
         run(&["ip", "netns", "exec", &ns.daemon, "nft", rules]);
         run(&[
             "ip", "-n", &ns.daemon, "rule", "add", "fwmark", "1", "lookup", "100",
@@ -200,6 +204,86 @@ fn the_backend_sees_the_clients_own_address() {
     let port = daemon.addr.port();
     assert_eq!(ask(&ns, port, "seen"), format!("+\r\npeer={CLIENT}\n"));
     assert_eq!(ask(&ns, port, "plain"), "+\r\npeer=10.201.2.1\n");
+}
+
+/// socat in the backend namespace answering each datagram with the address
+/// it came from, on UDP port 7001. Stopped by PID on drop.
+fn udp_backend(ns: &Namespaces) -> Backend {
+    let backend = Backend(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.backend, "socat"])
+            .args([
+                "UDP-RECVFROM:7001,reuseaddr,fork",
+                "SYSTEM:echo peer=$SOCAT_PEERADDR",
+            ])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start socat"),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while run(&[
+        "ip",
+        "netns",
+        "exec",
+        &ns.backend,
+        "ss",
+        "-Huln",
+        "sport",
+        "= :7001",
+    ])
+    .stdout
+    .is_empty()
+    {
+        assert!(Instant::now() < deadline, "socat never bound udp/7001");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    backend
+}
+
+/// One datagram from the client namespace to the daemon's UDP port, and
+/// the reply (socat waits up to 5 s for it).
+fn ask_udp(ns: &Namespaces, port: u16, datagram: &str) -> String {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &ns.client, "socat", "-t", "5", "-"])
+        .arg(format!("UDP:{DAEMON_SIDE}:{port}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start socat client");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(datagram.as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().expect("socat client");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+#[ignore = "needs root, ip, nft and socat (network namespaces; CI runs it)"]
+fn a_udp_backend_sees_the_clients_own_address() {
+    common::require_root();
+    common::require_program("nft", "--version", "nftables");
+    common::require_program("socat", "-V", "socat");
+    let ns = Namespaces::new();
+    let _backend = udp_backend(&ns);
+    let config = format!(
+        "listen = [{{ address = \"{DAEMON_SIDE}:0\", udp = true, \
+         match = [{{ regex = \"^seen\", service = \"seen\" }}], udp_default = \"plain\" }}]\n\
+         user = \"nobody\"\n\
+         [service.seen]\nproxy_udp = \"{BACKEND}:7001\"\ntransparent = true\n\
+         [service.plain]\nproxy_udp = \"{BACKEND}:7001\"\n"
+    );
+    let mut daemon = Daemon::start_wrapped(
+        &["ip", "netns", "exec", &ns.daemon],
+        Some(&config),
+        &[],
+        &[],
+    );
+    daemon
+        .wait_for_log(|l| l.contains("dropped privileges") && l.contains("CAP_NET_ADMIN"))
+        .expect("kept CAP_NET_ADMIN alone");
+    let port = daemon.addr.port();
+    assert_eq!(ask_udp(&ns, port, "seen\n"), format!("peer={CLIENT}\n"));
+    assert_eq!(ask_udp(&ns, port, "plain\n"), "peer=10.201.2.1\n");
 }
 
 #[test]

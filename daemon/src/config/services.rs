@@ -162,7 +162,10 @@ fn service(
     let udp = table
         .proxy_udp
         .as_ref()
-        .map(|value| super::udp::proxy_udp(src, value))
+        .map(|value| {
+            let transparent = table.transparent.as_ref().is_some_and(|t| *t.get_ref());
+            super::udp::proxy_udp(src, value, transparent)
+        })
         .transpose()?
         .map(Arc::new);
     let mut service = Service {
@@ -316,7 +319,9 @@ fn kind(
 ) -> Result<ServiceKind, ConfigError> {
     let chosen = chosen_kind(src, name, table)?;
     for (key, span, owner) in table.kind_specific_keys() {
-        if chosen != Some(owner) {
+        // `transparent` is for a service's datagrams too.
+        let for_udp = key == "transparent" && table.proxy_udp.is_some();
+        if chosen != Some(owner) && !for_udp {
             return Err(src.at(
                 span,
                 format!("service {name}: `{key}` only applies to `{owner}` services"),

@@ -66,6 +66,7 @@ pub(super) fn routes(
 pub(super) fn proxy_udp(
     src: Source<'_>,
     value: &Spanned<toml::Value>,
+    transparent: bool,
 ) -> Result<UdpProxy, ConfigError> {
     let wrong = |what: String| src.at(value.span(), what);
     let entries: Vec<&toml::Value> = match value.get_ref() {
@@ -92,7 +93,10 @@ pub(super) fn proxy_udp(
         }
         backends.push(addr);
     }
-    Ok(UdpProxy { backends })
+    Ok(UdpProxy {
+        backends,
+        transparent,
+    })
 }
 
 /// The top-level flow settings.

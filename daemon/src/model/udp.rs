@@ -69,6 +69,10 @@ impl UdpRoutes {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpProxy {
     pub backends: Vec<SocketAddr>,
+    /// Send from the client's own address (`transparent = true`), so the
+    /// backend sees it; needs CAP_NET_ADMIN and the policy routing that
+    /// brings the replies back (docs/deployment.md).
+    pub transparent: bool,
 }
 
 /// The flow settings: `max_udp_flows` and `max_udp_flows_per_ip` (each UDP

@@ -62,16 +62,37 @@ pub(crate) fn bind_udp(addr: SocketAddr, reuse_port: bool) -> Result<UdpSocket, 
 
 /// A socket of its own for one flow, connected to `backend`: the backend's
 /// replies come back on it alone, and the kernel drops datagrams from
-/// anyone else.
-pub(crate) fn connect_udp(backend: SocketAddr) -> io::Result<tokio::net::UdpSocket> {
+/// anyone else. With a `source`, it is bound there with IP(V6)_TRANSPARENT
+/// (`transparent = true`: the client's own address, which the backend then
+/// sees); that needs CAP_NET_ADMIN.
+pub(crate) fn connect_udp(
+    backend: SocketAddr,
+    source: Option<SocketAddr>,
+) -> io::Result<tokio::net::UdpSocket> {
     let any: SocketAddr = match backend {
         SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
     };
-    let socket = UdpSocket::bind(any)?;
-    socket.connect(backend)?;
+    let socket = Socket::new(
+        Domain::for_address(backend),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )?;
+    if let Some(source) = source {
+        match backend {
+            SocketAddr::V4(_) => socket.set_ip_transparent_v4(true)?,
+            SocketAddr::V6(_) => socket.set_ip_transparent_v6(true)?,
+        }
+        // A client's next flow may bind its address while the last one's
+        // socket is still closing.
+        socket.set_reuse_address(true)?;
+        socket.bind(&source.into())?;
+    } else {
+        socket.bind(&any.into())?;
+    }
+    socket.connect(&backend.into())?;
     socket.set_nonblocking(true)?;
-    tokio::net::UdpSocket::from_std(socket)
+    tokio::net::UdpSocket::from_std(socket.into())
 }
 
 /// The local address a datagram was sent to, on a wildcard-bound socket:

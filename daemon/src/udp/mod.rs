@@ -149,8 +149,15 @@ fn start_flow(
         Err(Full::PerIp) => return shared.udp.dropped(route::Dropped::PerIpLimit.reason()),
         Err(Full::Daemon) => return shared.udp.dropped(route::Dropped::FlowLimit.reason()),
     }
-    let backend = match crate::net::datagram::connect_udp(backend_addr) {
+    let source = route.proxy.transparent.then_some(client);
+    let backend = match crate::net::datagram::connect_udp(backend_addr, source) {
         Ok(backend) => backend,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && source.is_some() => {
+            tracing::warn!(peer = %client, service = %route.service.name, "transparent = true: cannot send from the client's address (needs CAP_NET_ADMIN)");
+            return shared
+                .udp
+                .dropped(route::Dropped::BackendUnavailable.reason());
+        }
         Err(e) => {
             tracing::warn!(peer = %client, service = %route.service.name, backend = %backend_addr, error = %e, "cannot open a UDP socket to the backend");
             return shared

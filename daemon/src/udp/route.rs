@@ -204,6 +204,7 @@ mod tests {
             backends: ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
                 .map(|a| a.parse().unwrap())
                 .to_vec(),
+            transparent: false,
         };
         let client: IpAddr = "192.0.2.7".parse().unwrap();
         assert_eq!(backend_for(&proxy, client), backend_for(&proxy, client));
@@ -211,6 +212,15 @@ mod tests {
             .map(|n| backend_for(&proxy, IpAddr::from([192, 0, 2, n])))
             .collect();
         assert_eq!(picked.len(), 3);
-        assert_eq!(backend_for(&UdpProxy { backends: vec![] }, client), None);
+        assert_eq!(
+            backend_for(
+                &UdpProxy {
+                    backends: vec![],
+                    transparent: false
+                },
+                client
+            ),
+            None
+        );
     }
 }
