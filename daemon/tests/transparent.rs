@@ -108,6 +108,30 @@ impl Namespaces {
     }
 }
 
+impl Namespaces {
+    /// The namespaces, once the peers a test needs are known to be here.
+    fn for_test() -> Namespaces {
+        common::require_root();
+        common::require_program("nft", "--version", "nftables");
+        common::require_program("socat", "-V", "socat");
+        Namespaces::new()
+    }
+
+    /// The daemon in its namespace, as `nobody` with CAP_NET_ADMIN kept.
+    fn daemon(&self, config: &str) -> Daemon {
+        let mut daemon = Daemon::start_wrapped(
+            &["ip", "netns", "exec", &self.daemon],
+            Some(config),
+            &[],
+            &[],
+        );
+        daemon
+            .wait_for_log(|l| l.contains("dropped privileges") && l.contains("CAP_NET_ADMIN"))
+            .expect("kept CAP_NET_ADMIN alone");
+        daemon
+    }
+}
+
 impl Drop for Namespaces {
     fn drop(&mut self) {
         for name in [&self.client, &self.daemon, &self.backend] {
@@ -182,25 +206,14 @@ fn ask(ns: &Namespaces, port: u16, service: &str) -> String {
 #[test]
 #[ignore = "needs root, ip, nft and socat (network namespaces; CI runs it)"]
 fn the_backend_sees_the_clients_own_address() {
-    common::require_root();
-    common::require_program("nft", "--version", "nftables");
-    common::require_program("socat", "-V", "socat");
-    let ns = Namespaces::new();
+    let ns = Namespaces::for_test();
     let _backend = Backend::start(&ns);
     let config = format!(
         "listen = [\"{DAEMON_SIDE}:0\"]\nuser = \"nobody\"\n\
          [service.seen]\nproxy = \"{BACKEND}:7000\"\ntransparent = true\n\
          [service.plain]\nproxy = \"{BACKEND}:7000\"\n"
     );
-    let mut daemon = Daemon::start_wrapped(
-        &["ip", "netns", "exec", &ns.daemon],
-        Some(&config),
-        &[],
-        &[],
-    );
-    daemon
-        .wait_for_log(|l| l.contains("dropped privileges") && l.contains("CAP_NET_ADMIN"))
-        .expect("kept CAP_NET_ADMIN alone");
+    let daemon = ns.daemon(&config);
     let port = daemon.addr.port();
     assert_eq!(ask(&ns, port, "seen"), format!("+\r\npeer={CLIENT}\n"));
     assert_eq!(ask(&ns, port, "plain"), "+\r\npeer=10.201.2.1\n");
@@ -260,10 +273,7 @@ fn ask_udp(ns: &Namespaces, port: u16, datagram: &str) -> String {
 #[test]
 #[ignore = "needs root, ip, nft and socat (network namespaces; CI runs it)"]
 fn a_udp_backend_sees_the_clients_own_address() {
-    common::require_root();
-    common::require_program("nft", "--version", "nftables");
-    common::require_program("socat", "-V", "socat");
-    let ns = Namespaces::new();
+    let ns = Namespaces::for_test();
     let _backend = udp_backend(&ns);
     let config = format!(
         "listen = [{{ address = \"{DAEMON_SIDE}:0\", udp = true, \
@@ -272,15 +282,7 @@ fn a_udp_backend_sees_the_clients_own_address() {
          [service.seen]\nproxy_udp = \"{BACKEND}:7001\"\ntransparent = true\n\
          [service.plain]\nproxy_udp = \"{BACKEND}:7001\"\n"
     );
-    let mut daemon = Daemon::start_wrapped(
-        &["ip", "netns", "exec", &ns.daemon],
-        Some(&config),
-        &[],
-        &[],
-    );
-    daemon
-        .wait_for_log(|l| l.contains("dropped privileges") && l.contains("CAP_NET_ADMIN"))
-        .expect("kept CAP_NET_ADMIN alone");
+    let daemon = ns.daemon(&config);
     let port = daemon.addr.port();
     assert_eq!(ask_udp(&ns, port, "seen\n"), format!("peer={CLIENT}\n"));
     assert_eq!(ask_udp(&ns, port, "plain\n"), "peer=10.201.2.1\n");
