@@ -11,12 +11,13 @@
 # openvpn, psql with a PostgreSQL server, and curl through microsocks for the
 # probes; ip, nft and socat build and use the network namespaces of the
 # transparent test; pebble is the ACME server certificates are ordered from;
-# haproxy stands in front; prometheus (and its promtool) loads the alert
-# rules of contrib/prometheus/.
+# haproxy stands in front; wireguard-go and wg are two real WireGuard peers
+# (userspace, no kernel module) whose tunnel runs through a UDP listener;
+# prometheus (and its promtool) loads the alert rules of contrib/prometheus/.
 set -euo pipefail
-PEERS="haproxy util-linux python3 python3-yaml openssh-client openssh-server curl openssl dnsmasq-base bind9-dnsutils chromium openvpn postgresql microsocks iproute2 nftables socat pebble prometheus"
+PEERS="wireguard-go wireguard-tools haproxy util-linux python3 python3-yaml openssh-client openssh-server curl openssl dnsmasq-base bind9-dnsutils chromium openvpn postgresql microsocks iproute2 nftables socat pebble prometheus"
 missing=""
-for tool in haproxy setpriv prlimit /usr/bin/python3 ssh /usr/sbin/sshd curl openssl dnsmasq dig chromium openvpn psql microsocks ip nft socat pebble prometheus promtool; do
+for tool in wireguard-go wg haproxy setpriv prlimit /usr/bin/python3 ssh /usr/sbin/sshd curl openssl dnsmasq dig chromium openvpn psql microsocks ip nft socat pebble prometheus promtool; do
   command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
 done
 python3 -c "import yaml" 2>/dev/null || missing="$missing python3-yaml"

@@ -8,27 +8,14 @@
 mod common;
 
 use std::io::Write;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use common::{Daemon, PATIENCE};
+use common::{run, Daemon, PATIENCE};
 
 const CLIENT: &str = "10.201.1.2";
 const DAEMON_SIDE: &str = "10.201.1.1";
 const BACKEND: &str = "10.201.2.2";
-
-fn run(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// Three namespaces, client - daemon - backend, removed on drop.
 struct Namespaces {

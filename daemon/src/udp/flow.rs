@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 use super::gather::Gathering;
 use super::route::Dropped;
-use super::table::FlowTable;
+use super::table::{Activity, FlowTable};
 use crate::model::{ConnectionIds, Owner};
 use crate::net::datagram::{send_from, Destination};
 use crate::ops::access_log;
@@ -116,6 +116,8 @@ pub(crate) struct Flow {
     last: AtomicU64,
     /// Whether the client sent a datagram since the table last asked.
     used: AtomicBool,
+    /// Whether the client sent more than its first datagram.
+    established: AtomicBool,
     /// Its row in the live-session table: the bytes each way, and the kill
     /// an operator may send.
     pub(super) session: Arc<LiveSession>,
@@ -131,6 +133,7 @@ impl Flow {
             backend,
             last: AtomicU64::new(flows.now()),
             used: AtomicBool::new(false),
+            established: AtomicBool::new(false),
             session,
             ended: AtomicU8::new(0),
             stop: Notify::new(),
@@ -152,11 +155,9 @@ impl Flow {
     /// readily as a real one.
     pub(super) fn used_by_client(&self) {
         self.used.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether it was used since the last time this was asked.
-    pub(super) fn used_since_asked(&self) -> bool {
-        self.used.swap(false, Ordering::Relaxed)
+        if !self.established.load(Ordering::Relaxed) {
+            self.established.store(true, Ordering::Relaxed);
+        }
     }
 
     pub(super) fn count_in(&self, bytes: usize) {
@@ -171,6 +172,16 @@ impl Flow {
             .ended
             .compare_exchange(0, why as u8, Ordering::AcqRel, Ordering::Acquire);
         self.stop.notify_one();
+    }
+}
+
+impl Activity for Arc<Flow> {
+    fn established(&self) -> bool {
+        self.established.load(Ordering::Relaxed)
+    }
+
+    fn used_since_asked(&self) -> bool {
+        self.used.swap(false, Ordering::Relaxed)
     }
 }
 

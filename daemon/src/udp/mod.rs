@@ -138,7 +138,7 @@ fn start_flow(
         // `max_udp_flows` is the daemon's: other listeners' and workers'
         // flows count too.
         let others = (shared.udp.active() as usize).saturating_sub(table.len());
-        table.make_room_among(client, |flow: &Arc<Flow>| flow.used_since_asked(), others)
+        table.make_room_among(client, others)
     };
     match evicted {
         Ok(evicted) => evicted.iter().for_each(|flow| {

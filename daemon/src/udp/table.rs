@@ -1,9 +1,11 @@
 //! The flows of one UDP listener, by client address, within the limits:
 //! `max_udp_flows` in all and `max_udp_flows_per_ip` per source address.
-//! When it is full, a new flow takes the place of one idle since the last
-//! pass (the CLOCK algorithm: a flow used since gets a second chance), so a
-//! spoofed-source flood evicts idle flows and never grows the table. Pure
-//! data: whether a flow was used is the caller's to say.
+//! When it is full, a new flow takes the place of the oldest flow whose
+//! client sent one datagram only, which is all a spoofed source ever sends;
+//! only when there is none, of an established flow idle since the last pass
+//! (the CLOCK algorithm: one used since gets a second chance). So a
+//! spoofed-source flood, however fast, evicts its own flows and never grows
+//! the table. Pure data: a flow's activity is the caller's to say.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -25,14 +27,25 @@ pub(crate) enum Full {
     Daemon,
 }
 
+/// What the table asks of a flow when it needs room.
+pub(crate) trait Activity {
+    /// Whether its client sent more than the first datagram.
+    fn established(&self) -> bool;
+    /// Whether its client sent a datagram since this was last asked (and
+    /// forgets it).
+    fn used_since_asked(&self) -> bool;
+}
+
 /// Flows by client address.
 pub(crate) struct FlowTable<V> {
     flows: HashMap<SocketAddr, Entry<V>>,
     per_ip: HashMap<IpAddr, usize>,
-    /// Clients in the order an eviction pass looks at them (oldest
-    /// first); an entry whose flow is gone, or whose id differs, is stale
-    /// and skipped.
-    order: VecDeque<(SocketAddr, u64)>,
+    /// New flows, oldest first: the first evicted, unless established by
+    /// then (they move to `established`). An entry whose flow is gone, or
+    /// whose id differs, is stale and skipped, here and there.
+    probation: VecDeque<(SocketAddr, u64)>,
+    /// Established flows in the order a CLOCK pass looks at them.
+    established: VecDeque<(SocketAddr, u64)>,
     max: usize,
     max_per_ip: Option<usize>,
     next_id: u64,
@@ -43,7 +56,8 @@ impl<V> FlowTable<V> {
         FlowTable {
             flows: HashMap::new(),
             per_ip: HashMap::new(),
-            order: VecDeque::new(),
+            probation: VecDeque::new(),
+            established: VecDeque::new(),
             max: max.max(1),
             max_per_ip,
             next_id: 1,
@@ -75,12 +89,11 @@ impl<V> FlowTable<V> {
     /// it, or why there is none. `used` says whether a flow was used since
     /// it was last asked (and forgets it): such a flow goes to the back.
     #[cfg(test)]
-    pub(crate) fn make_room(
-        &mut self,
-        client: SocketAddr,
-        used: impl Fn(&V) -> bool,
-    ) -> Result<Vec<V>, Full> {
-        self.make_room_among(client, used, 0)
+    pub(crate) fn make_room(&mut self, client: SocketAddr) -> Result<Vec<V>, Full>
+    where
+        V: Activity,
+    {
+        self.make_room_among(client, 0)
     }
 
     /// [`FlowTable::make_room`] when `others` flows are held elsewhere (the
@@ -89,9 +102,11 @@ impl<V> FlowTable<V> {
     pub(crate) fn make_room_among(
         &mut self,
         client: SocketAddr,
-        used: impl Fn(&V) -> bool,
         others: usize,
-    ) -> Result<Vec<V>, Full> {
+    ) -> Result<Vec<V>, Full>
+    where
+        V: Activity,
+    {
         let held = self.per_ip.get(&client.ip()).copied().unwrap_or(0);
         if self.max_per_ip.is_some_and(|max| held >= max) {
             return Err(Full::PerIp);
@@ -102,22 +117,42 @@ impl<V> FlowTable<V> {
         }
         let mut evicted = Vec::new();
         while self.flows.len() + others >= self.max {
-            let Some((addr, id)) = self.order.pop_front() else {
+            let Some(victim) = self.victim() else {
                 break;
             };
-            let Some(entry) = self.flows.get(&addr).filter(|e| e.id == id) else {
-                continue; // stale: the flow ended
-            };
-            if used(&entry.value) {
-                // Used since the last pass: a second chance, at the back.
-                self.order.push_back((addr, id));
-                continue;
-            }
-            if let Some(value) = self.remove(&addr, id) {
+            if let Some(value) = self.remove(&victim.0, victim.1) {
                 evicted.push(value);
             }
         }
         Ok(evicted)
+    }
+
+    /// The flow to evict: the oldest on probation that is still a single
+    /// datagram, else an established one by CLOCK.
+    fn victim(&mut self) -> Option<(SocketAddr, u64)>
+    where
+        V: Activity,
+    {
+        while let Some((addr, id)) = self.probation.pop_front() {
+            let Some(entry) = self.flows.get(&addr).filter(|e| e.id == id) else {
+                continue; // stale: the flow ended
+            };
+            if !entry.value.established() {
+                return Some((addr, id));
+            }
+            self.established.push_back((addr, id));
+        }
+        while let Some((addr, id)) = self.established.pop_front() {
+            let Some(entry) = self.flows.get(&addr).filter(|e| e.id == id) else {
+                continue;
+            };
+            if !entry.value.used_since_asked() {
+                return Some((addr, id));
+            }
+            // Used since the last pass: a second chance, at the back.
+            self.established.push_back((addr, id));
+        }
+        None
     }
 
     /// Adds the flow of `client` (after [`FlowTable::make_room`]); its id,
@@ -128,13 +163,15 @@ impl<V> FlowTable<V> {
         if self.flows.insert(client, Entry { value, id }).is_none() {
             *self.per_ip.entry(client.ip()).or_insert(0) += 1;
         }
-        self.order.push_back((client, id));
+        self.probation.push_back((client, id));
         // Ended flows leave stale queue entries: drop them once they
-        // outnumber the live ones, so the queue stays within twice the table.
-        if self.order.len() > 2 * self.flows.len() + 16 {
+        // outnumber the live ones, so the queues stay within twice the table.
+        if self.probation.len() + self.established.len() > 2 * self.flows.len() + 16 {
             let flows = &self.flows;
-            self.order
-                .retain(|(addr, id)| flows.get(addr).is_some_and(|e| e.id == *id));
+            let live =
+                |(addr, id): &(SocketAddr, u64)| flows.get(addr).is_some_and(|e| e.id == *id);
+            self.probation.retain(live);
+            self.established.retain(live);
         }
         id
     }
@@ -157,7 +194,8 @@ impl<V> FlowTable<V> {
     /// Every flow, for shutdown.
     pub(crate) fn drain(&mut self) -> Vec<V> {
         self.per_ip.clear();
-        self.order.clear();
+        self.probation.clear();
+        self.established.clear();
         self.flows.drain().map(|(_, e)| e.value).collect()
     }
 }
@@ -171,78 +209,97 @@ mod tests {
         SocketAddr::from(([10, 0, 0, ip], port))
     }
 
-    /// A flow whose value says whether it was used since the last pass.
-    fn used(flow: &Cell<bool>) -> bool {
-        flow.replace(false)
+    /// A flow as the tests drive it: `talk` is its client's later datagram.
+    #[derive(Default)]
+    struct Flow {
+        used: Cell<bool>,
+        established: Cell<bool>,
+    }
+
+    impl Flow {
+        fn talk(&self) {
+            self.used.set(true);
+            self.established.set(true);
+        }
+    }
+
+    impl Activity for Flow {
+        fn established(&self) -> bool {
+            self.established.get()
+        }
+        fn used_since_asked(&self) -> bool {
+            self.used.replace(false)
+        }
     }
 
     #[test]
-    fn a_full_table_evicts_a_flow_unused_since_the_last_pass() {
-        let mut table: FlowTable<Cell<bool>> = FlowTable::new(3, None);
+    fn a_full_table_evicts_a_single_datagram_flow_first_then_by_clock() {
+        let mut table: FlowTable<Flow> = FlowTable::new(3, None);
         for port in [1, 2, 3] {
-            assert!(table.make_room(addr(1, port), used).unwrap().is_empty());
-            table.insert(addr(1, port), Cell::new(false));
+            assert!(table.make_room(addr(1, port)).unwrap().is_empty());
+            table.insert(addr(1, port), Flow::default());
         }
-        // The first flow is used again: the second is evicted.
-        table.get(&addr(1, 1)).unwrap().set(true);
-        assert_eq!(table.make_room(addr(2, 9), used).unwrap().len(), 1);
-        table.insert(addr(2, 9), Cell::new(false));
+        // The first flow's client talks again: the second is evicted.
+        table.get(&addr(1, 1)).unwrap().talk();
+        assert_eq!(table.make_room(addr(2, 9)).unwrap().len(), 1);
+        table.insert(addr(2, 9), Flow::default());
         assert_eq!(table.len(), 3);
         assert!(table.get(&addr(1, 2)).is_none() && table.get(&addr(1, 1)).is_some());
-        // When every flow was used, one is still evicted: each gets one
-        // second chance, no more.
+        // When every flow is established and was used, one is still
+        // evicted: each gets one second chance, no more.
         for flow in [addr(1, 1), addr(1, 3), addr(2, 9)] {
-            table.get(&flow).unwrap().set(true);
+            table.get(&flow).unwrap().talk();
         }
-        assert_eq!(table.make_room(addr(3, 9), used).unwrap().len(), 1);
+        assert_eq!(table.make_room(addr(3, 9)).unwrap().len(), 1);
     }
 
     #[test]
-    fn a_flood_of_sources_never_grows_the_table_or_its_queue() {
-        let mut table: FlowTable<Cell<bool>> = FlowTable::new(100, None);
+    fn a_fast_flood_of_sources_never_evicts_an_established_flow_or_grows() {
+        let mut table: FlowTable<Flow> = FlowTable::new(100, None);
         let keeper = addr(9, 9);
-        table.insert(keeper, Cell::new(false));
+        table.insert(keeper, Flow::default());
+        table.get(&keeper).unwrap().talk();
+        // Ten thousand one-datagram flows, the keeper silent throughout:
+        // only the flood's own flows make room.
         for n in 0..10_000u32 {
             let client = SocketAddr::from(([192, 0, (n >> 8) as u8, n as u8], 4000));
-            table.get(&keeper).unwrap().set(true);
-            table.make_room(client, used).unwrap();
-            table.insert(client, Cell::new(false));
+            table.make_room(client).unwrap();
+            table.insert(client, Flow::default());
             assert!(table.len() <= 100);
-            assert!(table.order.len() <= 2 * 100 + 16);
+            assert!(table.probation.len() + table.established.len() <= 2 * 100 + 16);
         }
-        assert!(table.get(&keeper).is_some(), "the flow in use stays");
+        assert!(table.get(&keeper).is_some(), "the established flow stays");
     }
 
     #[test]
     fn one_address_holds_at_most_its_share() {
-        let mut table: FlowTable<Cell<bool>> = FlowTable::new(100, Some(2));
+        let mut table: FlowTable<Flow> = FlowTable::new(100, Some(2));
         let mut ids = Vec::new();
         for port in [1, 2] {
-            table.make_room(addr(1, port), used).unwrap();
-            ids.push(table.insert(addr(1, port), Cell::new(false)));
+            table.make_room(addr(1, port)).unwrap();
+            ids.push(table.insert(addr(1, port), Flow::default()));
         }
-        assert_eq!(table.make_room(addr(1, 3), used).err(), Some(Full::PerIp));
-        assert!(table.make_room(addr(2, 3), used).is_ok());
+        assert_eq!(table.make_room(addr(1, 3)).err(), Some(Full::PerIp));
+        assert!(table.make_room(addr(2, 3)).is_ok());
         assert!(table.remove(&addr(1, 1), ids[0]).is_some());
-        assert!(table.make_room(addr(1, 3), used).is_ok());
+        assert!(table.make_room(addr(1, 3)).is_ok());
         // A stale id removes nothing.
         assert!(table.remove(&addr(1, 2), ids[0]).is_none());
     }
 
     #[test]
     fn flows_held_elsewhere_count_against_the_same_limit() {
-        let mut table = FlowTable::new(4, None);
-        let used = |_: &Cell<bool>| false;
-        table.make_room_among(addr(1, 1), used, 2).unwrap();
-        table.insert(addr(1, 1), Cell::new(false));
-        table.make_room_among(addr(1, 2), used, 2).unwrap();
-        table.insert(addr(1, 2), Cell::new(false));
+        let mut table: FlowTable<Flow> = FlowTable::new(4, None);
+        for port in [1, 2] {
+            table.make_room_among(addr(1, port), 2).unwrap();
+            table.insert(addr(1, port), Flow::default());
+        }
         // Two here and two elsewhere: this table gives up one of its own.
-        assert_eq!(table.make_room_among(addr(1, 3), used, 2).unwrap().len(), 1);
+        assert_eq!(table.make_room_among(addr(1, 3), 2).unwrap().len(), 1);
         // All four elsewhere: nothing here to give up.
-        let mut empty = FlowTable::<Cell<bool>>::new(4, None);
+        let mut empty = FlowTable::<Flow>::new(4, None);
         assert_eq!(
-            empty.make_room_among(addr(1, 4), used, 4).err(),
+            empty.make_room_among(addr(1, 4), 4).err(),
             Some(Full::Daemon)
         );
     }

@@ -424,6 +424,21 @@ pub fn is_root() -> bool {
 
 /// For a test marked `#[ignore = "needs root"]`: run without root, it fails
 /// saying why; it never passes by skipping.
+/// Runs `args` (a command and its arguments) to success and returns its
+/// output; a failure fails the test with its stderr.
+pub fn run(args: &[&str]) -> std::process::Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 pub fn require_root() {
     assert!(
         is_root(),
