@@ -372,6 +372,18 @@ fn udp_configuration_errors_are_clear() {
             "`udp = true` needs an IP:PORT address",
         ),
         (format!("max_udp_flows = 0\n{service}"), "max_udp_flows must be at least 1"),
+        (
+            "[service.wg]\nproxy_udp = [{ address = \"127.0.0.1:1\", weight = 0 }]\n".to_owned(),
+            "proxy_udp \"127.0.0.1:1\": weight must be 1 to 1000",
+        ),
+        (
+            "[service.wg]\nproxy_udp = [{ addr = \"127.0.0.1:1\" }]\n".to_owned(),
+            "proxy_udp: unknown key `addr`",
+        ),
+        (
+            "[service.wg]\nproxy_udp = [7]\n".to_owned(),
+            "`proxy_udp` entries are \"IP:PORT\" or { address = \"IP:PORT\", weight = N }",
+        ),
     ] {
         common::assert_config_rejected(&config, words);
     }

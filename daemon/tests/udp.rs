@@ -271,6 +271,35 @@ fn replies_leave_from_the_address_the_client_sent_to_on_a_wildcard_bind() {
     assert_eq!(from, to);
 }
 
+/// A backend that answers with ICMP port unreachable fails its flow and is
+/// passed over by new flows, which go to the service's other backend.
+#[test]
+fn an_unreachable_backend_is_passed_over_by_new_flows() {
+    let closed = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let open = tagged_udp_echo("open");
+    let mut daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, udp_default = \"pair\" }}]\n\
+         [service.pair]\nproxy_udp = [\"{closed}\", \"{open}\"]\n"
+    ));
+    // Clients from many addresses: the hash sends some to the closed port.
+    for n in 2..60u8 {
+        let socket = UdpSocket::bind((format!("127.0.0.{n}"), 0)).unwrap();
+        socket.send_to(b"first", daemon.addr).unwrap();
+    }
+    daemon
+        .wait_for_log(|l| l.contains("UDP backend unreachable") && l.contains(&closed.to_string()))
+        .expect("the closed backend noticed");
+    for n in 2..60u8 {
+        let socket = UdpSocket::bind((format!("127.0.0.{n}"), 0)).unwrap();
+        socket.set_read_timeout(Some(PATIENCE)).unwrap();
+        let (reply, _) = ask(&socket, daemon.addr, b"again");
+        assert_eq!(reply, b"openagain", "client 127.0.0.{n}");
+    }
+}
+
 /// Many source addresses (127.0.0.2 up), as a spoofed-source flood has.
 #[test]
 fn a_flood_of_sources_evicts_idle_flows_and_never_passes_the_limits() {

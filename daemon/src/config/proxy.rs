@@ -142,19 +142,12 @@ fn backends(src: Source<'_>, proxy: &Spanned<toml::Value>) -> Result<Vec<Weighte
                     .get("address")
                     .and_then(toml::Value::as_str)
                     .ok_or_else(wrong)?;
-                let weight = match table.get("weight") {
-                    None => 1,
-                    Some(w) => w
-                        .as_integer()
-                        .and_then(|w| u32::try_from(w).ok())
-                        .filter(|w| (1..=1000).contains(w))
-                        .ok_or_else(|| {
-                            src.at(
-                                proxy.span(),
-                                "proxy: weight must be a whole number from 1 to 1000",
-                            )
-                        })?,
-                };
+                let weight = backend_weight(table).ok_or_else(|| {
+                    src.at(
+                        proxy.span(),
+                        "proxy: weight must be a whole number from 1 to 1000",
+                    )
+                })?;
                 (address, weight)
             }
             _ => return Err(wrong()),
@@ -211,4 +204,16 @@ fn health_check(src: Source<'_>, table: &RawService) -> Result<Option<HealthChec
         return Err(src.at(span, "health_check: expect must not be empty"));
     }
     Ok(Some(check))
+}
+
+/// A backend table's `weight` (`proxy`, `proxy_udp`): 1 when absent, `None`
+/// when it is not a whole number from 1 to 1000.
+pub(super) fn backend_weight(table: &toml::Table) -> Option<u32> {
+    match table.get("weight") {
+        None => Some(1),
+        Some(w) => w
+            .as_integer()
+            .and_then(|w| u32::try_from(w).ok())
+            .filter(|w| (1..=1000).contains(w)),
+    }
 }

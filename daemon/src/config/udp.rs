@@ -11,7 +11,7 @@ use super::checks::{at_least_one, positive_duration};
 use super::error::{ConfigError, Source};
 use super::raw::{RawConfig, RawListenTable};
 use crate::model::{
-    ListenAddr, MatchRule, UdpProxy, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS,
+    ListenAddr, MatchRule, UdpBackend, UdpProxy, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS,
 };
 
 /// The UDP side of a listener table, if `udp = true`; its keys need it.
@@ -62,7 +62,8 @@ pub(super) fn routes(
     }))
 }
 
-/// `proxy_udp = "IP:PORT"` or a list of them.
+/// `proxy_udp = "IP:PORT"`, or a list of them and of `{ address =
+/// "IP:PORT", weight = N }` tables.
 pub(super) fn proxy_udp(
     src: Source<'_>,
     value: &Spanned<toml::Value>,
@@ -78,25 +79,47 @@ pub(super) fn proxy_udp(
     }
     let mut backends = Vec::new();
     for entry in entries {
-        let Some(text) = entry.as_str() else {
-            return Err(wrong(
-                "`proxy_udp` must be \"IP:PORT\" or a list of them".into(),
-            ));
-        };
-        let addr = text.parse::<SocketAddr>().map_err(|_| {
-            wrong(format!(
-                "proxy_udp {text:?}: expected IP:PORT or [IPv6]:PORT (UDP backends are IP addresses; names are not followed)"
-            ))
-        })?;
-        if addr.port() == 0 {
-            return Err(wrong(format!("proxy_udp {text:?}: port 0 is no backend")));
-        }
-        backends.push(addr);
+        backends.push(udp_backend(entry).map_err(wrong)?);
     }
     Ok(UdpProxy {
         backends,
         transparent,
     })
+}
+
+/// One `proxy_udp` entry: `"IP:PORT"` or `{ address = "IP:PORT", weight = N }`.
+fn udp_backend(entry: &toml::Value) -> Result<UdpBackend, String> {
+    let shape = || {
+        "`proxy_udp` entries are \"IP:PORT\" or { address = \"IP:PORT\", weight = N }".to_owned()
+    };
+    let (text, weight) = match entry {
+        toml::Value::String(text) => (text.as_str(), 1),
+        toml::Value::Table(table) => {
+            if let Some(key) = table
+                .keys()
+                .find(|k| !matches!(k.as_str(), "address" | "weight"))
+            {
+                return Err(format!("proxy_udp: unknown key `{key}` ({})", shape()));
+            }
+            let text = table
+                .get("address")
+                .and_then(toml::Value::as_str)
+                .ok_or_else(shape)?;
+            let weight = super::proxy::backend_weight(table)
+                .ok_or_else(|| format!("proxy_udp {text:?}: weight must be 1 to 1000"))?;
+            (text, weight)
+        }
+        _ => return Err(shape()),
+    };
+    let addr = text.parse::<SocketAddr>().map_err(|_| {
+        format!(
+            "proxy_udp {text:?}: expected IP:PORT or [IPv6]:PORT (UDP backends are IP addresses; names are not followed)"
+        )
+    })?;
+    if addr.port() == 0 {
+        return Err(format!("proxy_udp {text:?}: port 0 is no backend"));
+    }
+    Ok(UdpBackend { addr, weight })
 }
 
 /// The top-level flow settings.

@@ -45,7 +45,7 @@ pub use tls::{
     TlsClient,
 };
 pub use udp::{
-    UdpProxy, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT,
+    UdpBackend, UdpProxy, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT,
     DEFAULT_UDP_IDLE_TIMEOUT,
 };
 

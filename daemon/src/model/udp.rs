@@ -65,14 +65,22 @@ impl UdpRoutes {
 }
 
 /// A service's UDP backends (`proxy_udp`): a flow goes to the one its
-/// client's address hashes to (`udp::route::backend_for`).
+/// client's address hashes to, weighted (`udp::route::backend_for`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpProxy {
-    pub backends: Vec<SocketAddr>,
+    pub backends: Vec<UdpBackend>,
     /// Send from the client's own address (`transparent = true`), so the
     /// backend sees it; needs CAP_NET_ADMIN and the policy routing that
     /// brings the replies back (docs/deployment.md).
     pub transparent: bool,
+}
+
+/// One `proxy_udp` backend and its share of new clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpBackend {
+    pub addr: SocketAddr,
+    /// 1 to 1000, as a TCP pool member's; 0 takes no new clients.
+    pub weight: u32,
 }
 
 /// The flow settings: `max_udp_flows` and `max_udp_flows_per_ip` (each UDP

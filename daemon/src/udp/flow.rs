@@ -244,6 +244,9 @@ pub(super) async fn run(
             () = &mut killed => break Ended::Killed,
         }
     };
+    if why == Ended::BackendError && shared.udp_health.failed(about.backend) {
+        tracing::warn!(backend = %about.backend, service = %about.service, "UDP backend unreachable: new flows pass it over for {} s", crate::state::UdpHealth::DOWN_FOR.as_secs());
+    }
     // An evicted or drained flow left the table, and the count, already.
     if flow.flows.table().remove(&about.client, about.id).is_some() {
         shared.udp.flow_ended();

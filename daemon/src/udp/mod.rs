@@ -272,7 +272,8 @@ fn decide<'s>(
         Ok(route) => route,
         Err(dropped) => return drop_first(client, dropped, shared),
     };
-    let Some(backend) = route::backend_for(route.proxy, client.ip()) else {
+    let down = |backend| shared.udp_health.is_down(backend);
+    let Some(backend) = route::backend_for(route.proxy, client.ip(), down) else {
         return drop_first(client, route::Dropped::NoService, shared);
     };
     let connection = quic_initial(datagram).map(|initial| initial.dcid.to_vec());

@@ -8,6 +8,8 @@ use std::sync::atomic::Ordering;
 use tcpmux_proto::sniff::client_hello::ClientHello;
 use tcpmux_proto::sniff::datagram::{self, Datagram};
 
+#[cfg(test)]
+use crate::model::UdpBackend;
 use crate::model::{ClientInfo, Endpoint, Owner, Peer, Service, UdpProxy, UdpRoutes};
 use crate::pool::hashing::ranked;
 use crate::state::Settings;
@@ -126,7 +128,7 @@ pub(crate) fn by_connection<'s>(
 ) -> Option<Result<(Route<'s>, SocketAddr), Dropped>> {
     let service = settings.registry.lookup(&owner.service)?;
     let proxy = service.udp.as_deref()?;
-    if !proxy.backends.contains(&owner.backend) {
+    if !proxy.backends.iter().any(|b| b.addr == owner.backend) {
         return None;
     }
     let route = admit(
@@ -168,20 +170,35 @@ fn admit<'s>(
 }
 
 /// The backend of `proxy` for a client at `client`: rendezvous-hashed on
-/// its address, as `balance = "source"` does for a TCP pool, so a client
-/// whose flow ended comes back to the same backend, whatever its port, and
-/// a backend added moves only its share of clients.
-pub(crate) fn backend_for(proxy: &UdpProxy, client: IpAddr) -> Option<SocketAddr> {
-    let endpoints: Vec<Endpoint> = proxy.backends.iter().map(|a| Endpoint::Tcp(*a)).collect();
+/// its address with the backends' weights, as `balance = "source"` does for
+/// a TCP pool, so a client whose flow ended comes back to the same backend,
+/// whatever its port, and a backend added moves only its share of clients.
+/// Backends `down` says are down are passed over while any other is up.
+pub(crate) fn backend_for(
+    proxy: &UdpProxy,
+    client: IpAddr,
+    down: impl Fn(SocketAddr) -> bool,
+) -> Option<SocketAddr> {
+    let endpoints: Vec<Endpoint> = proxy
+        .backends
+        .iter()
+        .map(|b| Endpoint::Tcp(b.addr))
+        .collect();
     let sticky = match client {
         IpAddr::V4(ip) => ip.octets().to_vec(),
         IpAddr::V6(ip) => ip.octets().to_vec(),
     };
     let all: Vec<usize> = (0..endpoints.len()).collect();
-    let weights = vec![1; endpoints.len()];
+    let up: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|&i| !down(proxy.backends[i].addr))
+        .collect();
+    let candidates = if up.is_empty() { &all } else { &up };
+    let weights: Vec<u32> = proxy.backends.iter().map(|b| b.weight).collect();
     let members: Vec<&Endpoint> = endpoints.iter().collect();
-    let first = *ranked(&sticky, &members, &weights, &all).first()?;
-    proxy.backends.get(first).copied()
+    let first = *ranked(&sticky, &members, &weights, candidates).first()?;
+    proxy.backends.get(first).map(|b| b.addr)
 }
 
 /// A datagram's client as the access rules see it.
@@ -198,29 +215,57 @@ pub(crate) fn client_info(client: SocketAddr, local: SocketAddr) -> ClientInfo {
 mod tests {
     use super::*;
 
+    fn proxy(weights: &[u32]) -> UdpProxy {
+        UdpProxy {
+            backends: weights
+                .iter()
+                .enumerate()
+                .map(|(i, &weight)| UdpBackend {
+                    addr: SocketAddr::from(([127, 0, 0, 1], 1 + i as u16)),
+                    weight,
+                })
+                .collect(),
+            transparent: false,
+        }
+    }
+
     #[test]
     fn a_client_keeps_its_backend_whatever_its_port_and_clients_spread() {
-        let proxy = UdpProxy {
-            backends: ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
-                .map(|a| a.parse().unwrap())
-                .to_vec(),
-            transparent: false,
-        };
+        let proxy = proxy(&[1, 1, 1]);
+        let up = |_| false;
         let client: IpAddr = "192.0.2.7".parse().unwrap();
-        assert_eq!(backend_for(&proxy, client), backend_for(&proxy, client));
+        assert_eq!(
+            backend_for(&proxy, client, up),
+            backend_for(&proxy, client, up)
+        );
         let picked: std::collections::HashSet<_> = (1..=100u8)
-            .map(|n| backend_for(&proxy, IpAddr::from([192, 0, 2, n])))
+            .map(|n| backend_for(&proxy, IpAddr::from([192, 0, 2, n]), up))
             .collect();
         assert_eq!(picked.len(), 3);
-        assert_eq!(
-            backend_for(
-                &UdpProxy {
-                    backends: vec![],
-                    transparent: false
-                },
-                client
-            ),
-            None
+        assert_eq!(backend_for(&self::proxy(&[]), client, up), None);
+    }
+
+    #[test]
+    fn weights_share_the_clients_and_a_down_backend_is_passed_over() {
+        let proxy = proxy(&[1, 3]);
+        let clients = (0..4000u32).map(|n| IpAddr::from([10, 1, (n >> 8) as u8, n as u8]));
+        let heavy = proxy.backends[1].addr;
+        let to_heavy = clients
+            .clone()
+            .filter(|&c| backend_for(&proxy, c, |_| false) == Some(heavy))
+            .count();
+        assert!(
+            (2800..3200).contains(&to_heavy),
+            "{to_heavy} of 4000 to weight 3 of 4"
+        );
+        // Down: every client goes to the other, and back when it is up.
+        assert!(clients
+            .clone()
+            .all(|c| backend_for(&proxy, c, |b| b == heavy) != Some(heavy)));
+        let all_down = backend_for(&proxy, IpAddr::from([10, 9, 9, 9]), |_| true);
+        assert!(
+            all_down.is_some(),
+            "with every backend down, one is still tried"
         );
     }
 }
