@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
-use tokio::sync::Notify;
 
 use super::gather::Gathering;
 use super::route::Dropped;
@@ -86,13 +85,14 @@ pub(crate) enum Ended {
 }
 
 impl Ended {
+    /// The reason `end` stored; none (0) is an operator's kill.
     fn from_u8(value: u8) -> Ended {
         match value {
+            1 => Ended::Idle,
             2 => Ended::Evicted,
             3 => Ended::ListenerClosed,
             4 => Ended::BackendError,
-            5 => Ended::Killed,
-            _ => Ended::Idle,
+            _ => Ended::Killed,
         }
     }
 }
@@ -121,14 +121,22 @@ pub(crate) struct Flow {
     /// Its row in the live-session table: the bytes each way, and the kill
     /// an operator may send.
     pub(super) session: Arc<LiveSession>,
-    /// Why it was told to end (0 until it is).
+    /// Why it was told to end (0 until it is, and after an operator's
+    /// kill, which its session row carries).
     ended: AtomicU8,
-    stop: Notify,
+    /// Its idle timeout in milliseconds, which the listener's sweep
+    /// checks (sweep.rs).
+    idle_ms: u64,
     flows: Arc<Flows>,
 }
 
 impl Flow {
-    pub(super) fn new(backend: UdpSocket, session: Arc<LiveSession>, flows: Arc<Flows>) -> Flow {
+    pub(super) fn new(
+        backend: UdpSocket,
+        session: Arc<LiveSession>,
+        flows: Arc<Flows>,
+        idle: Duration,
+    ) -> Flow {
         Flow {
             backend,
             last: AtomicU64::new(flows.now()),
@@ -136,9 +144,15 @@ impl Flow {
             established: AtomicBool::new(false),
             session,
             ended: AtomicU8::new(0),
-            stop: Notify::new(),
+            idle_ms: u64::try_from(idle.as_millis()).unwrap_or(u64::MAX),
             flows,
         }
+    }
+
+    /// Whether no datagram went either way for its idle timeout, by `now`
+    /// on the listener's clock.
+    pub(super) fn idle_at(&self, now: u64) -> bool {
+        now.saturating_sub(self.last_active()) >= self.idle_ms
     }
 
     pub(super) fn last_active(&self) -> u64 {
@@ -171,7 +185,9 @@ impl Flow {
         let _ = self
             .ended
             .compare_exchange(0, why as u8, Ordering::AcqRel, Ordering::Acquire);
-        self.stop.notify_one();
+        // The one wake-up its task waits for besides its socket: the same
+        // as an operator's kill, told apart by `ended`.
+        self.session.kill();
     }
 }
 
@@ -194,7 +210,6 @@ pub(super) struct About {
     pub(super) service: ServiceName,
     pub(super) routed: &'static str,
     pub(super) backend: SocketAddr,
-    pub(super) idle: Duration,
     /// A QUIC flow: its server's connection IDs are learned from its
     /// replies.
     pub(super) quic: bool,
@@ -212,11 +227,10 @@ pub(super) async fn run(
 ) {
     let started = Instant::now();
     // Made once and polled by reference: a reply wakes this loop without
-    // a timer entry or a waiter taken down and put back each time.
-    let idle = tokio::time::sleep(about.idle);
-    let stop = flow.stop.notified();
-    let killed = about.registered.killed();
-    tokio::pin!(idle, stop, killed);
+    // a waiter taken down and put back each time. Idleness is the
+    // listener's sweep's to notice (sweep.rs): no timer per flow.
+    let told = about.registered.killed();
+    tokio::pin!(told);
     let why = loop {
         tokio::select! {
             // ERROR too: an ICMP port unreachable is an error, not data.
@@ -231,17 +245,7 @@ pub(super) async fn run(
                     break Ended::BackendError;
                 }
             }
-            // The timer is set from the last datagram each time it fires,
-            // not moved by every datagram.
-            () = &mut idle => {
-                let idle_for = Duration::from_millis(flow.flows.now().saturating_sub(flow.last_active()));
-                match about.idle.checked_sub(idle_for) {
-                    Some(left) if !left.is_zero() => idle.as_mut().reset(tokio::time::Instant::now() + left),
-                    _ => break Ended::Idle,
-                }
-            }
-            () = &mut stop => break Ended::from_u8(flow.ended.load(Ordering::Acquire)),
-            () = &mut killed => break Ended::Killed,
+            () = &mut told => break Ended::from_u8(flow.ended.load(Ordering::Acquire)),
         }
     };
     if why == Ended::BackendError && shared.udp_health.failed(about.backend) {

@@ -9,6 +9,7 @@ mod flow;
 mod gather;
 mod quic;
 mod route;
+mod sweep;
 mod table;
 
 use std::net::SocketAddr;
@@ -50,6 +51,7 @@ pub(crate) async fn serve(socket: UdpSocket, routes: SharedRoutes, shared: Arc<S
     };
     let flows = Arc::new(Flows::new(shared.quic.flow_base(), shared.quic.of(local)));
     let _end_all = EndAll(Arc::clone(&flows), Arc::clone(&shared.udp));
+    let _sweep = sweep::start(Arc::clone(&flows), Arc::clone(&shared));
     let mut buf = vec![0u8; MAX_DATAGRAM];
     // On a wildcard address each datagram says where it was sent.
     let wildcard = local.ip().is_unspecified();
@@ -132,22 +134,8 @@ fn start_flow(
     else {
         return;
     };
-    let evicted = {
-        let mut table = flows.table();
-        table.set_limits(settings.udp.max_flows, settings.udp.max_flows_per_ip);
-        // `max_udp_flows` is the daemon's: other listeners' and workers'
-        // flows count too.
-        let others = (shared.udp.active() as usize).saturating_sub(table.len());
-        table.make_room_among(client, others)
-    };
-    match evicted {
-        Ok(evicted) => evicted.iter().for_each(|flow| {
-            // Out of the table now, so out of the count now.
-            shared.udp.flow_ended();
-            flow.end(Ended::Evicted);
-        }),
-        Err(Full::PerIp) => return shared.udp.dropped(route::Dropped::PerIpLimit.reason()),
-        Err(Full::Daemon) => return shared.udp.dropped(route::Dropped::FlowLimit.reason()),
+    if !make_room(flows, client, &settings, shared) {
+        return;
     }
     let source = route.proxy.transparent.then_some(client);
     let backend = match crate::net::datagram::connect_udp(backend_addr, source) {
@@ -173,7 +161,13 @@ fn start_flow(
         detail.routed = Routed::Udp(route.routed);
         detail.backend = Some(Endpoint::Tcp(backend_addr));
     });
-    let flow = Arc::new(Flow::new(backend, registered.handle(), Arc::clone(flows)));
+    let idle = settings.udp.idle_timeout(route.protocol);
+    let flow = Arc::new(Flow::new(
+        backend,
+        registered.handle(),
+        Arc::clone(flows),
+        idle,
+    ));
     let id = flows.table().insert(client, Arc::clone(&flow));
     let quic = route.protocol == Some(Datagram::Quic);
     if let Some(connection) = connection.filter(|_| quic) {
@@ -202,7 +196,6 @@ fn start_flow(
         service: route.service.name.clone(),
         routed: route.routed,
         backend: backend_addr,
-        idle: settings.udp.idle_timeout(route.protocol),
         quic,
         reply_from: destination,
     };
@@ -212,6 +205,38 @@ fn start_flow(
         about,
         Arc::clone(shared),
     ));
+}
+
+/// Room in the table for `client`'s new flow, evicting what the limits
+/// say; `false` (and a drop counted) when there is none.
+fn make_room(
+    flows: &Flows,
+    client: SocketAddr,
+    settings: &crate::state::Settings,
+    shared: &Shared,
+) -> bool {
+    let evicted = {
+        let mut table = flows.table();
+        table.set_limits(settings.udp.max_flows, settings.udp.max_flows_per_ip);
+        // `max_udp_flows` is the daemon's: other listeners' and workers'
+        // flows count too.
+        let others = (shared.udp.active() as usize).saturating_sub(table.len());
+        table.make_room_among(client, others)
+    };
+    let dropped = match evicted {
+        Ok(evicted) => {
+            for flow in evicted {
+                // Out of the table now, so out of the count now.
+                shared.udp.flow_ended();
+                flow.end(Ended::Evicted);
+            }
+            return true;
+        }
+        Err(Full::PerIp) => route::Dropped::PerIpLimit,
+        Err(Full::Daemon) => route::Dropped::FlowLimit,
+    };
+    shared.udp.dropped(dropped.reason());
+    false
 }
 
 /// Where a new flow goes, and what it carries first.

@@ -191,6 +191,11 @@ impl<V> FlowTable<V> {
         Some(entry.value)
     }
 
+    /// Every flow.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.flows.values().map(|e| &e.value)
+    }
+
     /// Every flow, for shutdown.
     pub(crate) fn drain(&mut self) -> Vec<V> {
         self.per_ip.clear();

@@ -1,0 +1,51 @@
+//! Idle flows ended by one timer per listener instead of one per flow: a
+//! sweep over the listener's table every tenth of the shortest idle timeout
+//! (between 50 ms and 1 s), so a flow ends at most that much after its
+//! timeout, and an idle flow costs no timer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tcpmux_proto::sniff::datagram::Datagram;
+use tokio::task::JoinHandle;
+
+use super::flow::{Ended, Flows};
+use crate::state::Shared;
+
+/// The sweep's task, stopped when this is dropped (the listener stops).
+pub(super) struct Sweep(JoinHandle<()>);
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts sweeping `flows`.
+pub(super) fn start(flows: Arc<Flows>, shared: Arc<Shared>) -> Sweep {
+    Sweep(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period(&shared)).await;
+            let now = flows.now();
+            let idle: Vec<_> = flows
+                .table()
+                .values()
+                .filter(|flow| flow.idle_at(now))
+                .cloned()
+                .collect();
+            for flow in idle {
+                flow.end(Ended::Idle);
+            }
+        }
+    }))
+}
+
+/// A tenth of the shortest idle timeout in force, within 50 ms and 1 s.
+fn period(shared: &Shared) -> Duration {
+    let settings = shared.settings();
+    let udp = &settings.udp;
+    let shortest = udp
+        .idle_timeout(None)
+        .min(udp.idle_timeout(Some(Datagram::Quic)));
+    (shortest / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
