@@ -13,12 +13,12 @@ use tokio::net::UdpSocket;
 
 use super::gather::Gathering;
 use super::route::Dropped;
-use super::table::{Activity, FlowTable};
-use crate::model::{ConnectionIds, Owner};
+use super::table::{Activity, FlowTable, Full};
+use crate::model::{ConnectionIds, Owner, UdpSettings};
 use crate::net::datagram::{send_from, Destination};
 use crate::ops::access_log;
 use crate::ops::session_table::{LiveSession, Registered};
-use crate::ops::udp_metrics::Direction;
+use crate::ops::udp_metrics::{Direction, UdpCounters};
 use crate::state::Shared;
 use tcpmux_proto::sniff::datagram::long_header;
 use tcpmux_proto::ServiceName;
@@ -26,9 +26,12 @@ use tcpmux_proto::ServiceName;
 /// The largest datagram: what one UDP datagram can carry.
 pub(super) const MAX_DATAGRAM: usize = 65_535;
 
-/// One listener's flows, and the clock their activity is kept in.
+/// One listener's flows, and the clock their activity is kept in. A flow
+/// counts in the daemon's `tcpmuxd_udp_flows` exactly while it is in the
+/// table: every way in and out of it is here.
 pub(crate) struct Flows {
     table: Mutex<FlowTable<Arc<Flow>>>,
+    counters: Arc<UdpCounters>,
     started: Instant,
     /// Where a backend's reply is read before it is sent on: one for the
     /// listener's flows (their relays run one at a time, each without
@@ -42,10 +45,16 @@ pub(crate) struct Flows {
 }
 
 impl Flows {
-    /// `first_id` numbers its flows; `cids` is its address's table.
-    pub(super) fn new(first_id: u64, cids: Arc<Mutex<ConnectionIds>>) -> Flows {
+    /// `first_id` numbers its flows; `cids` is its address's table;
+    /// `counters` the daemon's.
+    pub(super) fn new(
+        first_id: u64,
+        cids: Arc<Mutex<ConnectionIds>>,
+        counters: Arc<UdpCounters>,
+    ) -> Flows {
         Flows {
             table: Mutex::new(FlowTable::new(1, None).numbered_from(first_id)),
+            counters,
             started: Instant::now(),
             replies: Mutex::new(vec![0; MAX_DATAGRAM]),
             gathering: Mutex::new(Gathering::default()),
@@ -64,6 +73,63 @@ impl Flows {
 
     pub(super) fn table(&self) -> std::sync::MutexGuard<'_, FlowTable<Arc<Flow>>> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Room for `client`'s new flow within `settings`' limits, the flows
+    /// it takes the place of told to end; why not, when there is none.
+    pub(super) fn make_room(
+        &self,
+        client: SocketAddr,
+        settings: &UdpSettings,
+    ) -> Result<(), Dropped> {
+        let evicted = {
+            let mut table = self.table();
+            table.set_limits(settings.max_flows, settings.max_flows_per_ip);
+            // `max_udp_flows` is the daemon's: other listeners' and
+            // workers' flows count too.
+            let others = (self.counters.active() as usize).saturating_sub(table.len());
+            table.make_room_among(client, others)
+        };
+        match evicted {
+            Ok(evicted) => {
+                for flow in evicted {
+                    self.counters.flow_ended();
+                    flow.end(Ended::Evicted);
+                }
+                Ok(())
+            }
+            Err(Full::PerIp) => Err(Dropped::PerIpLimit),
+            Err(Full::Daemon) => Err(Dropped::FlowLimit),
+        }
+    }
+
+    /// Adds `client`'s flow, of `service` routed by `routed`; its id.
+    pub(super) fn insert(
+        &self,
+        client: SocketAddr,
+        flow: &Arc<Flow>,
+        service: &str,
+        routed: &'static str,
+    ) -> u64 {
+        let id = self.table().insert(client, Arc::clone(flow));
+        self.counters.flow_started(service, routed);
+        id
+    }
+
+    /// Takes `client`'s flow `id` out, if it is still in (an evicted or
+    /// drained one is not).
+    fn remove(&self, client: &SocketAddr, id: u64) {
+        if self.table().remove(client, id).is_some() {
+            self.counters.flow_ended();
+        }
+    }
+
+    /// Tells every flow to end: the listener stops serving.
+    pub(super) fn end_all(&self) {
+        for flow in self.table().drain() {
+            self.counters.flow_ended();
+            flow.end(Ended::ListenerClosed);
+        }
     }
 }
 
@@ -251,10 +317,7 @@ pub(super) async fn run(
     if why == Ended::BackendError && shared.udp_health.failed(about.backend) {
         tracing::warn!(backend = %about.backend, service = %about.service, "UDP backend unreachable: new flows pass it over for {} s", crate::state::UdpHealth::DOWN_FOR.as_secs());
     }
-    // An evicted or drained flow left the table, and the count, already.
-    if flow.flows.table().remove(&about.client, about.id).is_some() {
-        shared.udp.flow_ended();
-    }
+    flow.flows.remove(&about.client, about.id);
     flow.flows.cids().forget(about.id);
     let traffic = &flow.session.traffic;
     access_log::write(&access_log::Fields {

@@ -22,9 +22,8 @@ use crate::model::{Endpoint, Owner, Peer, Routed, UdpRoutes};
 use crate::net::datagram::{recv_with_destination, Destination};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
-use flow::{Ended, Flow, Flows, MAX_DATAGRAM};
+use flow::{Flow, Flows, MAX_DATAGRAM};
 use gather::Gathered;
-use table::Full;
 use tcpmux_proto::sniff::datagram::{quic_initial, Datagram};
 
 /// A UDP listener's routes, which a reload replaces.
@@ -32,14 +31,11 @@ pub(crate) type SharedRoutes = Arc<RwLock<Arc<UdpRoutes>>>;
 
 /// Ends every flow when the listener stops serving (a reload removed it,
 /// or the daemon stops).
-struct EndAll(Arc<Flows>, Arc<crate::ops::udp_metrics::UdpCounters>);
+struct EndAll(Arc<Flows>);
 
 impl Drop for EndAll {
     fn drop(&mut self) {
-        for flow in self.0.table().drain() {
-            flow.end(Ended::ListenerClosed);
-            self.1.flow_ended();
-        }
+        self.0.end_all();
     }
 }
 
@@ -49,8 +45,12 @@ pub(crate) async fn serve(socket: UdpSocket, routes: SharedRoutes, shared: Arc<S
     let Ok(local) = socket.local_addr() else {
         return;
     };
-    let flows = Arc::new(Flows::new(shared.quic.flow_base(), shared.quic.of(local)));
-    let _end_all = EndAll(Arc::clone(&flows), Arc::clone(&shared.udp));
+    let flows = Arc::new(Flows::new(
+        shared.quic.flow_base(),
+        shared.quic.of(local),
+        Arc::clone(&shared.udp),
+    ));
+    let _end_all = EndAll(Arc::clone(&flows));
     let _sweep = sweep::start(Arc::clone(&flows), Arc::clone(&shared));
     let mut buf = vec![0u8; MAX_DATAGRAM];
     // On a wildcard address each datagram says where it was sent.
@@ -80,9 +80,9 @@ pub(crate) async fn serve(socket: UdpSocket, routes: SharedRoutes, shared: Arc<S
         let existing = flows.table().get(&client).cloned();
         match existing {
             Some(flow) => {
-                // A client's later datagram earns its flow a second chance
-                // when the table is full; its first does not, so a spoofed
-                // source, which sends one, is the first to go.
+                // A client's later datagram makes its flow established,
+                // which a full table evicts last; its first does not, so a
+                // spoofed source, which sends one, is the first to go.
                 flow.used_by_client();
                 forward(&flow, datagram, &shared);
             }
@@ -134,8 +134,8 @@ fn start_flow(
     else {
         return;
     };
-    if !make_room(flows, client, &settings, shared) {
-        return;
+    if let Err(dropped) = flows.make_room(client, &settings.udp) {
+        return shared.udp.dropped(dropped.reason());
     }
     let source = route.proxy.transparent.then_some(client);
     let backend = match crate::net::datagram::connect_udp(backend_addr, source) {
@@ -168,7 +168,7 @@ fn start_flow(
         Arc::clone(flows),
         idle,
     ));
-    let id = flows.table().insert(client, Arc::clone(&flow));
+    let id = flows.insert(client, &flow, route.service.name.as_str(), route.routed);
     let quic = route.protocol == Some(Datagram::Quic);
     if let Some(connection) = connection.filter(|_| quic) {
         // The client's own ID for its connection (its Initials'), or the
@@ -182,9 +182,6 @@ fn start_flow(
             },
         );
     }
-    shared
-        .udp
-        .flow_started(route.service.name.as_str(), route.routed);
     for held in &earlier {
         forward(&flow, held, shared);
     }
@@ -205,38 +202,6 @@ fn start_flow(
         about,
         Arc::clone(shared),
     ));
-}
-
-/// Room in the table for `client`'s new flow, evicting what the limits
-/// say; `false` (and a drop counted) when there is none.
-fn make_room(
-    flows: &Flows,
-    client: SocketAddr,
-    settings: &crate::state::Settings,
-    shared: &Shared,
-) -> bool {
-    let evicted = {
-        let mut table = flows.table();
-        table.set_limits(settings.udp.max_flows, settings.udp.max_flows_per_ip);
-        // `max_udp_flows` is the daemon's: other listeners' and workers'
-        // flows count too.
-        let others = (shared.udp.active() as usize).saturating_sub(table.len());
-        table.make_room_among(client, others)
-    };
-    let dropped = match evicted {
-        Ok(evicted) => {
-            for flow in evicted {
-                // Out of the table now, so out of the count now.
-                shared.udp.flow_ended();
-                flow.end(Ended::Evicted);
-            }
-            return true;
-        }
-        Err(Full::PerIp) => route::Dropped::PerIpLimit,
-        Err(Full::Daemon) => route::Dropped::FlowLimit,
-    };
-    shared.udp.dropped(dropped.reason());
-    false
 }
 
 /// Where a new flow goes, and what it carries first.
