@@ -28,7 +28,7 @@ pub(super) struct BoundUdp {
 }
 
 /// Binds the UDP side of `spec`, at `at` (the TCP side's bound address,
-/// so a port 0 gives both the same port), if it has one; or takes the
+/// so a port 0 gives both the same port), if it has one; or adopts the
 /// socket a predecessor bound there, from `handed`.
 pub(super) fn bind(
     spec: &ListenSpec,
@@ -39,26 +39,19 @@ pub(super) fn bind(
         return Ok(None);
     };
     let addr = at.unwrap_or(*configured);
-    let socket = match handed.iter().position(|(bound, _)| *bound == addr) {
-        Some(at) => {
-            let socket = std::net::UdpSocket::from(handed.swap_remove(at).1);
-            socket.set_nonblocking(true).map_err(|e| BindError {
-                addr: spec.addr.clone(),
-                reason: format!("the UDP socket handed over: {e}"),
-            })?;
-            socket
-        }
-        None => bind_udp(addr, false)?,
-    };
+    if let Some(at) = handed.iter().position(|(bound, _)| *bound == addr) {
+        return adopt(spec, handed.swap_remove(at).1);
+    }
     Ok(Some(BoundUdp {
         configured: spec.addr.clone(),
-        socket,
+        socket: bind_udp(addr, false)?,
         routes: routes.clone(),
     }))
 }
 
-/// The UDP socket `prebind` bound for `spec` (`--workers`): each worker
-/// has its own, on the same address.
+/// The UDP socket bound for `spec` before this event loop started: by
+/// `prebind` (`--workers`, each worker its own on the same address) or by
+/// the daemon this one replaces.
 pub(super) fn adopt(spec: &ListenSpec, fd: OwnedFd) -> Result<Option<BoundUdp>, BindError> {
     let Some(routes) = &spec.options.udp else {
         return Ok(None);
@@ -66,7 +59,7 @@ pub(super) fn adopt(spec: &ListenSpec, fd: OwnedFd) -> Result<Option<BoundUdp>, 
     let socket = std::net::UdpSocket::from(fd);
     socket.set_nonblocking(true).map_err(|e| BindError {
         addr: spec.addr.clone(),
-        reason: format!("the UDP socket bound for this worker: {e}"),
+        reason: format!("the UDP socket bound before this event loop started: {e}"),
     })?;
     Ok(Some(BoundUdp {
         configured: spec.addr.clone(),
