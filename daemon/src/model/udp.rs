@@ -83,8 +83,8 @@ pub struct UdpBackend {
     pub weight: u32,
 }
 
-/// The flow settings: `max_udp_flows` and `max_udp_flows_per_ip` (each UDP
-/// listener's), `udp_idle_timeout`.
+/// The flow settings: `max_udp_flows` (the daemon's), `max_udp_flows_per_ip`
+/// (each listener socket's), `udp_idle_timeout`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpSettings {
     pub max_flows: usize,

@@ -86,8 +86,7 @@ impl<V> FlowTable<V> {
     }
 
     /// Room for a flow from `client`: `Ok` with the flows evicted to make
-    /// it, or why there is none. `used` says whether a flow was used since
-    /// it was last asked (and forgets it): such a flow goes to the back.
+    /// it (see [`FlowTable::victim`]), or why there is none.
     #[cfg(test)]
     pub(crate) fn make_room(&mut self, client: SocketAddr) -> Result<Vec<V>, Full>
     where
