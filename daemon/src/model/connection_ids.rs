@@ -39,7 +39,7 @@ pub struct ConnectionIds {
 
 impl ConnectionIds {
     /// Notes that `id` names the connection `owner` carries. The newest
-    /// flow to see an ID owns it; a flow keeps at most [`PER_FLOW`].
+    /// flow to see an ID owns it; a flow keeps at most four (`PER_FLOW`).
     pub fn learn(&mut self, id: &[u8], owner: Owner) {
         if id.is_empty() || id.len() > 20 {
             return;
