@@ -127,41 +127,49 @@ impl Drop for Namespaces {
     }
 }
 
-/// socat in the backend namespace: each connection gets the address it
-/// came from. Stopped by PID on drop.
+/// socat in the backend namespace: each connection (TCP port 7000) or
+/// datagram (UDP port 7001) gets the address it came from. Stopped by PID
+/// on drop.
 struct Backend(Child);
 
 impl Backend {
-    fn start(ns: &Namespaces) -> Backend {
+    fn tcp(ns: &Namespaces) -> Backend {
+        Backend::start(ns, "TCP-LISTEN:7000,reuseaddr,fork", "-Htln", "= :7000")
+    }
+
+    fn udp(ns: &Namespaces) -> Backend {
+        Backend::start(ns, "UDP-RECVFROM:7001,reuseaddr,fork", "-Huln", "= :7001")
+    }
+
+    /// socat on `address`, once `ss` with `kind` shows its port bound.
+    fn start(ns: &Namespaces, address: &str, kind: &str, port: &str) -> Backend {
         let backend = Backend(
             Command::new("ip")
                 .args(["netns", "exec", &ns.backend, "socat"])
-                .args([
-                    "TCP-LISTEN:7000,reuseaddr,fork",
-                    "SYSTEM:echo peer=$SOCAT_PEERADDR",
-                ])
+                .args([address, "SYSTEM:echo peer=$SOCAT_PEERADDR"])
                 .stdin(Stdio::null())
                 .spawn()
                 .expect("start socat"),
         );
         let deadline = Instant::now() + PATIENCE;
-        loop {
-            let listening = run(&[
+        let bound = || {
+            let ss = [
                 "ip",
                 "netns",
                 "exec",
                 &ns.backend,
                 "ss",
-                "-Htln",
+                kind,
                 "sport",
-                "= :7000",
-            ]);
-            if !listening.stdout.is_empty() {
-                return backend;
-            }
-            assert!(Instant::now() < deadline, "socat never listened");
+                port,
+            ];
+            !run(&ss).stdout.is_empty()
+        };
+        while !bound() {
+            assert!(Instant::now() < deadline, "socat never bound {port}");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        backend
     }
 }
 
@@ -194,7 +202,7 @@ fn ask(ns: &Namespaces, port: u16, service: &str) -> String {
 #[ignore = "needs root, ip, nft and socat (network namespaces; CI runs it)"]
 fn the_backend_sees_the_clients_own_address() {
     let ns = Namespaces::for_test();
-    let _backend = Backend::start(&ns);
+    let _backend = Backend::tcp(&ns);
     let config = format!(
         "listen = [\"{DAEMON_SIDE}:0\"]\nuser = \"nobody\"\n\
          [service.seen]\nproxy = \"{BACKEND}:7000\"\ntransparent = true\n\
@@ -204,40 +212,6 @@ fn the_backend_sees_the_clients_own_address() {
     let port = daemon.addr.port();
     assert_eq!(ask(&ns, port, "seen"), format!("+\r\npeer={CLIENT}\n"));
     assert_eq!(ask(&ns, port, "plain"), "+\r\npeer=10.201.2.1\n");
-}
-
-/// socat in the backend namespace answering each datagram with the address
-/// it came from, on UDP port 7001. Stopped by PID on drop.
-fn udp_backend(ns: &Namespaces) -> Backend {
-    let backend = Backend(
-        Command::new("ip")
-            .args(["netns", "exec", &ns.backend, "socat"])
-            .args([
-                "UDP-RECVFROM:7001,reuseaddr,fork",
-                "SYSTEM:echo peer=$SOCAT_PEERADDR",
-            ])
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start socat"),
-    );
-    let deadline = Instant::now() + PATIENCE;
-    while run(&[
-        "ip",
-        "netns",
-        "exec",
-        &ns.backend,
-        "ss",
-        "-Huln",
-        "sport",
-        "= :7001",
-    ])
-    .stdout
-    .is_empty()
-    {
-        assert!(Instant::now() < deadline, "socat never bound udp/7001");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    backend
 }
 
 /// One datagram from the client namespace to the daemon's UDP port, and
@@ -261,7 +235,7 @@ fn ask_udp(ns: &Namespaces, port: u16, datagram: &str) -> String {
 #[ignore = "needs root, ip, nft and socat (network namespaces; CI runs it)"]
 fn a_udp_backend_sees_the_clients_own_address() {
     let ns = Namespaces::for_test();
-    let _backend = udp_backend(&ns);
+    let _backend = Backend::udp(&ns);
     let config = format!(
         "listen = [{{ address = \"{DAEMON_SIDE}:0\", udp = true, \
          match = [{{ regex = \"^seen\", service = \"seen\" }}], udp_default = \"plain\" }}]\n\
