@@ -130,23 +130,39 @@ impl Drop for Namespaces {
 /// socat in the backend namespace: each connection (TCP port 7000) or
 /// datagram (UDP port 7001) gets the address it came from. Stopped by PID
 /// on drop.
+///
+/// The UDP one reads the datagram before it answers: socat writes each
+/// datagram to its command, and one that has already exited makes that
+/// write fail (EPIPE) and socat end without sending the answer.
 struct Backend(Child);
 
 impl Backend {
     fn tcp(ns: &Namespaces) -> Backend {
-        Backend::start(ns, "TCP-LISTEN:7000,reuseaddr,fork", "-Htln", "= :7000")
+        let command = "SYSTEM:echo peer=$SOCAT_PEERADDR";
+        Backend::start(
+            ns,
+            ["TCP-LISTEN:7000,reuseaddr,fork", command],
+            "-Htln",
+            "= :7000",
+        )
     }
 
     fn udp(ns: &Namespaces) -> Backend {
-        Backend::start(ns, "UDP-RECVFROM:7001,reuseaddr,fork", "-Huln", "= :7001")
+        let command = "SYSTEM:read -r _; echo peer=$SOCAT_PEERADDR";
+        Backend::start(
+            ns,
+            ["UDP-RECVFROM:7001,reuseaddr,fork", command],
+            "-Huln",
+            "= :7001",
+        )
     }
 
-    /// socat on `address`, once `ss` with `kind` shows its port bound.
-    fn start(ns: &Namespaces, address: &str, kind: &str, port: &str) -> Backend {
+    /// socat with `addresses`, once `ss` with `kind` shows its port bound.
+    fn start(ns: &Namespaces, addresses: [&str; 2], kind: &str, port: &str) -> Backend {
         let backend = Backend(
             Command::new("ip")
                 .args(["netns", "exec", &ns.backend, "socat"])
-                .args([address, "SYSTEM:echo peer=$SOCAT_PEERADDR"])
+                .args(addresses)
                 .stdin(Stdio::null())
                 .spawn()
                 .expect("start socat"),

@@ -233,7 +233,9 @@ fn two_wireguard_peers_talk_through_the_daemon() {
         &server_ns.exec(&[
             "socat",
             "UDP-RECVFROM:7777,bind=10.99.11.2,fork",
-            "SYSTEM:echo pong",
+            // Read first: an echo gone before socat writes the datagram
+            // to it ends socat without an answer (EPIPE).
+            "SYSTEM:read -r _; echo pong",
         ]),
         &[],
     );
