@@ -13,11 +13,14 @@
 # transparent test; pebble is the ACME server certificates are ordered from;
 # haproxy stands in front; wireguard-go and wg are two real WireGuard peers
 # (userspace, no kernel module) whose tunnel runs through a UDP listener;
-# prometheus (and its promtool) loads the alert rules of contrib/prometheus/.
+# prometheus (and its promtool) loads the alert rules of contrib/prometheus/;
+# etcd (and etcdctl) is the three-member cluster a fleet shares its state in
+# (Debian also starts an etcd.service on 127.0.0.1:2379, which the tests do
+# not use: `systemctl disable --now etcd` if you do not want it).
 set -euo pipefail
-PEERS="wireguard-go wireguard-tools haproxy util-linux python3 python3-yaml openssh-client openssh-server curl openssl dnsmasq-base bind9-dnsutils chromium openvpn postgresql microsocks iproute2 nftables socat pebble prometheus"
+PEERS="etcd-server etcd-client wireguard-go wireguard-tools haproxy util-linux python3 python3-yaml openssh-client openssh-server curl openssl dnsmasq-base bind9-dnsutils chromium openvpn postgresql microsocks iproute2 nftables socat pebble prometheus"
 missing=""
-for tool in wireguard-go wg haproxy setpriv prlimit /usr/bin/python3 ssh /usr/sbin/sshd curl openssl dnsmasq dig chromium openvpn psql microsocks ip nft socat pebble prometheus promtool; do
+for tool in etcd etcdctl wireguard-go wg haproxy setpriv prlimit /usr/bin/python3 ssh /usr/sbin/sshd curl openssl dnsmasq dig chromium openvpn psql microsocks ip nft socat pebble prometheus promtool; do
   command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
 done
 python3 -c "import yaml" 2>/dev/null || missing="$missing python3-yaml"

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use tcpmux_proto::admin::{
-    BackendRow, HandoffRow, ListenerRow, Reply, Request, ServiceRow, SessionRow,
+    BackendRow, FleetRow, HandoffRow, ListenerRow, Reply, Request, ServiceRow, SessionRow, SetBy,
 };
 
 use super::args::AdminArgs;
@@ -18,7 +18,11 @@ use super::args::AdminArgs;
 pub fn main(args: impl Iterator<Item = String>) -> ExitCode {
     let args = AdminArgs::parse_from(args);
     // Read here as the daemon would: a mistake is told without a connection.
-    let request = match Request::parse(&args.command.join(" ")) {
+    let mut words = args.command.join(" ");
+    if args.local {
+        words.push_str(" --local");
+    }
+    let request = match Request::parse(&words) {
         Ok(request) => request,
         Err(e) => {
             eprintln!("tcpmux admin: {e}");
@@ -90,6 +94,7 @@ fn render(reply: &Reply) -> String {
             format!("ended {killed} session{plural}\n")
         }
         Reply::Switched { service, state } => format!("{service}: {state}\n"),
+        Reply::Fleet { etcd, nodes } => format!("etcd: {etcd}\n{}", fleet(nodes)),
         Reply::Refused(error) => format!("{error}\n"),
     }
 }
@@ -149,6 +154,26 @@ fn marked(state: String, set_at_runtime: bool) -> String {
     }
 }
 
+/// Who set a run-time state: `edge-1 (fleet)`, `edge-1 (local)`, `-`.
+fn set_by(by: Option<&SetBy>) -> String {
+    by.map_or_else(|| "-".into(), |by| format!("{} ({})", by.node, by.scope))
+}
+
+/// `rows` with a SET BY column after `headers`, when any row has one.
+fn with_set_by(
+    mut headers: Vec<&'static str>,
+    mut body: Vec<Vec<String>>,
+    by: Vec<Option<&SetBy>>,
+) -> String {
+    if by.iter().any(Option::is_some) {
+        headers.push("SET BY");
+        for (row, by) in body.iter_mut().zip(by) {
+            row.push(set_by(by));
+        }
+    }
+    table(&headers, &body)
+}
+
 fn services(rows: &[ServiceRow]) -> String {
     let body: Vec<Vec<String>> = rows
         .iter()
@@ -165,7 +190,38 @@ fn services(rows: &[ServiceRow]) -> String {
         })
         .collect();
     let marked = rows.iter().any(|r| r.set_at_runtime);
-    table(&["NAME", "KIND", "STATE", "ACTIVE", "MAX", "TOTALS"], &body) + footnote(marked)
+    let headers = vec!["NAME", "KIND", "STATE", "ACTIVE", "MAX", "TOTALS"];
+    let by = rows.iter().map(|r| r.set_by.as_ref()).collect();
+    with_set_by(headers, body, by) + footnote(marked)
+}
+
+fn fleet(rows: &[FleetRow]) -> String {
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                if r.this {
+                    format!("{} (this)", r.node)
+                } else {
+                    r.node.clone()
+                },
+                r.address.clone(),
+                r.version.clone(),
+                age(r.uptime as f64),
+                r.sessions.to_string(),
+                format!("{} ago", age(r.last_seen as f64)),
+            ]
+        })
+        .collect();
+    let headers = [
+        "NODE",
+        "ADDRESS",
+        "VERSION",
+        "UPTIME",
+        "SESSIONS",
+        "LAST SEEN",
+    ];
+    table(&headers, &body)
 }
 
 fn backends(rows: &[BackendRow]) -> String {
@@ -185,7 +241,7 @@ fn backends(rows: &[BackendRow]) -> String {
             ]
         })
         .collect();
-    let headers = [
+    let headers = vec![
         "SERVICE",
         "BACKEND",
         "STATE",
@@ -197,7 +253,8 @@ fn backends(rows: &[BackendRow]) -> String {
         "SOURCE",
     ];
     let marked = rows.iter().any(|r| r.set_at_runtime);
-    table(&headers, &body) + footnote(marked)
+    let by = rows.iter().map(|r| r.set_by.as_ref()).collect();
+    with_set_by(headers, body, by) + footnote(marked)
 }
 
 fn listeners(rows: &[ListenerRow]) -> String {

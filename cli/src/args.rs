@@ -135,6 +135,10 @@ pub struct AdminArgs {
     /// Seconds allowed for connecting and for the reply.
     #[arg(short, long, default_value_t = 10.0)]
     pub timeout: f64,
+    /// In a cluster, change this instance only, not its fleet (set backend,
+    /// disable, enable); the same as ending the command with --local.
+    #[arg(long)]
+    pub local: bool,
     /// The command and its words, e.g. `show backends web`.
     #[arg(required = true, num_args = 1.., value_name = "COMMAND")]
     pub command: Vec<String>,

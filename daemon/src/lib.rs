@@ -17,8 +17,11 @@
 //! - `hub`: handoff backends and their control socket.
 //! - `outcome`: how a session ended, for its log line.
 //! - `services`: what a name does, one file per kind.
+//! - `runtime`: an operator's run-time changes, with who made them, and
+//!   the link to the fleet's etcd task.
 //! - `state`: what every connection shares; `admin`: the admin socket's
-//!   commands; `session`: one connection; `udp`: a UDP listener's flows.
+//!   commands; `fleet`: the membership and shared state in etcd;
+//!   `session`: one connection; `udp`: a UDP listener's flows.
 //! - [`server`]: binding, the accept loops, reload and shutdown.
 //! - [`cli`]: the command line, for the binary and the man page.
 
@@ -35,12 +38,14 @@ pub mod server;
 mod acme;
 mod admin;
 mod admission;
+mod fleet;
 #[cfg(test)]
 mod heap;
 mod hub;
 mod outcome;
 mod pool;
 mod registry;
+mod runtime;
 mod services;
 mod session;
 mod state;

@@ -19,6 +19,7 @@ use crate::ops::metrics::{earliest, Gauges, Metrics};
 use crate::ops::session_table::SessionTable;
 use crate::ops::udp_metrics::UdpCounters;
 use crate::registry::Registry;
+use crate::runtime::FleetSlot;
 
 /// The part of the configuration a reload replaces. A session takes a snapshot
 /// when it starts and keeps it to the end, so a reload never changes a running
@@ -104,6 +105,7 @@ pub struct DaemonState {
     history: Arc<History>,
     quic: Arc<QuicConnections>,
     udp_health: Arc<UdpHealth>,
+    fleet: FleetSlot,
 }
 
 /// The QUIC connection IDs of each UDP listener address, shared by the
@@ -179,6 +181,8 @@ pub(crate) struct Shared {
     pub udp_health: Arc<UdpHealth>,
     /// Whether an operator may change the run-time state now.
     pub changes: Changes,
+    /// The link to the fleet's etcd task, once started (`cluster`).
+    pub fleet: FleetSlot,
     /// What a reload parses the file with.
     pub keys: Keys,
     /// Starting, serving or stopping, for `/readyz`.
@@ -266,6 +270,7 @@ impl Shared {
             history: counters.history,
             quic: counters.quic,
             udp_health: counters.udp_health,
+            fleet: counters.fleet,
             changes: Changes::default(),
         }
     }

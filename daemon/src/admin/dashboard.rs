@@ -8,7 +8,8 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
-use super::run::{backends, handoff, services};
+use super::backends::backends;
+use super::run::{handoff, services};
 use crate::ops::history::INTERVAL;
 use crate::state::Shared;
 use tcpmux_proto::admin::ListenerRow;
@@ -47,5 +48,9 @@ pub(crate) fn status(shared: &Shared, listening: &Mutex<Vec<ListenerRow>>) -> Va
         "handoff": handoff(shared),
         "sessions": { "total": total, "busiest": sessions },
         "event_loops": shared.metrics.lag.summary(),
+        "fleet": shared.fleet.get().map(|fleet| {
+            let (etcd, members) = fleet.view();
+            json!({ "etcd": etcd, "nodes": super::fleet::rows(&fleet.node, &members) })
+        }),
     })
 }

@@ -4,7 +4,10 @@
 //! (SO_PEERCRED); every command is one log line naming the uid. The same
 //! data, read-only, feeds the dashboard (`dashboard.rs`).
 
+mod backends;
+mod change;
 mod dashboard;
+mod fleet;
 mod refusal;
 mod run;
 mod slots;

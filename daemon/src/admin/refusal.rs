@@ -4,6 +4,8 @@
 
 use tcpmux_proto::admin::RequestError;
 
+use crate::runtime::NotApplied;
+
 /// Why a command, or a connection, was refused.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum Refusal {
@@ -25,18 +27,13 @@ pub(super) enum Refusal {
     UpgradeInProgress,
     #[error("no session {0}; it may have ended (show sessions lists the live ones)")]
     NoSession(u64),
-    #[error("no service {0:?}; show services lists them")]
-    NoService(String),
-    #[error("service {0} is not a proxy: it has no backends")]
-    NotAProxy(String),
-    #[error("service {0}'s backends are not known yet (DNS)")]
-    MembersNotKnown(String),
-    #[error("no backend {backend} in {service}; its backends: {}", known.join(", "))]
-    NoBackend {
-        service: String,
-        backend: String,
-        known: Vec<String>,
-    },
+    /// A change that names no service or member of this instance.
+    #[error(transparent)]
+    NotApplied(#[from] NotApplied),
+    #[error("{0}; add --local to change this instance alone")]
+    FleetUnreachable(String),
+    #[error("this instance is in no cluster: show fleet needs `cluster` in its configuration")]
+    NoCluster,
     #[error("no backend {backend} in {service} and no session on it")]
     NothingOnBackend { service: String, backend: String },
 }

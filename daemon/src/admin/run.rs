@@ -5,14 +5,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tcpmux_proto::admin::{
-    BackendRow, Check, HandoffRow, ListenerRow, MemberStatus, QueueRow, Reply, Request, ServiceRow,
-    ServiceState, SessionRow, Source, HELP, VERSION,
+    HandoffRow, ListenerRow, QueueRow, Reply, Request, ServiceRow, ServiceState, SessionRow, HELP,
+    VERSION,
 };
-use tcpmux_proto::ServiceName;
 
+use super::backends::backends;
 use super::refusal::Refusal;
 use crate::admission::ServiceCounts;
-use crate::model::{AdminState, MemberFigures, Proxy, Service, ServiceKind, Weighted};
+use crate::model::{Proxy, Service, ServiceKind};
+use crate::runtime::NotApplied;
 use crate::state::{Settings, Shared};
 
 /// Runs `request`; `listeners` are the sockets in service now.
@@ -51,38 +52,12 @@ pub(super) fn run(
         Request::ShutdownBackend { service, backend } => {
             shutdown_backend(shared, &settings, service, backend)
         }
-        Request::SetState {
-            service,
-            backend,
-            state,
-        } => changing(shared, || {
-            set_backend(&settings, service, backend, |pool, endpoint| {
-                pool.set_state(endpoint, *state);
-            })
-        }),
-        Request::SetWeight {
-            service,
-            backend,
-            weight,
-        } => changing(shared, || {
-            set_backend(&settings, service, backend, |pool, endpoint| {
-                pool.set_weight(endpoint, *weight);
-            })
-        }),
-        Request::Disable(name) => changing(shared, || switch(&settings, name, true)),
-        Request::Enable(name) => changing(shared, || switch(&settings, name, false)),
+        Request::ShowFleet => super::fleet::show(shared),
+        change => {
+            let (change, local) = super::change::of(change).ok_or(Refusal::Internal)?;
+            super::change::make(shared, change, local)
+        }
     }
-}
-
-/// Runs `change` unless an upgrade is carrying the run-time state.
-fn changing(
-    shared: &Shared,
-    change: impl FnOnce() -> Result<Reply, Refusal>,
-) -> Result<Reply, Refusal> {
-    shared
-        .changes
-        .apply(change)
-        .map_err(|_frozen| Refusal::UpgradeInProgress)?
 }
 
 fn kind(service: &Service) -> &'static str {
@@ -99,11 +74,11 @@ fn counts<'s>(
     settings: &'s Settings,
     name: &str,
 ) -> Result<(&'s Service, &'s Arc<ServiceCounts>), Refusal> {
-    let unknown = || Refusal::NoService(name.to_owned());
-    let name = ServiceName::parse(name).map_err(|_| unknown())?;
-    let service = settings.registry.lookup(&name).ok_or_else(unknown)?;
-    let counts = settings.usage.get(&name).ok_or_else(unknown)?;
-    Ok((service, counts))
+    Ok(crate::runtime::counts(
+        &settings.registry,
+        &settings.usage,
+        name,
+    )?)
 }
 
 pub(super) fn services(shared: &Shared, settings: &Settings) -> Vec<ServiceRow> {
@@ -123,6 +98,12 @@ pub(super) fn services(shared: &Shared, settings: &Settings) -> Vec<ServiceRow> 
                     ServiceState::Enabled
                 },
                 set_at_runtime: disabled,
+                set_by: counts.and_then(|c| {
+                    c.disabled_by
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone()
+                }),
                 active: counts.map_or(0, |c| c.connections.get() as u64),
                 max_connections: service.max_connections.map(|max| max as u64),
                 queue: service.queue.as_ref().map(|queue| {
@@ -152,65 +133,11 @@ fn proxy_of<'s>(settings: &'s Settings, name: &str) -> Result<Proxied<'s>, Refus
     let (service, counts) = counts(settings, name)?;
     match &service.kind {
         ServiceKind::Proxy(proxy) => Ok((service, proxy, counts)),
-        _ => Err(Refusal::NotAProxy(name.to_owned())),
+        _ => Err(NotApplied::NotAProxy(name.to_owned()).into()),
     }
 }
 
 type Proxied<'s> = (&'s Service, &'s Arc<Proxy>, &'s Arc<ServiceCounts>);
-
-pub(super) fn backends(settings: &Settings, only: Option<&str>) -> Vec<BackendRow> {
-    let mut rows = Vec::new();
-    let mut services: Vec<&Service> = settings.registry.services().collect();
-    services.sort_by(|a, b| a.name.cmp(&b.name));
-    for service in services {
-        let (ServiceKind::Proxy(proxy), Some(counts)) =
-            (&service.kind, settings.usage.get(&service.name))
-        else {
-            continue;
-        };
-        if only.is_some_and(|name| name != service.name.as_str()) {
-            continue;
-        }
-        for line in counts.pool.figures(service.name.as_str(), proxy) {
-            rows.push(backend(proxy, &line));
-        }
-    }
-    rows
-}
-
-/// One member: `state` is the administrative one, or `down` when health
-/// took a ready member out.
-fn backend(proxy: &Proxy, line: &MemberFigures) -> BackendRow {
-    let state = match line.admin {
-        AdminState::Ready if !line.up => MemberStatus::Down,
-        AdminState::Ready => MemberStatus::Ready,
-        AdminState::Drain => MemberStatus::Drain,
-        AdminState::Maint => MemberStatus::Maint,
-    };
-    let configured = proxy
-        .backends
-        .iter()
-        .filter_map(Weighted::fixed_member)
-        .any(|m| m.endpoint.to_string() == line.backend);
-    BackendRow {
-        service: line.service.clone(),
-        backend: line.backend.clone(),
-        state,
-        weight: line.weight,
-        active: line.active,
-        connections: line.connections,
-        failures: line.failures,
-        last_check: line
-            .last_check
-            .map(|passed| if passed { Check::Pass } else { Check::Fail }),
-        source: if configured {
-            Source::Config
-        } else {
-            Source::Dns
-        },
-        set_at_runtime: line.set_at_runtime,
-    }
-}
 
 pub(super) fn handoff(shared: &Shared) -> Vec<HandoffRow> {
     shared
@@ -225,45 +152,6 @@ pub(super) fn handoff(shared: &Shared) -> Vec<HandoffRow> {
             in_flight: r.acks.as_ref().map_or(0, |a| a.in_flight() as u64),
         })
         .collect()
-}
-
-/// Applies `change` to the member of `service` written `backend`.
-fn set_backend(
-    settings: &Settings,
-    service: &str,
-    backend: &str,
-    change: impl FnOnce(&crate::pool::Pool, &crate::model::Endpoint),
-) -> Result<Reply, Refusal> {
-    let (named, proxy, counts) = proxy_of(settings, service)?;
-    let pool = &counts.pool;
-    let members = pool
-        .current(proxy)
-        .ok_or_else(|| Refusal::MembersNotKnown(service.to_owned()))?;
-    let Some(member) = members
-        .list
-        .iter()
-        .find(|m| m.endpoint.to_string() == backend)
-    else {
-        let known: Vec<String> = members
-            .list
-            .iter()
-            .map(|m| m.endpoint.to_string())
-            .collect();
-        return Err(Refusal::NoBackend {
-            service: service.to_owned(),
-            backend: backend.to_owned(),
-            known,
-        });
-    };
-    change(pool, &member.endpoint);
-    // A member back in service makes room: the clients in line get it first.
-    counts.connections.set_cap(counts.cap(named));
-    let row = pool
-        .figures(service, proxy)
-        .iter()
-        .find(|l| l.backend == backend)
-        .map(|line| self::backend(proxy, line));
-    Ok(Reply::Backend(row))
 }
 
 pub(super) fn sessions(shared: &Shared, only: Option<&str>) -> Vec<SessionRow> {
@@ -302,18 +190,5 @@ fn shutdown_backend(
         service: service.to_owned(),
         backend: backend.to_owned(),
         killed: killed as u64,
-    })
-}
-
-fn switch(settings: &Settings, name: &str, disable: bool) -> Result<Reply, Refusal> {
-    let (service, counts) = counts(settings, name)?;
-    counts.disabled.store(disable, Ordering::Release);
-    Ok(Reply::Switched {
-        service: service.name.as_str().to_owned(),
-        state: if disable {
-            ServiceState::Disabled
-        } else {
-            ServiceState::Enabled
-        },
     })
 }

@@ -52,6 +52,8 @@ pub(crate) struct ServiceCounts {
     /// Turned off on the admin socket: new clients are refused, running
     /// sessions go on. Kept by name across reloads, like the counts.
     pub disabled: std::sync::atomic::AtomicBool,
+    /// Who disabled it: this instance's operator or the fleet's.
+    pub disabled_by: Mutex<Option<tcpmux_proto::admin::SetBy>>,
 }
 
 impl ServiceCounts {
@@ -66,6 +68,7 @@ impl ServiceCounts {
 
     /// Forgets what an operator set for `name`, a service a reload removed.
     fn forget(&self, name: &ServiceName) {
+        *lock(&self.disabled_by) = None;
         if self.disabled.swap(false, Ordering::AcqRel) {
             tracing::info!(service = %name, "reload removed a disabled service: its run-time state is forgotten");
         }

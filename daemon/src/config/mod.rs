@@ -8,6 +8,7 @@ mod backend_tls;
 mod certs;
 mod checks;
 mod claims;
+mod cluster;
 mod detect;
 mod dns;
 mod durations;
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use crate::keys::Keys;
 use crate::model::{
-    AdminSettings, ControlLimits, Dns, Limits, ListenAddr, ListenSpec, UdpSettings,
+    AdminSettings, Cluster, ControlLimits, Dns, Limits, ListenAddr, ListenSpec, UdpSettings,
 };
 use crate::registry::Registry;
 
@@ -84,6 +85,8 @@ pub struct Config {
     pub dns: Dns,
     /// UDP flows: their limits and idle timeout.
     pub udp: UdpSettings,
+    /// The fleet this instance is one of (`cluster`), if any.
+    pub cluster: Option<std::sync::Arc<Cluster>>,
     /// What is valid but probably not meant (no services at all), for the log
     /// and `--check-config`.
     pub warnings: Vec<String>,
@@ -112,6 +115,7 @@ impl Default for Config {
             metrics_hosts: metrics::DEFAULT_HOSTS.map(str::to_owned).to_vec(),
             dns: Dns::default(),
             udp: UdpSettings::default(),
+            cluster: None,
             warnings: Vec::new(),
         }
     }
@@ -243,6 +247,7 @@ impl Config {
             metrics_hosts: metrics::metrics_hosts(src, &raw)?,
             dns: dns::dns(src, &raw)?,
             udp: udp::settings(src, &raw)?,
+            cluster: cluster::cluster(src, raw.cluster.as_ref())?.map(std::sync::Arc::new),
             warnings,
         })
     }

@@ -144,6 +144,7 @@ pub(crate) struct RawConfig {
     pub(crate) dns_max_ttl: Option<Spanned<ConfigDuration>>,
     pub(crate) resolvers: Option<Spanned<Vec<String>>>,
     pub(crate) include: Option<Spanned<Vec<String>>>,
+    pub(crate) cluster: Option<Spanned<super::cluster::RawCluster>>,
     #[serde(default)]
     pub(crate) service: BTreeMap<Spanned<String>, RawService>,
 }

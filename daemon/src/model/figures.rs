@@ -32,4 +32,6 @@ pub struct MemberFigures {
     pub admin: AdminState,
     /// Whether the operator set its state or weight at run time.
     pub set_at_runtime: bool,
+    /// Who set them: this instance's operator or the fleet's.
+    pub set_by: Option<tcpmux_proto::admin::SetBy>,
 }

@@ -50,6 +50,8 @@ struct MemberState {
     /// keep the member: the operator's word stands until the operator
     /// changes it, or a reload removes the member.
     set: Option<Override>,
+    /// Who set it: this instance's operator or the fleet's.
+    set_by: Option<tcpmux_proto::admin::SetBy>,
 }
 
 impl MemberState {
@@ -335,6 +337,7 @@ impl Pool {
                     weight: set.and_then(|o| o.weight).unwrap_or(member.weight),
                     admin: set.map(|o| o.state).unwrap_or_default(),
                     set_at_runtime: set.is_some(),
+                    set_by: entry.and_then(|e| e.set_by.clone()),
                     service: service.to_owned(),
                     up: usable(known, now),
                     active: entry.map_or(0, |e| e.held.load(Ordering::Acquire) as u64),

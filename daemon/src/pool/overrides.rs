@@ -2,6 +2,8 @@
 //! (`drain`, `maint`) and a weight, by endpoint, kept until changed or until
 //! a reload removes the member.
 
+use tcpmux_proto::admin::SetBy;
+
 use super::{lock, Override, Pool};
 use crate::model::{AdminState, Endpoint};
 
@@ -24,23 +26,25 @@ impl Pool {
             .collect()
     }
 
-    /// Sets `endpoint`'s administrative state (`drain`, `maint`, `ready`).
-    pub(crate) fn set_state(&self, endpoint: &Endpoint, state: AdminState) {
-        self.set(endpoint, |o| o.state = state);
+    /// Sets `endpoint`'s administrative state (`drain`, `maint`, `ready`);
+    /// `by` is who did, when known.
+    pub(crate) fn set_state(&self, endpoint: &Endpoint, state: AdminState, by: Option<SetBy>) {
+        self.set(endpoint, by, |o| o.state = state);
     }
 
     /// Sets `endpoint`'s weight; `None` returns to the configured one.
-    pub(crate) fn set_weight(&self, endpoint: &Endpoint, weight: Option<u32>) {
-        self.set(endpoint, |o| o.weight = weight);
+    pub(crate) fn set_weight(&self, endpoint: &Endpoint, weight: Option<u32>, by: Option<SetBy>) {
+        self.set(endpoint, by, |o| o.weight = weight);
     }
 
-    fn set(&self, endpoint: &Endpoint, change: impl FnOnce(&mut Override)) {
+    fn set(&self, endpoint: &Endpoint, by: Option<SetBy>, change: impl FnOnce(&mut Override)) {
         let mut state = lock(&self.state);
         let entry = state.entry(endpoint.clone()).or_default();
         let mut set = entry.set.unwrap_or_default();
         change(&mut set);
         // Back to the defaults: nothing to remember.
         entry.set = (set != Override::default()).then_some(set);
+        entry.set_by = entry.set.and(by);
         if entry.is_empty() {
             state.remove(endpoint);
         }
@@ -54,6 +58,7 @@ impl Pool {
         for (endpoint, entry) in state.iter_mut() {
             if entry.set.is_some() && gone(endpoint) {
                 entry.set = None;
+                entry.set_by = None;
                 forgotten.push(endpoint.clone());
             }
         }

@@ -59,6 +59,8 @@ pub struct Server {
     worker: usize,
     /// One of several workers (`--workers`).
     several: bool,
+    /// This instance in its fleet (`cluster`), for worker 0 to join.
+    fleet: Option<crate::fleet::Instance>,
 }
 
 impl Server {
@@ -169,6 +171,17 @@ impl Server {
         // Only now may the process have a second thread.
         logging::start_writer();
         bind(Role::Metrics, &mut handed)?;
+        let fleet = config
+            .cluster
+            .clone()
+            .map(|cluster| crate::fleet::Instance {
+                cluster,
+                address: listeners
+                    .first()
+                    .map(|(_, listener, _)| listener.local_addr().to_string())
+                    .unwrap_or_default(),
+                started: crate::fleet::unix_now(),
+            });
         let shared = Arc::new(Shared::new(config, daemon));
         upgrade::restore(&shared, std::mem::take(&mut handed.carried));
         // What the predecessor served and this configuration does not is
@@ -184,6 +197,7 @@ impl Server {
             adopted: std::mem::take(&mut handed.backends),
             worker: 0,
             several: false,
+            fleet,
         })
     }
 
@@ -250,19 +264,8 @@ impl Server {
             tracing::info!("upgrade: took over from the running daemon");
         }
 
-        // The pools are the daemon's, shared by every worker: one set of
-        // tasks checks and resolves them.
         let first = self.worker == 0;
-        let mut pools = if first {
-            pool_tasks(&shared)
-        } else {
-            JoinSet::new()
-        };
-        // So are the ACME certificates: one order flow each.
-        let mut acme = crate::acme::Keepers::default();
-        if first {
-            acme.follow(&shared.settings().acme);
-        }
+        let (mut pools, mut acme) = once_per_daemon(first, &shared, self.fleet);
         let chores = chores(&shared, self.worker);
         live.store_in_systemd();
         announce_ready(took_over);
@@ -369,6 +372,26 @@ fn chores(shared: &Arc<Shared>, worker: usize) -> JoinSet<()> {
         ));
     }
     chores
+}
+
+/// What the daemon needs once, run by its first event loop: the pools are
+/// the daemon's, shared by every worker, so one set of tasks checks and
+/// resolves them; so are the ACME certificates (one order flow each) and
+/// the fleet's membership and state (one etcd task).
+fn once_per_daemon(
+    first: bool,
+    shared: &Arc<Shared>,
+    fleet: Option<crate::fleet::Instance>,
+) -> (JoinSet<()>, crate::acme::Keepers) {
+    let mut acme = crate::acme::Keepers::default();
+    if !first {
+        return (JoinSet::new(), acme);
+    }
+    acme.follow(&shared.settings().acme);
+    if let Some(instance) = fleet {
+        crate::fleet::start(instance, shared);
+    }
+    (pool_tasks(shared), acme)
 }
 
 fn pool_tasks(shared: &Shared) -> JoinSet<()> {

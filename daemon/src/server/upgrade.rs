@@ -207,8 +207,9 @@ pub(super) fn restore(shared: &Shared, carried: Vec<Carried>) {
                 weight,
                 ..
             } => {
-                counts.pool.set_state(&backend, state);
-                counts.pool.set_weight(&backend, weight);
+                // Who set it does not travel: the successor shows it as set.
+                counts.pool.set_state(&backend, state, None);
+                counts.pool.set_weight(&backend, weight, None);
             }
         }
     }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 mod backends;
 pub mod dns;
+pub mod etcd;
 mod in_process;
 pub mod peers;
 pub mod pki;

@@ -14,8 +14,8 @@ mod rows;
 pub use reply::{Reply, ReplyError};
 pub use request::{AdminState, Request, RequestError, HELP};
 pub use rows::{
-    BackendRow, Check, HandoffRow, ListenerRow, MemberStatus, QueueRow, ServiceRow, ServiceState,
-    SessionRow, Source,
+    BackendRow, Check, FleetRow, HandoffRow, ListenerRow, MemberStatus, QueueRow, Scope,
+    ServiceRow, ServiceState, SessionRow, SetBy, Source,
 };
 
 /// The version of this format. Replies only ever gain fields within a

@@ -4,7 +4,9 @@
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
-use super::rows::{BackendRow, HandoffRow, ListenerRow, ServiceRow, ServiceState, SessionRow};
+use super::rows::{
+    BackendRow, FleetRow, HandoffRow, ListenerRow, ServiceRow, ServiceState, SessionRow,
+};
 
 /// What the daemon answers to one [`super::Request`].
 #[derive(Clone, Debug, PartialEq)]
@@ -46,6 +48,14 @@ pub enum Reply {
         service: String,
         /// Its state now.
         state: ServiceState,
+    },
+    /// To `show fleet`.
+    Fleet {
+        /// How this instance stands with etcd, in a sentence
+        /// (`connected to http://...`, `unreachable since ...: why`).
+        etcd: String,
+        /// The instances with a live membership, this one included.
+        nodes: Vec<FleetRow>,
     },
     /// Any command the daemon refused, with why.
     Refused(String),
@@ -99,6 +109,7 @@ impl Reply {
             Reply::Switched { service, state } => {
                 (true, json!({ "service": service, "state": state }))
             }
+            Reply::Fleet { etcd, nodes } => (true, json!({ "etcd": etcd, "fleet": nodes })),
         };
         let mut fields = match fields {
             Value::Object(fields) => fields,
@@ -153,6 +164,11 @@ impl Reply {
             }
         } else if has("backend") {
             Reply::Backend(field(&fields, "backend")?)
+        } else if has("fleet") {
+            Reply::Fleet {
+                etcd: field(&fields, "etcd")?,
+                nodes: field(&fields, "fleet")?,
+            }
         } else if has("state") {
             Reply::Switched {
                 service: field(&fields, "service")?,
@@ -178,7 +194,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::admin::rows::{Check, MemberStatus, QueueRow, Source};
+    use crate::admin::rows::{Check, MemberStatus, QueueRow, Scope, SetBy, Source};
 
     fn session() -> SessionRow {
         SessionRow {
@@ -210,6 +226,10 @@ mod tests {
             last_check: Some(Check::Fail),
             source: Source::Dns,
             set_at_runtime: true,
+            set_by: Some(SetBy {
+                node: "edge-1".into(),
+                scope: Scope::Fleet,
+            }),
         }
     }
 
@@ -224,6 +244,7 @@ mod tests {
                 kind: "proxy".into(),
                 state: ServiceState::Disabled,
                 set_at_runtime: true,
+                set_by: None,
                 active: 3,
                 max_connections: Some(10),
                 queue: Some(QueueRow {
@@ -265,6 +286,18 @@ mod tests {
                 service: "web".into(),
                 state: ServiceState::Enabled,
             },
+            Reply::Fleet {
+                etcd: "connected to http://127.0.0.1:2379".into(),
+                nodes: vec![FleetRow {
+                    node: "edge-1".into(),
+                    address: "0.0.0.0:443".into(),
+                    version: "0.1.0".into(),
+                    uptime: 60,
+                    sessions: 2,
+                    last_seen: 1,
+                    this: true,
+                }],
+            },
             Reply::Refused("no service \"x\"".into()),
         ]
     }
@@ -288,6 +321,7 @@ mod tests {
             r#""last_check":"fail""#,
             r#""source":"dns""#,
             r#""set_at_runtime":true"#,
+            r#""set_by":{"node":"edge-1","scope":"fleet"}"#,
         ] {
             assert!(text.contains(key), "{key} in {text}");
         }
@@ -306,6 +340,7 @@ mod tests {
             (json!(MemberStatus::Down), MemberStatus::Down.as_str()),
             (json!(Check::Pass), Check::Pass.as_str()),
             (json!(Source::Dns), Source::Dns.as_str()),
+            (json!(Scope::Local), Scope::Local.as_str()),
         ];
         for (written, word) in words {
             assert_eq!(written, json!(word));

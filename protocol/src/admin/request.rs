@@ -73,7 +73,7 @@ pub enum Request {
         /// The member's address as `show backends` writes it.
         backend: String,
     },
-    /// `set backend SERVICE ADDRESS state ready|drain|maint`.
+    /// `set backend SERVICE ADDRESS state ready|drain|maint [--local]`.
     SetState {
         /// The proxy service.
         service: String,
@@ -81,8 +81,10 @@ pub enum Request {
         backend: String,
         /// The state to set.
         state: AdminState,
+        /// `--local`: this instance only, not its fleet.
+        local: bool,
     },
-    /// `set backend SERVICE ADDRESS weight N|config`.
+    /// `set backend SERVICE ADDRESS weight N|config [--local]`.
     SetWeight {
         /// The proxy service.
         service: String,
@@ -90,11 +92,25 @@ pub enum Request {
         backend: String,
         /// `None`: back to the configured weight.
         weight: Option<u32>,
+        /// `--local`: this instance only, not its fleet.
+        local: bool,
     },
-    /// `disable service NAME`.
-    Disable(String),
-    /// `enable service NAME`.
-    Enable(String),
+    /// `disable service NAME [--local]`.
+    Disable {
+        /// The service.
+        name: String,
+        /// `--local`: this instance only, not its fleet.
+        local: bool,
+    },
+    /// `enable service NAME [--local]`.
+    Enable {
+        /// The service.
+        name: String,
+        /// `--local`: this instance only, not its fleet.
+        local: bool,
+    },
+    /// `show fleet`: the instances sharing this one's `cluster`.
+    ShowFleet,
 }
 
 /// Why a line is not a command; the text says what would be.
@@ -123,10 +139,11 @@ pub const HELP: &[&str] = &[
     "show sessions [SERVICE]",
     "kill session ID",
     "shutdown sessions backend SERVICE ADDRESS",
-    "set backend SERVICE ADDRESS state ready|drain|maint",
-    "set backend SERVICE ADDRESS weight N|config",
-    "disable service NAME",
-    "enable service NAME",
+    "show fleet",
+    "set backend SERVICE ADDRESS state ready|drain|maint [--local]",
+    "set backend SERVICE ADDRESS weight N|config [--local]",
+    "disable service NAME [--local]",
+    "enable service NAME [--local]",
     "help",
 ];
 
@@ -137,7 +154,17 @@ impl Request {
     /// Reads one command line (without its newline); words are separated by
     /// any white space.
     pub fn parse(line: &str) -> Result<Request, RequestError> {
-        let words: Vec<&str> = line.split_whitespace().collect();
+        let mut words: Vec<&str> = line.split_whitespace().collect();
+        // A change may end in `--local`; no other command takes it.
+        let local = words.last() == Some(&"--local");
+        if local {
+            words.pop();
+            if !matches!(words.first(), Some(&("set" | "disable" | "enable"))) {
+                return Err(RequestError::Usage(
+                    "--local goes only after set backend, disable service or enable service",
+                ));
+            }
+        }
         let owned = |w: &str| w.to_owned();
         match words.as_slice() {
             [] => Err(RequestError::Empty),
@@ -149,8 +176,9 @@ impl Request {
             ["show", "handoff"] => Ok(Request::ShowHandoff),
             ["show", "sessions"] => Ok(Request::ShowSessions(None)),
             ["show", "sessions", service] => Ok(Request::ShowSessions(Some(owned(service)))),
+            ["show", "fleet"] => Ok(Request::ShowFleet),
             ["show", ..] => Err(RequestError::Usage(
-                "show services|backends [SERVICE]|sessions [SERVICE]|listeners|handoff",
+                "show services|backends [SERVICE]|sessions [SERVICE]|listeners|handoff|fleet",
             )),
             ["kill", "session", id] => id.parse().map(Request::KillSession).map_err(|_| {
                 RequestError::Value(format!("session id {id:?}: a number from show sessions"))
@@ -167,18 +195,28 @@ impl Request {
                 service: owned(service),
                 backend: owned(backend),
                 state: state.parse().map_err(RequestError::Value)?,
+                local,
             }),
             ["set", "backend", service, backend, "weight", weight] => Ok(Request::SetWeight {
                 service: owned(service),
                 backend: owned(backend),
                 weight: parse_weight(weight)?,
+                local,
             }),
             ["set", ..] => Err(RequestError::Usage(
-                "set backend SERVICE ADDRESS state ready|drain|maint, or ... weight N|config",
+                "set backend SERVICE ADDRESS state ready|drain|maint, or ... weight N|config; then --local for this instance only",
             )),
-            ["disable", "service", name] => Ok(Request::Disable(owned(name))),
-            ["enable", "service", name] => Ok(Request::Enable(owned(name))),
-            ["disable" | "enable", ..] => Err(RequestError::Usage("disable|enable service NAME")),
+            ["disable", "service", name] => Ok(Request::Disable {
+                name: owned(name),
+                local,
+            }),
+            ["enable", "service", name] => Ok(Request::Enable {
+                name: owned(name),
+                local,
+            }),
+            ["disable" | "enable", ..] => Err(RequestError::Usage(
+                "disable|enable service NAME [--local]",
+            )),
             [first, ..] => Err(RequestError::Unknown(owned(first))),
         }
     }
@@ -200,22 +238,48 @@ impl fmt::Display for Request {
             Request::ShutdownBackend { service, backend } => {
                 write!(f, "shutdown sessions backend {service} {backend}")
             }
+            Request::ShowFleet => f.write_str("show fleet"),
             Request::SetState {
                 service,
                 backend,
                 state,
-            } => write!(f, "set backend {service} {backend} state {state}"),
+                local,
+            } => write!(
+                f,
+                "set backend {service} {backend} state {state}{}",
+                scope(*local)
+            ),
             Request::SetWeight {
                 service,
                 backend,
                 weight,
+                local,
             } => match weight {
-                Some(weight) => write!(f, "set backend {service} {backend} weight {weight}"),
-                None => write!(f, "set backend {service} {backend} weight config"),
+                Some(weight) => write!(
+                    f,
+                    "set backend {service} {backend} weight {weight}{}",
+                    scope(*local)
+                ),
+                None => write!(
+                    f,
+                    "set backend {service} {backend} weight config{}",
+                    scope(*local)
+                ),
             },
-            Request::Disable(name) => write!(f, "disable service {name}"),
-            Request::Enable(name) => write!(f, "enable service {name}"),
+            Request::Disable { name, local } => {
+                write!(f, "disable service {name}{}", scope(*local))
+            }
+            Request::Enable { name, local } => write!(f, "enable service {name}{}", scope(*local)),
         }
+    }
+}
+
+/// A change's ending: nothing for the fleet, ` --local` for this instance.
+fn scope(local: bool) -> &'static str {
+    if local {
+        " --local"
+    } else {
+        ""
     }
 }
 
@@ -256,7 +320,8 @@ mod tests {
             Ok(Request::SetState {
                 service: "web".into(),
                 backend: "10.0.0.1:80".into(),
-                state: AdminState::Drain
+                state: AdminState::Drain,
+                local: false,
             })
         );
         assert_eq!(
@@ -264,24 +329,32 @@ mod tests {
             Ok(Request::SetWeight {
                 service: "web".into(),
                 backend: "unix:/run/b.sock".into(),
-                weight: Some(5)
+                weight: Some(5),
+                local: false,
             })
         );
         assert_eq!(
-            parse("set backend web 10.0.0.1:80 weight config"),
+            parse("set backend web 10.0.0.1:80 weight config --local"),
             Ok(Request::SetWeight {
                 service: "web".into(),
                 backend: "10.0.0.1:80".into(),
-                weight: None
+                weight: None,
+                local: true,
             })
         );
         assert_eq!(
             parse("disable service web"),
-            Ok(Request::Disable("web".into()))
+            Ok(Request::Disable {
+                name: "web".into(),
+                local: false
+            })
         );
         assert_eq!(
             parse("enable service web"),
-            Ok(Request::Enable("web".into()))
+            Ok(Request::Enable {
+                name: "web".into(),
+                local: false
+            })
         );
         assert_eq!(parse("show sessions"), Ok(Request::ShowSessions(None)));
         assert_eq!(
@@ -328,6 +401,16 @@ mod tests {
             );
         }
         assert!(matches!(parse("disable web"), Err(RequestError::Usage(_))));
+        for line in ["show fleet --local", "kill session 1 --local", "--local"] {
+            assert!(
+                matches!(parse(line), Err(RequestError::Usage(u)) if u.contains("--local")),
+                "{line}"
+            );
+        }
+        assert!(matches!(
+            parse("disable service web --local extra"),
+            Err(RequestError::Usage(_))
+        ));
         assert!(matches!(
             parse("kill session x1"),
             Err(RequestError::Value(_))
@@ -357,6 +440,11 @@ mod tests {
             "set backend web unix:/run/b.sock weight config",
             "disable service web",
             "enable service web",
+            "show fleet",
+            "set backend web 10.0.0.1:80 state drain --local",
+            "set backend web 10.0.0.1:80 weight 3 --local",
+            "disable service web --local",
+            "enable service web --local",
         ];
         for line in examples {
             let request = parse(line).expect(line);

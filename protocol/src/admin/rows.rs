@@ -16,6 +16,9 @@ pub struct ServiceRow {
     pub state: ServiceState,
     /// Whether an operator set its state at run time.
     pub set_at_runtime: bool,
+    /// Who set it, when an operator did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<SetBy>,
     /// Its live connections.
     pub active: u64,
     /// Its `max_connections`, if any.
@@ -76,6 +79,48 @@ pub struct BackendRow {
     pub source: Source,
     /// Whether an operator set its state or weight at run time.
     pub set_at_runtime: bool,
+    /// Who set them, when an operator did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_by: Option<SetBy>,
+}
+
+/// Where a run-time setting came from: the instance whose admin socket
+/// took the command, and whether it was for the fleet or that instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetBy {
+    /// The `node` of the instance that took the command.
+    pub node: String,
+    /// For every instance of the `cluster`, or this one (`--local`).
+    pub scope: Scope,
+}
+
+/// Whom a run-time change is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// This instance only.
+    Local,
+    /// Every instance of the cluster.
+    Fleet,
+}
+
+/// One instance of the cluster, as `show fleet` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FleetRow {
+    /// Its `node` name.
+    pub node: String,
+    /// Its first listening address.
+    pub address: String,
+    /// Its tcpmuxd version.
+    pub version: String,
+    /// Seconds since it started.
+    pub uptime: u64,
+    /// Its live sessions when it last reported.
+    pub sessions: u64,
+    /// Seconds since it last reported.
+    pub last_seen: u64,
+    /// Whether it is the instance that answered.
+    pub this: bool,
 }
 
 /// A member's state as `show backends` tells it.
@@ -202,4 +247,5 @@ words! {
     MemberStatus { Ready => "ready", Drain => "drain", Maint => "maint", Down => "down" }
     Check { Pass => "pass", Fail => "fail" }
     Source { Config => "config", Dns => "dns" }
+    Scope { Local => "local", Fleet => "fleet" }
 }

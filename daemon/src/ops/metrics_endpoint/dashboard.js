@@ -114,6 +114,14 @@ function render(status) {
   fill($("handoff"), ["pid", "uid", "names", "acks", "in flight"],
     status.handoff.map((h) => [h.pid, h.uid, h.names, h.acks, h.in_flight]));
 
+  $("fleet-section").hidden = !status.fleet;
+  if (status.fleet) {
+    $("fleet-etcd").textContent = `etcd: ${status.fleet.etcd}`;
+    fill($("fleet"), ["node", "address", "version", "uptime", "sessions", "last seen"],
+      status.fleet.nodes.map((n) => [n.this ? `${n.node} (this)` : n.node, n.address, n.version,
+        { text: `${n.uptime} s`, num: true }, n.sessions, { text: `${n.last_seen} s ago`, num: true }]));
+  }
+
   fill($("loops"), ["worker", "samples", "mean", "p99 at most"],
     status.event_loops.map((l) => [l.worker, l.samples, { text: `${l.mean_ms.toFixed(2)} ms`, num: true },
       { text: l.p99_ms_at_most === null ? "> 10 s" : `${l.p99_ms_at_most} ms`, num: true }]));

@@ -1,0 +1,62 @@
+//! A proxy's members as `show backends` lists them (and the dashboard, and
+//! the answer to `set backend`).
+
+use tcpmux_proto::admin::{BackendRow, Check, MemberStatus, Source};
+
+use crate::model::{AdminState, MemberFigures, Proxy, Service, ServiceKind, Weighted};
+use crate::state::Settings;
+
+pub(super) fn backends(settings: &Settings, only: Option<&str>) -> Vec<BackendRow> {
+    let mut rows = Vec::new();
+    let mut services: Vec<&Service> = settings.registry.services().collect();
+    services.sort_by(|a, b| a.name.cmp(&b.name));
+    for service in services {
+        let (ServiceKind::Proxy(proxy), Some(counts)) =
+            (&service.kind, settings.usage.get(&service.name))
+        else {
+            continue;
+        };
+        if only.is_some_and(|name| name != service.name.as_str()) {
+            continue;
+        }
+        for line in counts.pool.figures(service.name.as_str(), proxy) {
+            rows.push(backend(proxy, &line));
+        }
+    }
+    rows
+}
+
+/// One member: `state` is the administrative one, or `down` when health
+/// took a ready member out.
+fn backend(proxy: &Proxy, line: &MemberFigures) -> BackendRow {
+    let state = match line.admin {
+        AdminState::Ready if !line.up => MemberStatus::Down,
+        AdminState::Ready => MemberStatus::Ready,
+        AdminState::Drain => MemberStatus::Drain,
+        AdminState::Maint => MemberStatus::Maint,
+    };
+    let configured = proxy
+        .backends
+        .iter()
+        .filter_map(Weighted::fixed_member)
+        .any(|m| m.endpoint.to_string() == line.backend);
+    BackendRow {
+        service: line.service.clone(),
+        backend: line.backend.clone(),
+        state,
+        weight: line.weight,
+        active: line.active,
+        connections: line.connections,
+        failures: line.failures,
+        last_check: line
+            .last_check
+            .map(|passed| if passed { Check::Pass } else { Check::Fail }),
+        source: if configured {
+            Source::Config
+        } else {
+            Source::Dns
+        },
+        set_at_runtime: line.set_at_runtime,
+        set_by: line.set_by.clone(),
+    }
+}

@@ -1,0 +1,116 @@
+//! A fleet (`cluster`): this instance's membership and the run-time state
+//! it shares with the others, kept in etcd by one task per daemon. The task
+//! connects, registers, reads what the fleet set and watches for more; when
+//! etcd fails it keeps what it had, answers changes that etcd is not there,
+//! backs off and tries again. No connection ever waits on it.
+
+mod instance;
+mod keys;
+mod session;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use crate::runtime::{FleetLink, Publish};
+use crate::state::Shared;
+
+pub(crate) use instance::{unix_now, Instance};
+
+/// The first wait after a failure; it doubles up to `MAX_BACK_OFF`.
+const FIRST_BACK_OFF: Duration = Duration::from_secs(1);
+const MAX_BACK_OFF: Duration = Duration::from_secs(30);
+/// After the first warning of an outage, at most one a minute.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Starts the fleet's task on this event loop, once per daemon: the first
+/// event loop to call it sets `shared.fleet`; later calls do nothing.
+pub(crate) fn start(instance: Instance, shared: &Arc<Shared>) {
+    let (link, publish) = FleetLink::new(instance.cluster.node.clone());
+    if shared.fleet.set(Arc::clone(&link)).is_err() {
+        return;
+    }
+    tokio::spawn(run(instance, Arc::clone(shared), link, publish));
+}
+
+async fn run(
+    instance: Instance,
+    shared: Arc<Shared>,
+    link: Arc<FleetLink>,
+    mut publish: mpsc::Receiver<Publish>,
+) {
+    let mut back_off = FIRST_BACK_OFF;
+    let mut outage: Option<Outage> = None;
+    loop {
+        let ended = session::serve(&instance, &shared, &link, &mut publish).await;
+        let error = match ended {
+            session::Ended::Closed => return,
+            session::Ended::Served(error) => {
+                // It was connected: a new outage, starting with a short wait.
+                back_off = FIRST_BACK_OFF;
+                outage = None;
+                error
+            }
+            session::Ended::NotConnected(error) => error,
+        };
+        let outage = outage.get_or_insert_with(Outage::new);
+        outage.warn(&error, &instance.cluster.etcd);
+        link.set_etcd(format!(
+            "unreachable for {}s: {error}",
+            outage.since.elapsed().as_secs()
+        ));
+        // Changes asked for meanwhile are answered at once.
+        let wait = jittered(back_off);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => break,
+                asked = publish.recv() => match asked {
+                    Some(asked) => {
+                        let _ = asked.done.send(Err(format!("etcd is unreachable: {error}")));
+                    }
+                    None => return,
+                },
+            }
+        }
+        back_off = (back_off * 2).min(MAX_BACK_OFF);
+    }
+}
+
+/// An outage's warnings: the first at once, then one a minute.
+struct Outage {
+    since: Instant,
+    warned: Option<Instant>,
+}
+
+impl Outage {
+    fn new() -> Outage {
+        Outage {
+            since: Instant::now(),
+            warned: None,
+        }
+    }
+
+    fn warn(&mut self, error: &str, endpoints: &[String]) {
+        if self.warned.is_some_and(|at| at.elapsed() < WARN_EVERY) {
+            return;
+        }
+        self.warned = Some(Instant::now());
+        tracing::warn!(
+            etcd = %endpoints.join(","),
+            error,
+            down_for = self.since.elapsed().as_secs(),
+            "fleet: etcd unreachable; serving with the state last known, trying again"
+        );
+    }
+}
+
+/// `wait` give or take a quarter, so that a fleet restarted together does
+/// not knock on etcd in step.
+fn jittered(wait: Duration) -> Duration {
+    let mut byte = [0u8; 1];
+    rustix::rand::getrandom(&mut byte, rustix::rand::GetRandomFlags::empty()).ok();
+    let quarter = wait / 4;
+    wait - quarter + quarter * 2 * u32::from(byte[0]) / 255
+}

@@ -1,0 +1,284 @@
+//! One connection to etcd, from joining to its end: a lease and this
+//! instance's membership on it, what the fleet set (read once, then
+//! watched), the lease kept alive, the membership refreshed, and the
+//! operators' changes written. Every request has a deadline; a watch or a
+//! keep-alive stream that ends, or a lease etcd no longer knows, ends it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
+    WatchOptions, WatchStream,
+};
+use tcpmux_proto::admin::{Scope, SetBy};
+use tokio::sync::mpsc;
+
+use super::instance::{unix_now, Instance};
+use super::keys::{self, Entry};
+use crate::runtime::{self, Change, FleetLink, Member, Publish};
+use crate::state::Shared;
+
+/// How long a connection, and then each request, may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The membership lease: an instance gone this long leaves `show fleet`.
+const LEASE_TTL: i64 = 10;
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(3);
+/// How often the membership's figures (live sessions) are refreshed.
+const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// HTTP/2 pings on the connection, so that a watch on an etcd that went
+/// away without a word ends.
+const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// How a session ended.
+pub(super) enum Ended {
+    /// The daemon is stopping.
+    Closed,
+    /// It had joined; then this went wrong.
+    Served(String),
+    /// It never joined, for this reason.
+    NotConnected(String),
+}
+
+/// A joined session's streams.
+struct Joined {
+    lease: i64,
+    keeper: LeaseKeeper,
+    alive: LeaseKeepAliveStream,
+    watch: WatchStream,
+    members: HashMap<String, Member>,
+}
+
+pub(super) async fn serve(
+    instance: &Instance,
+    shared: &Arc<Shared>,
+    link: &FleetLink,
+    publish: &mut mpsc::Receiver<Publish>,
+) -> Ended {
+    let mut client = match connect(instance).await {
+        Ok(client) => client,
+        Err(e) => return Ended::NotConnected(e),
+    };
+    let joined = match join(&mut client, instance, shared, link).await {
+        Ok(joined) => joined,
+        Err(e) => return Ended::NotConnected(e),
+    };
+    let endpoints = instance.cluster.etcd.join(",");
+    link.set_etcd(format!("connected to {endpoints}"));
+    tracing::info!(node = %instance.cluster.node, etcd = %endpoints, members = joined.members.len(), "fleet: joined");
+    match follow(&mut client, joined, instance, shared, link, publish).await {
+        Ok(()) => Ended::Closed,
+        Err(e) => Ended::Served(e),
+    }
+}
+
+/// `request` within `REQUEST_TIMEOUT`, its error as text.
+async fn within<T>(
+    what: &str,
+    request: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!(
+            "{what}: no answer within {}s",
+            REQUEST_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+async fn connect(instance: &Instance) -> Result<Client, String> {
+    let cluster = &instance.cluster;
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(CONNECT_TIMEOUT)
+        .with_keep_alive(PING_EVERY, REQUEST_TIMEOUT)
+        .with_keep_alive_while_idle(true)
+        .with_require_leader(true);
+    if let Some((user, password)) = &cluster.user {
+        options = options.with_user(user.clone(), password.clone());
+    }
+    if let Some(tls) = &cluster.tls {
+        let mut config = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca));
+        if let Some((cert, key)) = &tls.identity {
+            config = config.identity(etcd_client::Identity::from_pem(cert, key));
+        }
+        options = options.with_tls(config);
+    }
+    let connecting = Client::connect(cluster.etcd.clone(), Some(options));
+    match tokio::time::timeout(CONNECT_TIMEOUT + REQUEST_TIMEOUT, connecting).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(format!("connect: {e}")),
+        Err(_) => Err("connect: no answer".into()),
+    }
+}
+
+/// This instance's membership as it stands now.
+fn membership(instance: &Instance, shared: &Shared) -> Member {
+    Member {
+        node: instance.cluster.node.clone(),
+        address: instance.address.clone(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        started: instance.started,
+        updated: unix_now(),
+        sessions: shared.gate.active.get() as u64,
+    }
+}
+
+/// A lease, the membership on it, the fleet's state read and put in
+/// force, and a watch from just after what was read.
+async fn join(
+    client: &mut Client,
+    instance: &Instance,
+    shared: &Shared,
+    link: &FleetLink,
+) -> Result<Joined, String> {
+    let prefix = &instance.cluster.prefix;
+    let lease = within("lease", client.lease_grant(LEASE_TTL, None))
+        .await?
+        .id();
+    report(client, instance, shared, lease).await?;
+    let all = format!("{prefix}/");
+    let read = within(
+        "read the fleet's state",
+        client.get(all.clone(), Some(GetOptions::new().with_prefix())),
+    )
+    .await?;
+    let revision = read.header().map_or(0, |h| h.revision());
+    let mut members = HashMap::new();
+    for kv in read.kvs() {
+        match keys::read(prefix, kv.key(), kv.value()) {
+            Some(Entry::Node(member)) => {
+                members.insert(member.node.clone(), member);
+            }
+            Some(Entry::Change(change, node)) => put_in_force(shared, &change, node, false),
+            None => {}
+        }
+    }
+    link.set_members(members.values().cloned().collect());
+    let watching = WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(revision + 1);
+    let watch = within("watch", client.watch(all, Some(watching))).await?;
+    let (keeper, alive) = within("keep-alive", client.lease_keep_alive(lease)).await?;
+    Ok(Joined {
+        lease,
+        keeper,
+        alive,
+        watch,
+        members,
+    })
+}
+
+/// Writes this instance's membership on `lease`.
+async fn report(
+    client: &mut Client,
+    instance: &Instance,
+    shared: &Shared,
+    lease: i64,
+) -> Result<(), String> {
+    let member = membership(instance, shared);
+    let key = keys::node_key(&instance.cluster.prefix, &member.node);
+    let put = client.put(
+        key,
+        keys::node_value(&member),
+        Some(PutOptions::new().with_lease(lease)),
+    );
+    within("membership", put).await.map(drop)
+}
+
+/// Until the daemon stops (`Ok`) or something fails.
+async fn follow(
+    client: &mut Client,
+    mut joined: Joined,
+    instance: &Instance,
+    shared: &Shared,
+    link: &FleetLink,
+    publish: &mut mpsc::Receiver<Publish>,
+) -> Result<(), String> {
+    let prefix = &instance.cluster.prefix;
+    let mut keep_alive = tokio::time::interval(KEEP_ALIVE_EVERY);
+    let mut refresh = tokio::time::interval(REPORT_EVERY);
+    loop {
+        tokio::select! {
+            _ = keep_alive.tick() => {
+                within("keep-alive", joined.keeper.keep_alive()).await?;
+            }
+            alive = joined.alive.message() => match alive {
+                Ok(Some(answer)) if answer.ttl() > 0 => {}
+                Ok(Some(_)) => return Err("the membership lease expired".into()),
+                Ok(None) => return Err("etcd ended the keep-alive stream".into()),
+                Err(e) => return Err(format!("keep-alive: {e}")),
+            },
+            _ = refresh.tick() => report(client, instance, shared, joined.lease).await?,
+            watched = joined.watch.message() => match watched {
+                Ok(Some(answer)) if answer.canceled() => {
+                    return Err(format!("etcd canceled the watch: {}", answer.cancel_reason()));
+                }
+                Ok(Some(answer)) => {
+                    for event in answer.events() {
+                        let Some(kv) = event.kv() else { continue };
+                        match event.event_type() {
+                            EventType::Put => match keys::read(prefix, kv.key(), kv.value()) {
+                                Some(Entry::Node(member)) => {
+                                    joined.members.insert(member.node.clone(), member);
+                                }
+                                Some(Entry::Change(change, node)) => {
+                                    put_in_force(shared, &change, node, true);
+                                }
+                                None => {}
+                            },
+                            EventType::Delete => {
+                                if let Some(node) = keys::deleted_node(prefix, kv.key()) {
+                                    joined.members.remove(&node);
+                                }
+                            }
+                        }
+                    }
+                    link.set_members(joined.members.values().cloned().collect());
+                }
+                Ok(None) => return Err("etcd ended the watch".into()),
+                Err(e) => return Err(format!("watch: {e}")),
+            },
+            asked = publish.recv() => {
+                let Some(asked) = asked else { return Ok(()) };
+                let key = keys::change_key(prefix, &asked.change);
+                let value = keys::change_value(&asked.change, &instance.cluster.node);
+                let written = within("write the change", client.put(key, value, None)).await;
+                let failed = written.as_ref().err().cloned();
+                let _ = asked.done.send(written.map(drop));
+                if let Some(error) = failed {
+                    return Err(error);
+                }
+            }
+        }
+    }
+}
+
+/// Puts a change the fleet holds in force here, as the fleet's and set by
+/// `node`; one for a service or member this instance does not have is
+/// left (its configuration may differ).
+fn put_in_force(shared: &Shared, change: &Change, node: String, log: bool) {
+    let settings = shared.settings();
+    let by = SetBy {
+        node: node.clone(),
+        scope: Scope::Fleet,
+    };
+    let made = shared
+        .changes
+        .apply(|| runtime::apply(&settings.registry, &settings.usage, change, Some(by)));
+    match made {
+        Ok(Ok(())) if log => {
+            tracing::info!(set_by = %node, ?change, "fleet: run-time change put in force")
+        }
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::debug!(set_by = %node, error = %e, "fleet: a change for what this instance does not have")
+        }
+        // A binary upgrade carries the state; the successor reads the
+        // fleet's when it joins.
+        Err(_frozen) => {}
+    }
+}

@@ -1,0 +1,106 @@
+//! Run-time settings: what an operator changes without editing the file (a
+//! member's state or weight, a service turned off), taken on this
+//! instance's admin socket or from its fleet, each kept with who set it.
+//! `link.rs` is how the admin socket and the fleet's etcd task meet.
+
+mod change;
+mod link;
+
+use std::sync::atomic::Ordering;
+
+use tcpmux_proto::admin::SetBy;
+use tcpmux_proto::ServiceName;
+
+use crate::admission::{ServiceCounts, Usage};
+use crate::model::{Endpoint, ServiceKind};
+use crate::registry::Registry;
+
+pub(crate) use change::{Change, NotApplied};
+pub(crate) use link::{FleetLink, FleetSlot, Member, Publish};
+
+/// Whether `change` names a service (and member) this instance has,
+/// changing nothing.
+pub(crate) fn check(registry: &Registry, usage: &Usage, change: &Change) -> Result<(), NotApplied> {
+    let (service, counts) = counts(registry, usage, change.service())?;
+    match change {
+        Change::Disabled { .. } => Ok(()),
+        Change::State { backend, .. } | Change::Weight { backend, .. } => {
+            member(service, counts, backend).map(drop)
+        }
+    }
+}
+
+/// Makes `change`, remembering `by` as who made it (when known).
+pub(crate) fn apply(
+    registry: &Registry,
+    usage: &Usage,
+    change: &Change,
+    by: Option<SetBy>,
+) -> Result<(), NotApplied> {
+    let (service, counts) = counts(registry, usage, change.service())?;
+    match change {
+        Change::Disabled { disabled, .. } => {
+            counts.disabled.store(*disabled, Ordering::Release);
+            *counts.disabled_by.lock().unwrap_or_else(|p| p.into_inner()) =
+                by.filter(|_| *disabled);
+        }
+        Change::State { backend, state, .. } => {
+            let endpoint = member(service, counts, backend)?;
+            counts.pool.set_state(&endpoint, *state, by);
+        }
+        Change::Weight {
+            backend, weight, ..
+        } => {
+            let endpoint = member(service, counts, backend)?;
+            counts.pool.set_weight(&endpoint, *weight, by);
+        }
+    }
+    // A member back in service makes room: the clients in line get it first.
+    counts.connections.set_cap(counts.cap(service));
+    Ok(())
+}
+
+/// The service `name` and its counts.
+pub(crate) fn counts<'s>(
+    registry: &'s Registry,
+    usage: &'s Usage,
+    name: &str,
+) -> Result<(&'s crate::model::Service, &'s std::sync::Arc<ServiceCounts>), NotApplied> {
+    let unknown = || NotApplied::NoService(name.to_owned());
+    let parsed = ServiceName::parse(name).map_err(|_| unknown())?;
+    let service = registry.lookup(&parsed).ok_or_else(unknown)?;
+    let counts = usage.get(&parsed).ok_or_else(unknown)?;
+    Ok((service, counts))
+}
+
+/// The member of `service`'s pool written `backend`.
+fn member(
+    service: &crate::model::Service,
+    counts: &ServiceCounts,
+    backend: &str,
+) -> Result<Endpoint, NotApplied> {
+    let name = service.name.as_str();
+    let ServiceKind::Proxy(proxy) = &service.kind else {
+        return Err(NotApplied::NotAProxy(name.to_owned()));
+    };
+    let members = counts
+        .pool
+        .current(proxy)
+        .ok_or_else(|| NotApplied::MembersNotKnown(name.to_owned()))?;
+    let found = members
+        .list
+        .iter()
+        .find(|m| m.endpoint.to_string() == backend);
+    match found {
+        Some(member) => Ok(member.endpoint.clone()),
+        None => Err(NotApplied::NoBackend {
+            service: name.to_owned(),
+            backend: backend.to_owned(),
+            known: members
+                .list
+                .iter()
+                .map(|m| m.endpoint.to_string())
+                .collect(),
+        }),
+    }
+}
