@@ -12,17 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use common::etcd::Etcd;
+use common::etcd::{secret, Etcd};
 use common::{tagged_echo, Daemon, Scratch, PATIENCE};
-
-/// The secret every instance shares, mode 0600.
-fn secret(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join("cluster.key");
-    std::fs::write(&path, common::random_bytes(7, 32)).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
-}
 
 /// One instance: `web` balanced over `backends`, an admin socket in
 /// `dir`, in the cluster under `prefix` as `node`.
@@ -41,11 +32,9 @@ fn instance_with(
 ) -> Daemon {
     let backends: Vec<String> = backends.iter().map(|b| format!("\"{b}\"")).collect();
     let config = format!(
-        "{extra}listen = [\"127.0.0.1:0\"]\nadmin_socket = \"{dir}/{node}.sock\"\n\
-         cluster = {{ etcd = [{}], prefix = \"{prefix}\", node = \"{node}\", secret = \"{}\" }}\n\
+        "{extra}listen = [\"127.0.0.1:0\"]\nadmin_socket = \"{dir}/{node}.sock\"\n{}\
          [service.web]\nproxy = [{}]\nbalance = \"round-robin\"\n",
-        etcd.endpoints_toml(),
-        secret(dir).display(),
+        etcd.cluster_line(dir, prefix, node),
         backends.join(", "),
         dir = dir.display(),
     );

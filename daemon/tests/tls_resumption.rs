@@ -5,41 +5,13 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use common::pki::Ca;
 use common::Daemon;
 
-/// How openssl saw a connection asking for daytime: `New` or `Reused`,
-/// writing its session to `session` (first) or resuming it.
 fn connect(port: u16, ca: &Path, session: &Path, resume: bool) -> String {
-    common::require_program("openssl", "version", "openssl");
-    let mut child = Command::new("openssl")
-        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
-        .args(["-CAfile", ca.to_str().unwrap(), "-verify_return_error"])
-        .args(["-servername", "localhost", "-tls1_3", "-ign_eof"])
-        .arg(if resume { "-sess_in" } else { "-sess_out" })
-        .arg(session)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run openssl");
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"daytime\r\n").unwrap();
-    drop(stdin);
-    // daytime answers and closes: s_client ends with the server.
-    let out = child.wait_with_output().expect("openssl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(text.contains("+\r\n"), "{text}");
-    for kind in ["Reused", "New"] {
-        if text.contains(&format!("{kind}, TLSv1.3")) {
-            return kind.to_owned();
-        }
-    }
-    panic!("no session line in {text}");
+    common::pki::openssl_session(port, ca, session, resume)
 }
 
 fn config(dir: &Path, tickets: &str) -> (Ca, String) {

@@ -4,9 +4,11 @@
 //! etcd fails it keeps what it had, answers changes that etcd is not there,
 //! backs off and tries again. No connection ever waits on it.
 
+mod deadline;
 mod instance;
 mod keys;
 mod session;
+mod tickets;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,8 +44,15 @@ async fn run(
 ) {
     let mut back_off = FIRST_BACK_OFF;
     let mut outage: Option<Outage> = None;
+    let mut tickets = tickets::TicketKeys::new(&instance.cluster);
     loop {
-        let ended = session::serve(&instance, &shared, &link, &mut publish).await;
+        let mut cx = session::Context {
+            instance: &instance,
+            shared: &shared,
+            link: &link,
+            tickets: &mut tickets,
+        };
+        let ended = session::serve(&mut cx, &mut publish).await;
         let error = match ended {
             session::Ended::Closed => return,
             session::Ended::Served(error) => {

@@ -15,14 +15,15 @@ use etcd_client::{
 use tcpmux_proto::admin::{Scope, SetBy};
 use tokio::sync::mpsc;
 
+use super::deadline::{within, REQUEST_TIMEOUT};
 use super::instance::{unix_now, Instance};
 use super::keys::{self, Entry};
+use super::tickets::TicketKeys;
 use crate::runtime::{self, Change, FleetLink, Member, Publish};
 use crate::state::Shared;
 
-/// How long a connection, and then each request, may take.
+/// How long a connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The membership lease: an instance gone this long leaves `show fleet`.
 const LEASE_TTL: i64 = 10;
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(3);
@@ -51,41 +52,31 @@ struct Joined {
     members: HashMap<String, Member>,
 }
 
-pub(super) async fn serve(
-    instance: &Instance,
-    shared: &Arc<Shared>,
-    link: &FleetLink,
-    publish: &mut mpsc::Receiver<Publish>,
-) -> Ended {
+/// What a session works with: this instance, the daemon's shared state,
+/// the link to the admin socket, and the ticket keys held across sessions.
+pub(super) struct Context<'a> {
+    pub instance: &'a Instance,
+    pub shared: &'a Arc<Shared>,
+    pub link: &'a FleetLink,
+    pub tickets: &'a mut TicketKeys,
+}
+
+pub(super) async fn serve(cx: &mut Context<'_>, publish: &mut mpsc::Receiver<Publish>) -> Ended {
+    let (instance, link) = (cx.instance, cx.link);
     let mut client = match connect(instance).await {
         Ok(client) => client,
         Err(e) => return Ended::NotConnected(e),
     };
-    let joined = match join(&mut client, instance, shared, link).await {
+    let joined = match join(&mut client, cx).await {
         Ok(joined) => joined,
         Err(e) => return Ended::NotConnected(e),
     };
     let endpoints = instance.cluster.etcd.join(",");
     link.set_etcd(format!("connected to {endpoints}"));
     tracing::info!(node = %instance.cluster.node, etcd = %endpoints, members = joined.members.len(), "fleet: joined");
-    match follow(&mut client, joined, instance, shared, link, publish).await {
+    match follow(&mut client, joined, cx, publish).await {
         Ok(()) => Ended::Closed,
         Err(e) => Ended::Served(e),
-    }
-}
-
-/// `request` within `REQUEST_TIMEOUT`, its error as text.
-async fn within<T>(
-    what: &str,
-    request: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
-        Ok(Ok(answer)) => Ok(answer),
-        Ok(Err(e)) => Err(format!("{what}: {e}")),
-        Err(_) => Err(format!(
-            "{what}: no answer within {}s",
-            REQUEST_TIMEOUT.as_secs()
-        )),
     }
 }
 
@@ -129,12 +120,8 @@ fn membership(instance: &Instance, shared: &Shared) -> Member {
 
 /// A lease, the membership on it, the fleet's state read and put in
 /// force, and a watch from just after what was read.
-async fn join(
-    client: &mut Client,
-    instance: &Instance,
-    shared: &Shared,
-    link: &FleetLink,
-) -> Result<Joined, String> {
+async fn join(client: &mut Client, cx: &mut Context<'_>) -> Result<Joined, String> {
+    let (instance, shared, link) = (cx.instance, cx.shared, cx.link);
     let prefix = &instance.cluster.prefix;
     let lease = within("lease", client.lease_grant(LEASE_TTL, None))
         .await?
@@ -149,6 +136,9 @@ async fn join(
     let revision = read.header().map_or(0, |h| h.revision());
     let mut members = HashMap::new();
     for kv in read.kvs() {
+        if cx.tickets.is_ours(kv.key()) {
+            cx.tickets.take(kv.value(), kv.mod_revision(), &shared.keys);
+        }
         match keys::read(prefix, kv.key(), kv.value()) {
             Some(Entry::Node(member)) => {
                 members.insert(member.node.clone(), member);
@@ -158,6 +148,9 @@ async fn join(
         }
     }
     link.set_members(members.values().cloned().collect());
+    if cx.tickets.due(unix_now()) {
+        cx.tickets.rotate(client, unix_now()).await?;
+    }
     let watching = WatchOptions::new()
         .with_prefix()
         .with_start_revision(revision + 1);
@@ -193,12 +186,10 @@ async fn report(
 async fn follow(
     client: &mut Client,
     mut joined: Joined,
-    instance: &Instance,
-    shared: &Shared,
-    link: &FleetLink,
+    cx: &mut Context<'_>,
     publish: &mut mpsc::Receiver<Publish>,
 ) -> Result<(), String> {
-    let prefix = &instance.cluster.prefix;
+    let instance = cx.instance;
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE_EVERY);
     let mut refresh = tokio::time::interval(REPORT_EVERY);
     loop {
@@ -212,39 +203,28 @@ async fn follow(
                 Ok(None) => return Err("etcd ended the keep-alive stream".into()),
                 Err(e) => return Err(format!("keep-alive: {e}")),
             },
-            _ = refresh.tick() => report(client, instance, shared, joined.lease).await?,
+            _ = refresh.tick() => {
+                report(client, instance, cx.shared, joined.lease).await?;
+                if cx.tickets.due(unix_now()) {
+                    cx.tickets.rotate(client, unix_now()).await?;
+                }
+            }
             watched = joined.watch.message() => match watched {
                 Ok(Some(answer)) if answer.canceled() => {
                     return Err(format!("etcd canceled the watch: {}", answer.cancel_reason()));
                 }
                 Ok(Some(answer)) => {
                     for event in answer.events() {
-                        let Some(kv) = event.kv() else { continue };
-                        match event.event_type() {
-                            EventType::Put => match keys::read(prefix, kv.key(), kv.value()) {
-                                Some(Entry::Node(member)) => {
-                                    joined.members.insert(member.node.clone(), member);
-                                }
-                                Some(Entry::Change(change, node)) => {
-                                    put_in_force(shared, &change, node, true);
-                                }
-                                None => {}
-                            },
-                            EventType::Delete => {
-                                if let Some(node) = keys::deleted_node(prefix, kv.key()) {
-                                    joined.members.remove(&node);
-                                }
-                            }
-                        }
+                        changed(cx, &mut joined.members, event);
                     }
-                    link.set_members(joined.members.values().cloned().collect());
+                    cx.link.set_members(joined.members.values().cloned().collect());
                 }
                 Ok(None) => return Err("etcd ended the watch".into()),
                 Err(e) => return Err(format!("watch: {e}")),
             },
             asked = publish.recv() => {
                 let Some(asked) = asked else { return Ok(()) };
-                let key = keys::change_key(prefix, &asked.change);
+                let key = keys::change_key(&instance.cluster.prefix, &asked.change);
                 let value = keys::change_value(&asked.change, &instance.cluster.node);
                 let written = within("write the change", client.put(key, value, None)).await;
                 let failed = written.as_ref().err().cloned();
@@ -252,6 +232,35 @@ async fn follow(
                 if let Some(error) = failed {
                     return Err(error);
                 }
+            }
+        }
+    }
+}
+
+/// One watched event put in force: a member come or gone, a change, new
+/// ticket keys.
+fn changed(
+    cx: &mut Context<'_>,
+    members: &mut HashMap<String, Member>,
+    event: &etcd_client::Event,
+) {
+    let prefix = &cx.instance.cluster.prefix;
+    let Some(kv) = event.kv() else { return };
+    match event.event_type() {
+        EventType::Put if cx.tickets.is_ours(kv.key()) => {
+            cx.tickets
+                .take(kv.value(), kv.mod_revision(), &cx.shared.keys);
+        }
+        EventType::Put => match keys::read(prefix, kv.key(), kv.value()) {
+            Some(Entry::Node(member)) => {
+                members.insert(member.node.clone(), member);
+            }
+            Some(Entry::Change(change, node)) => put_in_force(cx.shared, &change, node, true),
+            None => {}
+        },
+        EventType::Delete => {
+            if let Some(node) = keys::deleted_node(prefix, kv.key()) {
+                members.remove(&node);
             }
         }
     }

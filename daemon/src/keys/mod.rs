@@ -1,10 +1,12 @@
-//! The daemon's live key material: the TLS session-ticket keys and the ACME
-//! certificates' slots. One [`Keys`] per daemon, made before its first
+//! The daemon's live key material: the TLS session-ticket keys, the ACME
+//! certificates' slots, and the sealing of what a fleet keeps in etcd. One [`Keys`] per daemon, made before its first
 //! configuration is read and handed to every parse and every worker, so that a
 //! ticket from one worker resumes on another and after a reload, and each set
 //! of ACME settings has one slot, one order flow, whatever reads them.
 
 mod acme_cert;
+pub(crate) mod sealed;
+mod tickets;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -13,6 +15,7 @@ use rustls::server::ProducesTickets;
 use rustls::sign::CertifiedKey;
 
 pub use acme_cert::AcmeCert;
+pub(crate) use tickets::{Tickets, TICKET_KEY_LEN};
 
 use crate::model::AcmeSettings;
 
@@ -22,7 +25,7 @@ pub struct Keys(Arc<Inner>);
 
 #[derive(Default)]
 struct Inner {
-    tickets: OnceLock<Arc<dyn ProducesTickets>>,
+    tickets: OnceLock<Arc<Tickets>>,
     acme: Mutex<HashMap<AcmeSettings, Arc<AcmeCert>>>,
 }
 
@@ -33,13 +36,17 @@ impl std::fmt::Debug for Keys {
 }
 
 impl Keys {
-    /// The session-ticket keys: rustls's ticketer makes a new key every 6
-    /// hours and accepts the previous one. Made on first use.
+    /// The session-ticket keys (`tickets.rs`). Made on first use.
     pub(crate) fn tickets(&self) -> Result<Arc<dyn ProducesTickets>, rustls::Error> {
+        Ok(self.ticket_keys()? as Arc<dyn ProducesTickets>)
+    }
+
+    /// The same, to put a fleet's keys in force.
+    pub(crate) fn ticket_keys(&self) -> Result<Arc<Tickets>, rustls::Error> {
         if let Some(made) = self.0.tickets.get() {
             return Ok(Arc::clone(made));
         }
-        let made = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+        let made = Arc::new(Tickets::new()?);
         Ok(Arc::clone(self.0.tickets.get_or_init(|| made)))
     }
 

@@ -47,6 +47,16 @@ impl Etcd {
         quoted.join(", ")
     }
 
+    /// `cluster = { ... }` for an instance `node` under `prefix`, with the
+    /// secret file in `dir` ([`secret`]).
+    pub fn cluster_line(&self, dir: &std::path::Path, prefix: &str, node: &str) -> String {
+        format!(
+            "cluster = {{ etcd = [{}], prefix = \"{prefix}\", node = \"{node}\", secret = \"{}\" }}\n",
+            self.endpoints_toml(),
+            secret(dir).display(),
+        )
+    }
+
     fn endpoints(&self) -> String {
         self.urls().join(",")
     }
@@ -146,4 +156,14 @@ impl Drop for Etcd {
             self.stop(i);
         }
     }
+}
+
+/// The secret every instance of a test's fleet shares: `cluster.key` in
+/// `dir`, mode 0600 (the same bytes each time).
+pub fn secret(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("cluster.key");
+    std::fs::write(&path, super::random_bytes(7, 32)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
 }

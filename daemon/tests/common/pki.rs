@@ -179,3 +179,33 @@ impl TlsSetup {
         }
     }
 }
+
+/// How openssl saw a connection asking for daytime: `New` or `Reused`,
+/// writing its session to `session` (first) or resuming it.
+pub fn openssl_session(port: u16, ca: &Path, session: &Path, resume: bool) -> String {
+    super::require_program("openssl", "version", "openssl");
+    let mut child = std::process::Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+        .args(["-CAfile", ca.to_str().unwrap(), "-verify_return_error"])
+        .args(["-servername", "localhost", "-tls1_3", "-ign_eof"])
+        .arg(if resume { "-sess_in" } else { "-sess_out" })
+        .arg(session)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run openssl");
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"daytime\r\n").unwrap();
+    drop(stdin);
+    // daytime answers and closes: s_client ends with the server.
+    let out = child.wait_with_output().expect("openssl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("+\r\n"), "{text}");
+    for kind in ["Reused", "New"] {
+        if text.contains(&format!("{kind}, TLSv1.3")) {
+            return kind.to_owned();
+        }
+    }
+    panic!("no session line in {text}");
+}
