@@ -13,92 +13,18 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
 use common::dns::Dnsmasq;
-use common::peers::{curl, free_port, wait_for_port, Peer};
+use common::pebble::Pebble;
+use common::peers::free_port;
 use common::pki::Ca;
 use common::Daemon;
 
 const NAME: &str = "acme.test";
-
-/// pebble with its output collected, to count the orders it was sent.
-struct Pebble {
-    _child: Peer,
-    directory: String,
-    management: u16,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Pebble {
-    /// pebble on free ports, its HTTPS under a certificate of `ca`, checking
-    /// TLS-ALPN-01 on `tls_port` and resolving names through `dns_port`.
-    fn start(dir: &Path, ca: &Ca, tls_port: u16, dns_port: u16) -> Pebble {
-        common::require_program("pebble", "-h", "pebble");
-        let https = ca.server("pebble-https", 9);
-        let (port, management) = (free_port(), free_port());
-        let config = dir.join("pebble.json");
-        let json = format!(
-            r#"{{"pebble": {{"listenAddress": "127.0.0.1:{port}", "managementListenAddress": "127.0.0.1:{management}",
-               "certificate": "{}", "privateKey": "{}", "httpPort": {}, "tlsPort": {tls_port},
-               "ocspResponderURL": "", "externalAccountBindingRequired": false}}}}"#,
-            https.cert.display(),
-            https.key.display(),
-            free_port()
-        );
-        std::fs::write(&config, json).expect("pebble config");
-        let mut child = Command::new("pebble")
-            .arg("-config")
-            .arg(&config)
-            .args([
-                "-strict=false",
-                "-dnsserver",
-                &format!("127.0.0.1:{dns_port}"),
-            ])
-            .env("PEBBLE_VA_NOSLEEP", "1")
-            .env("PEBBLE_WFE_NONCEREJECT", "0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start pebble");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().expect("pebble's output");
-        let lines = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                lines.lock().expect("log").push(line);
-            }
-        });
-        wait_for_port(port);
-        Pebble {
-            _child: Peer(child),
-            directory: format!("https://localhost:{port}/dir"),
-            management,
-            log,
-        }
-    }
-
-    fn orders(&self) -> usize {
-        let log = self.log.lock().expect("log");
-        log.iter().filter(|l| l.contains("POST /order-plz")).count()
-    }
-
-    /// The root this run of pebble issues under, as a PEM file.
-    fn root(&self, ca: &Ca, dir: &Path) -> PathBuf {
-        let pem = curl(&[
-            "--cacert",
-            ca.pem.to_str().expect("path"),
-            &format!("https://localhost:{}/roots/0", self.management),
-        ]);
-        let path = dir.join("pebble-root.pem");
-        std::fs::write(&path, pem).expect("root");
-        path
-    }
-}
 
 /// A pebble with dnsmasq resolving acme.test for it, its CA's files, and
 /// the port the daemon's TLS listener takes (where pebble validates).
@@ -169,21 +95,7 @@ fn tls_client(port: u16, root: &Path) -> Output {
 
 /// The serial of the certificate served on `port`.
 fn served_serial(port: u16) -> String {
-    let mut s_client = Command::new("openssl")
-        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
-        .args(["-servername", NAME])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run openssl s_client");
-    let x509 = Command::new("openssl")
-        .args(["x509", "-noout", "-serial"])
-        .stdin(s_client.stdout.take().expect("s_client output"))
-        .output()
-        .expect("run openssl x509");
-    let _ = s_client.wait();
-    String::from_utf8_lossy(&x509.stdout).trim().to_owned()
+    common::pebble::served_serial(port, NAME)
 }
 
 fn waited(daemon: &mut Daemon, what: &str) -> String {

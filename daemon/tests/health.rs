@@ -9,7 +9,6 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -108,19 +107,10 @@ fn without_a_delay_a_stop_closes_the_listeners_at_once() {
     );
 }
 
-struct Haproxy(Child);
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// HAProxy on `port`, balancing over `servers` (listen port, metrics port),
 /// each checked with `GET /readyz` every 100 ms and out at its first 503;
 /// no retry, so a refused connection reaches the client.
-fn haproxy(dir: &std::path::Path, port: u16, servers: &[(u16, u16)]) -> Haproxy {
+fn haproxy(dir: &std::path::Path, port: u16, servers: &[(u16, u16)]) -> common::peers::Peer {
     let mut config = format!(
         "global\n  maxconn 2000\ndefaults\n  mode tcp\n  retries 0\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
          frontend fe\n  bind 127.0.0.1:{port}\n  default_backend be\n\
@@ -131,16 +121,7 @@ fn haproxy(dir: &std::path::Path, port: u16, servers: &[(u16, u16)]) -> Haproxy 
             "  server d{i} 127.0.0.1:{listen} check port {metrics} inter 100 fall 1 rise 1\n"
         ));
     }
-    let path = dir.join("haproxy.cfg");
-    std::fs::write(&path, config).unwrap();
-    let child = Command::new("haproxy")
-        .args(["-db", "-f"])
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start haproxy");
-    Haproxy(child)
+    common::peers::haproxy(dir, &config)
 }
 
 #[test]

@@ -7,12 +7,15 @@
 //! in the certificate's last week while it is not renewed. Whatever
 //! happens, the certificate in hand stays served.
 
+mod challenge;
+pub(crate) mod fleet;
 mod order;
 mod store;
 
+use fleet::FleetAcme;
 use instant_acme::Account;
 use order::AcmeError;
-use store::{Storage, StoreError};
+use store::Storage;
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -22,20 +25,31 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 
 use crate::keys::AcmeCert;
-use crate::model::AcmeSettings;
 
 const DAY: i64 = 86_400;
 
 /// The keepers of the slots the configuration in force names. A slot that
 /// stays across a reload keeps its keeper (an order under way goes on).
 #[derive(Default)]
-pub(crate) struct Keepers(Vec<(Arc<AcmeCert>, JoinHandle<()>)>);
+pub(crate) struct Keepers {
+    kept: Vec<(Arc<AcmeCert>, JoinHandle<()>)>,
+    /// The fleet the orders are shared with (`cluster`), if any.
+    fleet: Option<Arc<dyn FleetAcme>>,
+}
 
 impl Keepers {
+    /// Keepers that order once for the fleet.
+    pub(crate) fn in_fleet(fleet: Option<Arc<dyn FleetAcme>>) -> Keepers {
+        Keepers {
+            kept: Vec::new(),
+            fleet,
+        }
+    }
+
     /// Keeps exactly `slots`: stops the keepers of slots no longer named,
     /// starts one for each new slot.
     pub(crate) fn follow(&mut self, slots: &[Arc<AcmeCert>]) {
-        self.0.retain(|(slot, task)| {
+        self.kept.retain(|(slot, task)| {
             let named = slots.iter().any(|s| Arc::ptr_eq(s, slot));
             if !named {
                 task.abort();
@@ -43,9 +57,9 @@ impl Keepers {
             named
         });
         for slot in slots {
-            if !self.0.iter().any(|(kept, _)| Arc::ptr_eq(kept, slot)) {
-                let task = tokio::spawn(keep(Arc::clone(slot)));
-                self.0.push((Arc::clone(slot), task));
+            if !self.kept.iter().any(|(kept, _)| Arc::ptr_eq(kept, slot)) {
+                let task = tokio::spawn(keep(Arc::clone(slot), self.fleet.clone()));
+                self.kept.push((Arc::clone(slot), task));
             }
         }
     }
@@ -53,7 +67,7 @@ impl Keepers {
 
 impl Drop for Keepers {
     fn drop(&mut self) {
-        for (_, task) in &self.0 {
+        for (_, task) in &self.kept {
             task.abort();
         }
     }
@@ -62,7 +76,7 @@ impl Drop for Keepers {
 /// Keeps `slot`'s certificate obtained and renewed, for ever. The account
 /// and a certificate not yet stored (a full disk) are kept in memory across
 /// attempts, so a retry neither registers a new account nor orders again.
-async fn keep(slot: Arc<AcmeCert>) {
+async fn keep(slot: Arc<AcmeCert>, fleet: Option<Arc<dyn FleetAcme>>) {
     let settings = &slot.settings;
     let names = settings.names.join(",");
     // On its own clock: a hung CA or an order that never ends cannot
@@ -81,7 +95,7 @@ async fn keep(slot: Arc<AcmeCert>) {
     let (mut failures, mut store_failures) = (0u32, 0u32);
     loop {
         if let Some(pem) = &unsaved {
-            if let Err(e) = store(settings, pem) {
+            if let Err(e) = store::store_pair(settings, pem) {
                 store_failures += 1;
                 let delay = retry_delay(store_failures);
                 tracing::error!(
@@ -121,8 +135,16 @@ async fn keep(slot: Arc<AcmeCert>) {
                 tokio::time::sleep(wait + jitter(spread)).await;
             }
         }
+        // In a fleet, one instance orders; the others take its certificate.
+        let lock = match fleet.as_deref() {
+            Some(fleet) => match claim(fleet, &slot).await {
+                Some(lock) => Some(lock),
+                None => continue,
+            },
+            None => None,
+        };
         tracing::info!(names, directory = %settings.directory, "acme: ordering a certificate");
-        match order(&slot, &mut account).await {
+        match order(&slot, &mut account, fleet.as_deref()).await {
             Ok((pem, expiry)) => {
                 failures = 0;
                 tracing::info!(
@@ -130,6 +152,11 @@ async fn keep(slot: Arc<AcmeCert>) {
                     expires = expiry,
                     "acme: certificate obtained and served"
                 );
+                if let Some(fleet) = fleet.as_deref() {
+                    if let Err(e) = fleet.publish(&settings.pair_name(), &pem).await {
+                        tracing::warn!(names, "acme: the certificate could not be given to the fleet (the others order when theirs is due): {e}");
+                    }
+                }
                 unsaved = Some(pem);
             }
             Err(e) => {
@@ -142,15 +169,65 @@ async fn keep(slot: Arc<AcmeCert>) {
                     retry_in_s = delay.as_secs(),
                     "acme: could not obtain a certificate: {e}"
                 );
+                drop(lock);
                 tokio::time::sleep(delay + jitter(delay / 10)).await;
             }
         }
     }
 }
 
+/// In a fleet, before an order: the fleet's certificate if it holds a
+/// newer one (then no order), else the fleet's lock, and then the fleet's
+/// certificate again (another instance may have renewed while this one
+/// waited). `None`: no order now. Without etcd, no lock and no order.
+async fn claim(fleet: &dyn FleetAcme, slot: &AcmeCert) -> Option<fleet::OrderLock> {
+    let settings = &slot.settings;
+    let (names, pair) = (settings.names.join(","), settings.pair_name());
+    let due = || {
+        slot.expiry().map_or(true, |x| {
+            renewal_wait(x, settings.renew_before, unix_now()).is_zero()
+        })
+    };
+    let adopt_fleets = || async {
+        match fleet.certificate(&pair).await {
+            Ok(Some(pem)) => {
+                fleet::adopt(slot, &pem);
+                true
+            }
+            Ok(None) => true,
+            Err(e) => {
+                tracing::warn!(names, "acme: cannot read the fleet's certificate: {e}");
+                false
+            }
+        }
+    };
+    let wait_and_retry = || tokio::time::sleep(retry_delay(1));
+    if !adopt_fleets().await {
+        wait_and_retry().await;
+        return None;
+    }
+    if !due() {
+        return None;
+    }
+    let lock = match tokio::time::timeout(fleet::LOCK_WAIT, fleet.lock(&pair)).await {
+        Ok(Ok(lock)) => lock,
+        Ok(Err(e)) => {
+            tracing::warn!(names, "acme: no order without the fleet's lock: {e}");
+            wait_and_retry().await;
+            return None;
+        }
+        Err(_) => return None,
+    };
+    (adopt_fleets().await && due()).then_some(lock)
+}
+
 /// One order with the kept account (registered or loaded first if there is
 /// none), its certificate served at once: the chain and key, and its end.
-async fn order(slot: &AcmeCert, account: &mut Option<Account>) -> Result<(String, i64), AcmeError> {
+async fn order(
+    slot: &AcmeCert,
+    account: &mut Option<Account>,
+    fleet: Option<&dyn FleetAcme>,
+) -> Result<(String, i64), AcmeError> {
     let settings = &slot.settings;
     let kept = match account {
         Some(kept) => kept.clone(),
@@ -161,22 +238,11 @@ async fn order(slot: &AcmeCert, account: &mut Option<Account>) -> Result<(String
                 .clone()
         }
     };
-    let issued = order::obtain(slot, &kept).await?;
+    let issued = order::obtain(slot, &kept, fleet).await?;
     let (certified, expiry) = crate::config::acme::issued(settings, issued.pem.as_bytes())
         .map_err(|e| AcmeError::Order(e.to_string()))?;
     slot.install(Arc::new(certified), expiry);
     Ok((issued.pem, expiry))
-}
-
-/// Stores the chain and key `pem` as the slot's pair, in one file; the
-/// files older releases kept go once it is there.
-fn store(settings: &AcmeSettings, pem: &str) -> Result<(), StoreError> {
-    let storage = Storage::open(&settings.storage)?;
-    storage.write(&settings.pair_name(), pem.as_bytes())?;
-    let (cert, key) = settings.legacy_names();
-    storage.remove(&cert);
-    storage.remove(&key);
-    Ok(())
 }
 
 /// Once an hour, whatever the orders are doing: a certificate past its

@@ -11,10 +11,9 @@ use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
     NewOrder, Order, OrderStatus, RetryPolicy,
 };
-use rcgen::{CertificateParams, CustomExtension, KeyPair};
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::sign::CertifiedKey;
 
+use super::challenge::challenge_certificate;
+use super::fleet::FleetAcme;
 use super::store::{Storage, StoreError};
 use crate::keys::AcmeCert;
 use crate::model::AcmeSettings;
@@ -105,7 +104,11 @@ fn causes(error: &dyn std::error::Error) -> String {
 
 /// Orders a certificate for `slot`'s names with `account`: the chain and
 /// its key, not yet stored nor served.
-pub(super) async fn obtain(slot: &AcmeCert, account: &Account) -> Result<Issued, AcmeError> {
+pub(super) async fn obtain(
+    slot: &AcmeCert,
+    account: &Account,
+    fleet: Option<&dyn FleetAcme>,
+) -> Result<Issued, AcmeError> {
     let settings = &slot.settings;
     let limit = settings.request_timeout;
     let identifiers: Vec<Identifier> = settings
@@ -115,9 +118,12 @@ pub(super) async fn obtain(slot: &AcmeCert, account: &Account) -> Result<Issued,
         .collect();
     let new = NewOrder::new(&identifiers);
     let mut order = ask(settings, "a new order", limit, account.new_order(&new)).await?;
-    let issued = issue(&mut order, slot).await;
+    let issued = issue(&mut order, slot, fleet).await;
     // Answered or not, the challenges are over.
     slot.clear_challenges();
+    if let Some(fleet) = fleet {
+        fleet.withdraw(&settings.names).await;
+    }
     let (key_pem, chain_pem) = issued?;
     Ok(Issued {
         pem: format!("{chain_pem}{key_pem}"),
@@ -126,7 +132,11 @@ pub(super) async fn obtain(slot: &AcmeCert, account: &Account) -> Result<Issued,
 
 /// Answers the order's challenges, waits for it, finalizes it: the new key
 /// and the chain, both PEM.
-async fn issue(order: &mut Order, slot: &AcmeCert) -> Result<(String, String), AcmeError> {
+async fn issue(
+    order: &mut Order,
+    slot: &AcmeCert,
+    fleet: Option<&dyn FleetAcme>,
+) -> Result<(String, String), AcmeError> {
     let settings = &slot.settings;
     let limit = settings.request_timeout;
     let mut authorizations = order.authorizations();
@@ -151,8 +161,16 @@ async fn issue(order: &mut Order, slot: &AcmeCert) -> Result<(String, String), A
             .challenge(ChallengeType::TlsAlpn01)
             .ok_or_else(|| AcmeError::Order("the CA offers no tls-alpn-01 challenge".into()))?;
         let name = challenge.identifier().to_string();
-        let answer = challenge_certificate(&name, challenge.key_authorization().digest().as_ref())?;
+        let digest = challenge.key_authorization().digest();
+        let answer = challenge_certificate(&name, digest.as_ref()).map_err(AcmeError::Order)?;
         slot.set_challenge(&name, Arc::new(answer));
+        // The CA's validation may reach any instance of a fleet.
+        if let Some(fleet) = fleet {
+            fleet
+                .challenge(&name, digest.as_ref())
+                .await
+                .map_err(|e| AcmeError::Order(format!("the fleet's challenge for {name}: {e}")))?;
+        }
         ask(settings, "the challenge", limit, challenge.set_ready()).await?;
     }
     let retries = RetryPolicy::new().timeout(PATIENCE);
@@ -232,22 +250,4 @@ pub(super) async fn account(
     }
     tracing::info!(directory = %settings.directory, account = %account.id(), "acme: account created");
     Ok(account)
-}
-
-/// The TLS-ALPN-01 certificate for `name`: self-signed, with the
-/// acmeIdentifier extension holding the key authorization's SHA-256.
-fn challenge_certificate(name: &str, digest: &[u8]) -> Result<CertifiedKey, AcmeError> {
-    let failed = |e: rcgen::Error| AcmeError::Order(format!("challenge certificate: {e}"));
-    let mut params = CertificateParams::new(vec![name.to_owned()]).map_err(failed)?;
-    params.custom_extensions = vec![CustomExtension::new_acme_identifier(digest)];
-    let key = KeyPair::generate().map_err(failed)?;
-    let cert = params.self_signed(&key).map_err(failed)?;
-    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    // Not CertifiedKey::from_der: its check that key and certificate match
-    // parses the certificate, and webpki refuses the critical acmeIdentifier.
-    let signing = rustls::crypto::aws_lc_rs::default_provider()
-        .key_provider
-        .load_private_key(der)
-        .map_err(|e| AcmeError::Order(format!("challenge key: {e}")))?;
-    Ok(CertifiedKey::new(vec![cert.der().clone()], signing))
 }

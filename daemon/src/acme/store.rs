@@ -129,6 +129,20 @@ impl Storage {
     }
 }
 
+/// Stores the chain and key `pem` as the slot's pair, in one file; the
+/// files older releases kept go once it is there.
+pub(super) fn store_pair(
+    settings: &crate::model::AcmeSettings,
+    pem: &str,
+) -> Result<(), StoreError> {
+    let storage = Storage::open(&settings.storage)?;
+    storage.write(&settings.pair_name(), pem.as_bytes())?;
+    let (cert, key) = settings.legacy_names();
+    storage.remove(&cert);
+    storage.remove(&key);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

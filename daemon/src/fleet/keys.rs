@@ -166,11 +166,11 @@ pub(super) fn deleted_node(prefix: &str, key: &[u8]) -> Option<String> {
     unescape(node)
 }
 
-fn escape(component: &str) -> String {
+pub(super) fn escape(component: &str) -> String {
     component.replace('%', "%25").replace('/', "%2F")
 }
 
-fn unescape(component: &str) -> Option<String> {
+pub(super) fn unescape(component: &str) -> Option<String> {
     let mut out = String::with_capacity(component.len());
     let mut rest = component;
     while let Some(at) = rest.find('%') {

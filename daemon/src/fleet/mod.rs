@@ -4,6 +4,7 @@
 //! etcd fails it keeps what it had, answers changes that etcd is not there,
 //! backs off and tries again. No connection ever waits on it.
 
+mod acme;
 mod deadline;
 mod instance;
 mod keys;
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use crate::acme::fleet::FleetAcme;
 use crate::runtime::{FleetLink, Publish};
 use crate::state::Shared;
 
@@ -27,19 +29,30 @@ const MAX_BACK_OFF: Duration = Duration::from_secs(30);
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// Starts the fleet's task on this event loop, once per daemon: the first
-/// event loop to call it sets `shared.fleet`; later calls do nothing.
-pub(crate) fn start(instance: Instance, shared: &Arc<Shared>) {
+/// event loop to call it sets `shared.fleet`; later calls do nothing. What
+/// the ACME keepers share through it.
+pub(crate) fn start(instance: Instance, shared: &Arc<Shared>) -> Option<Arc<dyn FleetAcme>> {
     let (link, publish) = FleetLink::new(instance.cluster.node.clone());
     if shared.fleet.set(Arc::clone(&link)).is_err() {
-        return;
+        return None;
     }
-    tokio::spawn(run(instance, Arc::clone(shared), link, publish));
+    let orders = Arc::new(acme::FleetOrders::new(&instance.cluster, Arc::clone(&link)));
+    let task = run(
+        instance,
+        Arc::clone(shared),
+        link,
+        Arc::clone(&orders),
+        publish,
+    );
+    tokio::spawn(task);
+    Some(orders)
 }
 
 async fn run(
     instance: Instance,
     shared: Arc<Shared>,
     link: Arc<FleetLink>,
+    orders: Arc<acme::FleetOrders>,
     mut publish: mpsc::Receiver<Publish>,
 ) {
     let mut back_off = FIRST_BACK_OFF;
@@ -51,6 +64,7 @@ async fn run(
             shared: &shared,
             link: &link,
             tickets: &mut tickets,
+            orders: &orders,
         };
         let ended = session::serve(&mut cx, &mut publish).await;
         let error = match ended {

@@ -15,6 +15,7 @@ use etcd_client::{
 use tcpmux_proto::admin::{Scope, SetBy};
 use tokio::sync::mpsc;
 
+use super::acme::{Ack, FleetOrders};
 use super::deadline::{within, REQUEST_TIMEOUT};
 use super::instance::{unix_now, Instance};
 use super::keys::{self, Entry};
@@ -59,6 +60,7 @@ pub(super) struct Context<'a> {
     pub shared: &'a Arc<Shared>,
     pub link: &'a FleetLink,
     pub tickets: &'a mut TicketKeys,
+    pub orders: &'a FleetOrders,
 }
 
 pub(super) async fn serve(cx: &mut Context<'_>, publish: &mut mpsc::Receiver<Publish>) -> Ended {
@@ -74,7 +76,11 @@ pub(super) async fn serve(cx: &mut Context<'_>, publish: &mut mpsc::Receiver<Pub
     let endpoints = instance.cluster.etcd.join(",");
     link.set_etcd(format!("connected to {endpoints}"));
     tracing::info!(node = %instance.cluster.node, etcd = %endpoints, members = joined.members.len(), "fleet: joined");
-    match follow(&mut client, joined, cx, publish).await {
+    cx.orders
+        .set_connected(Some((client.clone(), joined.lease)));
+    let followed = follow(&mut client, joined, cx, publish).await;
+    cx.orders.set_connected(None);
+    match followed {
         Ok(()) => Ended::Closed,
         Err(e) => Ended::Served(e),
     }
@@ -135,10 +141,12 @@ async fn join(client: &mut Client, cx: &mut Context<'_>) -> Result<Joined, Strin
     .await?;
     let revision = read.header().map_or(0, |h| h.revision());
     let mut members = HashMap::new();
+    let mut acks = Vec::new();
     for kv in read.kvs() {
         if cx.tickets.is_ours(kv.key()) {
             cx.tickets.take(kv.value(), kv.mod_revision(), &shared.keys);
         }
+        acks.extend(cx.orders.watched(kv.key(), Some(kv.value()), &shared.keys));
         match keys::read(prefix, kv.key(), kv.value()) {
             Some(Entry::Node(member)) => {
                 members.insert(member.node.clone(), member);
@@ -150,6 +158,9 @@ async fn join(client: &mut Client, cx: &mut Context<'_>) -> Result<Joined, Strin
     link.set_members(members.values().cloned().collect());
     if cx.tickets.due(unix_now()) {
         cx.tickets.rotate(client, unix_now()).await?;
+    }
+    for ack in acks {
+        cx.orders.acknowledge(client, lease, ack).await?;
     }
     let watching = WatchOptions::new()
         .with_prefix()
@@ -215,7 +226,9 @@ async fn follow(
                 }
                 Ok(Some(answer)) => {
                     for event in answer.events() {
-                        changed(cx, &mut joined.members, event);
+                        if let Some(ack) = changed(cx, &mut joined.members, event) {
+                            cx.orders.acknowledge(client, joined.lease, ack).await?;
+                        }
                     }
                     cx.link.set_members(joined.members.values().cloned().collect());
                 }
@@ -238,14 +251,19 @@ async fn follow(
 }
 
 /// One watched event put in force: a member come or gone, a change, new
-/// ticket keys.
+/// ticket keys, the fleet's certificate or challenge; a challenge answered
+/// is to be acknowledged.
 fn changed(
     cx: &mut Context<'_>,
     members: &mut HashMap<String, Member>,
     event: &etcd_client::Event,
-) {
+) -> Option<Ack> {
     let prefix = &cx.instance.cluster.prefix;
-    let Some(kv) = event.kv() else { return };
+    let kv = event.kv()?;
+    let value = (event.event_type() == EventType::Put).then(|| kv.value());
+    if let Some(ack) = cx.orders.watched(kv.key(), value, &cx.shared.keys) {
+        return Some(ack);
+    }
     match event.event_type() {
         EventType::Put if cx.tickets.is_ours(kv.key()) => {
             cx.tickets
@@ -264,6 +282,7 @@ fn changed(
             }
         }
     }
+    None
 }
 
 /// Puts a change the fleet holds in force here, as the fleet's and set by

@@ -77,6 +77,12 @@ impl AcmeCert {
         challenges.insert(name.to_ascii_lowercase(), certified);
     }
 
+    /// Stops answering TLS-ALPN-01 for `name`.
+    pub fn clear_challenge(&self, name: &str) {
+        let mut challenges = self.challenges.write().unwrap_or_else(|p| p.into_inner());
+        challenges.remove(&name.to_ascii_lowercase());
+    }
+
     pub fn clear_challenges(&self) {
         self.challenges
             .write()

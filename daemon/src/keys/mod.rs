@@ -85,6 +85,12 @@ impl Keys {
         slot
     }
 
+    /// Every slot a configuration holds.
+    pub(crate) fn acme_slots(&self) -> Vec<Arc<AcmeCert>> {
+        let slots = self.0.acme.lock().unwrap_or_else(|p| p.into_inner());
+        slots.values().cloned().collect()
+    }
+
     /// The slot held for `settings`, if a configuration made one.
     pub(crate) fn acme(&self, settings: &AcmeSettings) -> Option<Arc<AcmeCert>> {
         let slots = self.0.acme.lock().unwrap_or_else(|p| p.into_inner());

@@ -383,14 +383,12 @@ fn once_per_daemon(
     shared: &Arc<Shared>,
     fleet: Option<crate::fleet::Instance>,
 ) -> (JoinSet<()>, crate::acme::Keepers) {
-    let mut acme = crate::acme::Keepers::default();
     if !first {
-        return (JoinSet::new(), acme);
+        return (JoinSet::new(), crate::acme::Keepers::default());
     }
+    let fleet = fleet.and_then(|instance| crate::fleet::start(instance, shared));
+    let mut acme = crate::acme::Keepers::in_fleet(fleet);
     acme.follow(&shared.settings().acme);
-    if let Some(instance) = fleet {
-        crate::fleet::start(instance, shared);
-    }
     (pool_tasks(shared), acme)
 }
 

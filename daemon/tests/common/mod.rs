@@ -18,6 +18,7 @@ mod backends;
 pub mod dns;
 pub mod etcd;
 mod in_process;
+pub mod pebble;
 pub mod peers;
 pub mod pki;
 pub mod successor;

@@ -18,6 +18,22 @@ impl Drop for Peer {
     }
 }
 
+/// HAProxy in the foreground with `config` (written to `dir`), stopped by
+/// PID when dropped.
+pub fn haproxy(dir: &Path, config: &str) -> Peer {
+    super::require_program("haproxy", "-v", "haproxy");
+    let path = dir.join("haproxy.cfg");
+    std::fs::write(&path, config).expect("write haproxy.cfg");
+    let child = Command::new("haproxy")
+        .args(["-db", "-f"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start haproxy");
+    Peer(child)
+}
+
 /// A port for a peer to listen on: below the kernel's ephemeral range, so
 /// that no test's outgoing connection takes it between this call and the
 /// peer's bind (a port from `bind(:0)` is an ephemeral one).
