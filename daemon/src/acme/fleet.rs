@@ -79,6 +79,40 @@ pub(super) fn adopt(slot: &AcmeCert, pem: &str) -> bool {
     true
 }
 
+/// Gives the fleet the certificate this instance holds, when the fleet has
+/// none or an older one: an instance that joins brings its certificates,
+/// which is how a single instance moves into a fleet (just add `cluster`).
+pub(super) async fn share_ours(fleet: &dyn FleetAcme, slot: &AcmeCert) {
+    let settings = &slot.settings;
+    let (Some(mine), pair) = (slot.expiry(), settings.pair_name()) else {
+        return;
+    };
+    let Ok(theirs) = fleet.certificate(&pair).await else {
+        return;
+    };
+    if let Some(pem) = &theirs {
+        let theirs = crate::config::acme::issued(settings, pem.as_bytes()).map(|(_, x)| x);
+        if theirs.is_ok_and(|theirs| theirs >= mine) {
+            adopt(slot, pem);
+            return;
+        }
+    }
+    let stored = super::store::Storage::open(&settings.storage)
+        .ok()
+        .and_then(|storage| storage.read(&pair).ok().flatten());
+    let Some(pem) = stored else {
+        return;
+    };
+    match fleet.publish(&pair, &String::from_utf8_lossy(&pem)).await {
+        Ok(()) => {
+            tracing::info!(names = %settings.names.join(","), expires = mine, "acme: gave the fleet this instance's certificate")
+        }
+        Err(e) => {
+            tracing::warn!(names = %settings.names.join(","), "acme: cannot give the fleet this instance's certificate: {e}")
+        }
+    }
+}
+
 /// The fleet's certificate for the pair `pair`, from etcd: every slot of
 /// this daemon with that pair serves it if it is newer.
 pub(crate) fn take(keys: &Keys, pair: &str, pem: &str) {

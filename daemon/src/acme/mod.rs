@@ -82,13 +82,7 @@ async fn keep(slot: Arc<AcmeCert>, fleet: Option<Arc<dyn FleetAcme>>) {
     // On its own clock: a hung CA or an order that never ends cannot
     // silence it.
     let _watch = Aborting(tokio::spawn(watch_expiry(Arc::clone(&slot))));
-    if slot.expiry().is_none() {
-        let why = match crate::config::acme::stored(settings) {
-            Err(e) => e.to_string(),
-            Ok(_) => "none".into(),
-        };
-        tracing::info!(names, "acme: no usable certificate stored ({why})");
-    }
+    starting(&slot, fleet.as_deref()).await;
     let mut account = None;
     // An issued certificate, served, until it is stored.
     let mut unsaved: Option<String> = None;
@@ -176,6 +170,22 @@ async fn keep(slot: Arc<AcmeCert>, fleet: Option<Arc<dyn FleetAcme>>) {
     }
 }
 
+/// Says what a keeper starts with; in a fleet, gives the fleet its
+/// certificate if the fleet has none or an older one.
+async fn starting(slot: &AcmeCert, fleet: Option<&dyn FleetAcme>) {
+    if slot.expiry().is_none() {
+        let why = match crate::config::acme::stored(&slot.settings) {
+            Err(e) => e.to_string(),
+            Ok(_) => "none".into(),
+        };
+        let names = slot.settings.names.join(",");
+        tracing::info!(names, "acme: no usable certificate stored ({why})");
+    }
+    if let Some(fleet) = fleet {
+        fleet::share_ours(fleet, slot).await;
+    }
+}
+
 /// In a fleet, before an order: the fleet's certificate if it holds a
 /// newer one (then no order), else the fleet's lock, and then the fleet's
 /// certificate again (another instance may have renewed while this one
@@ -218,7 +228,11 @@ async fn claim(fleet: &dyn FleetAcme, slot: &AcmeCert) -> Option<fleet::OrderLoc
         }
         Err(_) => return None,
     };
-    (adopt_fleets().await && due()).then_some(lock)
+    let order = adopt_fleets().await && due();
+    if order {
+        tracing::info!(names, "acme: this instance orders for the fleet");
+    }
+    order.then_some(lock)
 }
 
 /// One order with the kept account (registered or loaded first if there is

@@ -202,7 +202,7 @@ impl FleetAcme for FleetOrders {
                 .await
                 .map_err(|e| format!("lock: {e}"))?;
             let key = held.key().to_vec();
-            tracing::info!(pair, "acme: this instance orders for the fleet");
+            tracing::debug!(pair, "acme: holding the fleet's lock");
             let release = move || {
                 tokio::spawn(async move {
                     let _ = within("unlock", client.unlock(key)).await;
