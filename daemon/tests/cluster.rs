@@ -223,6 +223,23 @@ fn without_quorum_the_fleet_keeps_serving_and_catches_up_after() {
             assert!(reached(daemon).starts_with("two"));
         }
     }
+    // b restarted now serves with the fleet's state from its local copy.
+    drop(b);
+    let mut b = instance(&etcd, &dir, &prefix, "b", &[one, two]);
+    assert!(
+        b.wait_for_log(|l| l.contains("kept by the last run is in force"))
+            .is_some(),
+        "{:?}",
+        b.logs()
+    );
+    for _ in 0..10 {
+        assert!(reached(&b).starts_with("two"), "the drain holds");
+    }
+    let shown = admin_ok(&dir, "b", "--json show backends web");
+    assert!(
+        shown.contains(r#""set_by":{"node":"a","scope":"fleet"}"#),
+        "{shown}"
+    );
     // An instance started now serves too.
     let c = instance(&etcd, &dir, &prefix, "c", &[one, two]);
     assert!(reached(&c).starts_with("one") || reached(&c).starts_with("two"));

@@ -128,6 +128,10 @@ fn one_instance_orders_for_the_fleet_and_every_instance_serves_it() {
     for port in &ports[1..] {
         assert_eq!(served_serial(*port, NAME), serial, "the same certificate");
     }
+    // etcd holds the certificate and its key sealed: no PEM in the clear.
+    let held = peers.etcd.dump(&format!("/acme{}", std::process::id()));
+    assert!(held.contains("/acme/cert/acme.test.pem"), "{held}");
+    assert!(!held.contains("-----BEGIN"), "{held}");
 
     // The whole fleet restarted, and a new instance with nothing stored.
     drop(fleet);

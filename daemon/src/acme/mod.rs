@@ -10,7 +10,7 @@
 mod challenge;
 pub(crate) mod fleet;
 mod order;
-mod store;
+pub(crate) mod store;
 
 use fleet::FleetAcme;
 use instant_acme::Account;

@@ -18,13 +18,13 @@ use crate::net::unix_socket::unguessable;
 /// A file that could not be written or read, and why.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {source}", path.display())]
-pub(super) struct StoreError {
+pub(crate) struct StoreError {
     pub path: PathBuf,
     pub source: io::Error,
 }
 
 /// An open, checked storage directory.
-pub(super) struct Storage {
+pub(crate) struct Storage {
     path: PathBuf,
     dir: OwnedFd,
 }
@@ -32,7 +32,7 @@ pub(super) struct Storage {
 impl Storage {
     /// Opens `path`, making it (0700) if it is missing, and checks that it is
     /// the daemon's alone.
-    pub(super) fn open(path: &Path) -> Result<Storage, StoreError> {
+    pub(crate) fn open(path: &Path) -> Result<Storage, StoreError> {
         let at = |source| StoreError {
             path: path.to_owned(),
             source,
@@ -65,7 +65,7 @@ impl Storage {
     }
 
     /// Replaces the file `name` with `bytes` (0600), or leaves it as it was.
-    pub(super) fn write(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    pub(crate) fn write(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
         let at = |source: io::Error| StoreError {
             path: self.path.join(name),
             source,
@@ -96,7 +96,7 @@ impl Storage {
     }
 
     /// The contents of `name`, `None` when there is no such file.
-    pub(super) fn read(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    pub(crate) fn read(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let opened = rustix::fs::openat(
             &self.dir,
             name,

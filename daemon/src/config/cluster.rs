@@ -12,6 +12,10 @@ use toml::Spanned;
 use super::error::{ConfigError, Source};
 use crate::model::{Cluster, EtcdTls, Secret};
 
+/// Where the local copy of the fleet's state is kept when `cache` is not
+/// given: beside the ACME storage, in the unit's StateDirectory.
+pub(crate) const DEFAULT_CACHE: &str = "/var/lib/tcpmuxd/fleet";
+
 /// The prefix of every key when `prefix` is not given.
 pub(crate) const DEFAULT_PREFIX: &str = "/tcpmuxd";
 /// The fewest bytes a `secret` file may hold: a 256-bit key's worth.
@@ -31,6 +35,7 @@ pub(crate) struct RawCluster {
     key: Option<String>,
     user: Option<String>,
     password: Option<String>,
+    cache: Option<String>,
 }
 
 /// The `cluster` table, checked; `None` without one.
@@ -56,6 +61,11 @@ pub(super) fn cluster(
             (Some(user), Some(password)) => Some((user.clone(), password.clone())),
             (None, None) => None,
             _ => return Err(at("user and password go together".into())),
+        },
+        cache: match table.cache.as_deref() {
+            Some("") => None,
+            Some(dir) => Some(path(dir)),
+            None => Some(PathBuf::from(DEFAULT_CACHE)),
         },
     }))
 }

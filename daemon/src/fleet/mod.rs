@@ -5,6 +5,7 @@
 //! backs off and tries again. No connection ever waits on it.
 
 mod acme;
+mod cache;
 mod deadline;
 mod instance;
 mod keys;
@@ -58,6 +59,8 @@ async fn run(
     let mut back_off = FIRST_BACK_OFF;
     let mut outage: Option<Outage> = None;
     let mut tickets = tickets::TicketKeys::new(&instance.cluster);
+    let mut cache = cache::Cache::new(&instance.cluster);
+    restore(&instance, &shared, &mut cache, &mut tickets);
     loop {
         let mut cx = session::Context {
             instance: &instance,
@@ -65,6 +68,7 @@ async fn run(
             link: &link,
             tickets: &mut tickets,
             orders: &orders,
+            cache: &mut cache,
         };
         let ended = session::serve(&mut cx, &mut publish).await;
         let error = match ended {
@@ -99,6 +103,33 @@ async fn run(
         }
         back_off = (back_off * 2).min(MAX_BACK_OFF);
     }
+}
+
+/// Puts in force what the last run kept of the fleet's state, before etcd
+/// is reached (it may not be): its changes and its ticket keys.
+fn restore(
+    instance: &Instance,
+    shared: &Shared,
+    cache: &mut cache::Cache,
+    tickets: &mut tickets::TicketKeys,
+) {
+    let kept = cache.load();
+    if kept.is_empty() {
+        return;
+    }
+    for (key, value) in &kept {
+        if tickets.is_ours(key.as_bytes()) {
+            tickets.take(value, 0, &shared.keys);
+        } else if let Some(keys::Entry::Change(change, node)) =
+            keys::read(&instance.cluster.prefix, key.as_bytes(), value)
+        {
+            session::put_in_force(shared, &change, node, false);
+        }
+    }
+    tracing::info!(
+        kept = kept.len(),
+        "fleet: the fleet's state kept by the last run is in force until etcd answers"
+    );
 }
 
 /// An outage's warnings: the first at once, then one a minute.

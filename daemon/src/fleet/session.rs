@@ -16,6 +16,7 @@ use tcpmux_proto::admin::{Scope, SetBy};
 use tokio::sync::mpsc;
 
 use super::acme::{Ack, FleetOrders};
+use super::cache::Cache;
 use super::deadline::{within, REQUEST_TIMEOUT};
 use super::instance::{unix_now, Instance};
 use super::keys::{self, Entry};
@@ -61,6 +62,7 @@ pub(super) struct Context<'a> {
     pub link: &'a FleetLink,
     pub tickets: &'a mut TicketKeys,
     pub orders: &'a FleetOrders,
+    pub cache: &'a mut Cache,
 }
 
 pub(super) async fn serve(cx: &mut Context<'_>, publish: &mut mpsc::Receiver<Publish>) -> Ended {
@@ -143,6 +145,9 @@ async fn join(client: &mut Client, cx: &mut Context<'_>) -> Result<Joined, Strin
     let mut members = HashMap::new();
     let mut acks = Vec::new();
     for kv in read.kvs() {
+        if kept(cx, kv.key()) {
+            cx.cache.keep(kv.key(), Some(kv.value()));
+        }
         if cx.tickets.is_ours(kv.key()) {
             cx.tickets.take(kv.value(), kv.mod_revision(), &shared.keys);
         }
@@ -156,6 +161,7 @@ async fn join(client: &mut Client, cx: &mut Context<'_>) -> Result<Joined, Strin
         }
     }
     link.set_members(members.values().cloned().collect());
+    cx.cache.save();
     if cx.tickets.due(unix_now()) {
         cx.tickets.rotate(client, unix_now()).await?;
     }
@@ -225,12 +231,21 @@ async fn follow(
                     return Err(format!("etcd canceled the watch: {}", answer.cancel_reason()));
                 }
                 Ok(Some(answer)) => {
+                    let mut saved = false;
                     for event in answer.events() {
+                        if let Some(kv) = event.kv().filter(|kv| kept(cx, kv.key())) {
+                            let value = (event.event_type() == EventType::Put).then(|| kv.value());
+                            cx.cache.keep(kv.key(), value);
+                            saved = true;
+                        }
                         if let Some(ack) = changed(cx, &mut joined.members, event) {
                             cx.orders.acknowledge(client, joined.lease, ack).await?;
                         }
                     }
                     cx.link.set_members(joined.members.values().cloned().collect());
+                    if saved {
+                        cx.cache.save();
+                    }
                 }
                 Ok(None) => return Err("etcd ended the watch".into()),
                 Err(e) => return Err(format!("watch: {e}")),
@@ -285,10 +300,16 @@ fn changed(
     None
 }
 
+/// Whether `key` is one the local copy keeps: a change or the ticket keys.
+fn kept(cx: &Context<'_>, key: &[u8]) -> bool {
+    let state = format!("{}/state/", cx.instance.cluster.prefix);
+    key.starts_with(state.as_bytes()) || cx.tickets.is_ours(key)
+}
+
 /// Puts a change the fleet holds in force here, as the fleet's and set by
 /// `node`; one for a service or member this instance does not have is
 /// left (its configuration may differ).
-fn put_in_force(shared: &Shared, change: &Change, node: String, log: bool) {
+pub(super) fn put_in_force(shared: &Shared, change: &Change, node: String, log: bool) {
     let settings = shared.settings();
     let by = SetBy {
         node: node.clone(),

@@ -20,6 +20,8 @@ pub struct Cluster {
     pub tls: Option<EtcdTls>,
     /// etcd's user and password, when it has authentication on.
     pub user: Option<(String, String)>,
+    /// Where this instance keeps its copy of the fleet's state (`cache`).
+    pub cache: Option<std::path::PathBuf>,
 }
 
 /// The bytes of the `secret` file; never printed.
@@ -50,6 +52,7 @@ impl fmt::Debug for Cluster {
             .field("secret", &self.secret)
             .field("tls", &self.tls.is_some())
             .field("user", &self.user.as_ref().map(|(name, _)| name))
+            .field("cache", &self.cache)
             .finish()
     }
 }

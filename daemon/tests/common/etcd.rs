@@ -51,9 +51,10 @@ impl Etcd {
     /// secret file in `dir` ([`secret`]).
     pub fn cluster_line(&self, dir: &std::path::Path, prefix: &str, node: &str) -> String {
         format!(
-            "cluster = {{ etcd = [{}], prefix = \"{prefix}\", node = \"{node}\", secret = \"{}\" }}\n",
+            "cluster = {{ etcd = [{}], prefix = \"{prefix}\", node = \"{node}\", secret = \"{}\", cache = \"{}\" }}\n",
             self.endpoints_toml(),
             secret(dir).display(),
+            dir.join(format!("fleet-{node}")).display(),
         )
     }
 
