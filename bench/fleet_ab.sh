@@ -30,7 +30,14 @@ RUST_LOG=${LOG:-warn} $DAEMON --config "$WORK/alone.toml" 2>/dev/null & PIDS+=($
 RUST_LOG=${LOG:-warn} $DAEMON --config "$WORK/fleet.toml" 2>/dev/null & PIDS+=($!); FLEET_PID=$!
 wait_port $ALONE; wait_port $FLEET
 echo "# $(nproc) cores, $(uname -r); daytime, $CLIENTS clients, $SECS s per row"
+# Which goes first alternates, so that a drift in the machine is not read
+# as a difference.
 for round in $(seq "${ROUNDS:-4}"); do
-  short_with_cpu $ALONE $ALONE_PID daytime "round $round, alone"
-  short_with_cpu $FLEET $FLEET_PID daytime "round $round, with cluster"
+  if [ $((round % 2)) = 1 ]; then
+    short_with_cpu $ALONE $ALONE_PID daytime "round $round, alone"
+    short_with_cpu $FLEET $FLEET_PID daytime "round $round, with cluster"
+  else
+    short_with_cpu $FLEET $FLEET_PID daytime "round $round, with cluster"
+    short_with_cpu $ALONE $ALONE_PID daytime "round $round, alone"
+  fi
 done

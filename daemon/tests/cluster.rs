@@ -322,3 +322,40 @@ fn a_secret_owned_by_another_user_is_refused() {
     std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
     common::assert_config_rejected(&cluster_config(&planted, ""), "owned by uid 65534");
 }
+
+/// `--upgrade` on an instance: the successor joins as the same node, and
+/// once the predecessor's lease has run out the node is still a member and
+/// takes the fleet's changes.
+#[test]
+#[ignore = "needs etcd and etcdctl (etcd-server, etcd-client; CI runs it)"]
+fn an_upgraded_instance_stays_in_the_fleet() {
+    let etcd = Etcd::cluster();
+    let dir: Scratch = common::scratch_dir();
+    let [one, two] = two_backends();
+    let prefix = format!("{}u", prefix());
+    let addr = common::successor::free_address(104);
+    let mut a = Daemon::binary(&format!(
+        "listen = [\"{addr}\"]\nupgrade_socket = \"{}\"\nadmin_socket = \"{}\"\n{}\
+         [service.web]\nproxy = [\"{one}\", \"{two}\"]\n",
+        dir.join("upgrade.sock").display(),
+        socket(&dir, "a").display(),
+        etcd.cluster_line(&dir, &prefix, "a"),
+    ));
+    a.wait_for_log(|l| l.contains("fleet: joined"))
+        .expect("a joined");
+    let _b = instance(&etcd, &dir, &prefix, "b", &[one, two]);
+    wait_for_answer(&dir, "b", "show fleet", |f| f.contains(r#""node":"a""#));
+
+    let successor = common::successor::Successor::start(&a.config_path());
+    successor.wait_for_log("took over from the running daemon");
+    successor.wait_for_log("fleet: joined");
+    assert!(a.wait_exit().is_some(), "the predecessor exits");
+    // b's lease and the successor's: the predecessor's has run out.
+    etcd.wait_leases(2);
+    let fleet = admin_ok(&dir, "b", "--json show fleet");
+    assert!(fleet.contains(r#""node":"a""#), "{fleet}");
+    admin_ok(&dir, "b", &format!("set backend web {one} state drain"));
+    wait_for_answer(&dir, "a", "show backends web", |a| {
+        a.contains(r#""set_by":{"node":"b","scope":"fleet"}"#)
+    });
+}

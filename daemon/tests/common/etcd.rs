@@ -130,6 +130,21 @@ impl Etcd {
         }
     }
 
+    /// Waits until etcd holds exactly `n` leases (one per live instance,
+    /// once a stopped one's has run out).
+    pub fn wait_leases(&self, n: usize) {
+        let deadline = Instant::now() + PATIENCE * 2;
+        loop {
+            let out = self.etcdctl(&self.endpoints(), &["lease", "list"]);
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if text.starts_with(&format!("found {n} leases")) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "leases: {text}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     /// Every key and value under `prefix`, as etcdctl prints them.
     pub fn dump(&self, prefix: &str) -> String {
         let out = self.etcdctl(&self.endpoints(), &["get", "--prefix", prefix]);
