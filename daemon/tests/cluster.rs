@@ -359,3 +359,61 @@ fn an_upgraded_instance_stays_in_the_fleet() {
         a.contains(r#""set_by":{"node":"b","scope":"fleet"}"#)
     });
 }
+
+/// What another etcd client (or a backup restored from another fleet)
+/// wrote under the prefix, and a copy planted in `cache` by another local
+/// user, change nothing: values that do not read or do not open are left,
+/// with a warning, and the instance serves from its file.
+#[test]
+#[ignore = "needs root, etcd and etcdctl (CI runs it)"]
+fn garbage_in_etcd_and_a_planted_local_copy_change_nothing() {
+    common::require_root();
+    let etcd = Etcd::cluster();
+    let dir: Scratch = common::scratch_dir();
+    let [one, two] = two_backends();
+    let prefix = format!("{}g", prefix());
+    for (key, value) in [
+        (
+            format!("{prefix}/state/backend/web/{one}/state"),
+            "{not json",
+        ),
+        (
+            format!("{prefix}/state/service/web/disabled"),
+            r#"{"value":true}"#,
+        ),
+        (
+            format!("{prefix}/state/backend/web/{two}/weight"),
+            r#"{"value":99999,"node":"x"}"#,
+        ),
+        (format!("{prefix}/tickets"), "sealed under another secret"),
+        (format!("{prefix}/nodes/evil"), "\u{1}"),
+        (format!("{prefix}/acme/cert/web.pem"), "-----BEGIN nothing"),
+    ] {
+        etcd.put(&key, value);
+    }
+    // Another user's file where this instance keeps its copy.
+    let cache = dir.join("fleet-a");
+    std::fs::create_dir(&cache).unwrap();
+    std::fs::write(cache.join("state"), common::random_bytes(3, 200)).unwrap();
+    std::os::unix::fs::chown(cache.join("state"), Some(65534), Some(65534)).unwrap();
+
+    let mut a = instance(&etcd, &dir, &prefix, "a", &[one, two]);
+    a.wait_for_log(|l| l.contains("does not open with this secret"))
+        .unwrap_or_else(|| panic!("{:?}", a.logs()));
+    a.wait_for_log(|l| l.contains("fleet: joined"))
+        .unwrap_or_else(|| panic!("{:?}", a.logs()));
+    a.wait_for_log(|l| l.contains("session-ticket keys in etcd do not open"))
+        .unwrap_or_else(|| panic!("{:?}", a.logs()));
+    let services = admin_ok(&dir, "a", "--json show services");
+    assert!(services.contains(r#""state":"enabled""#), "{services}");
+    let backends = admin_ok(&dir, "a", "--json show backends web");
+    assert!(!backends.contains("set_by"), "{backends}");
+    let mut reached_both = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        let tag = reached(&a);
+        reached_both.insert(tag.get(..3).unwrap_or_default().to_owned());
+    }
+    assert_eq!(reached_both.len(), 2, "{reached_both:?}");
+    let fleet = admin_ok(&dir, "a", "--json show fleet");
+    assert!(!fleet.contains("evil"), "{fleet}");
+}

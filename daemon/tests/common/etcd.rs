@@ -145,6 +145,16 @@ impl Etcd {
         }
     }
 
+    /// Writes `value` at `key`, as any etcd client may.
+    pub fn put(&self, key: &str, value: &str) {
+        let out = self.etcdctl(&self.endpoints(), &["put", "--", key, value]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Every key and value under `prefix`, as etcdctl prints them.
     pub fn dump(&self, prefix: &str) -> String {
         let out = self.etcdctl(&self.endpoints(), &["get", "--prefix", prefix]);
