@@ -132,6 +132,10 @@ fn one_instance_orders_for_the_fleet_and_every_instance_serves_it() {
     let held = peers.etcd.dump(&format!("/acme{}", std::process::id()));
     assert!(held.contains("/acme/cert/acme.test.pem"), "{held}");
     assert!(!held.contains("-----BEGIN"), "{held}");
+    // So is the one account the fleet orders with.
+    assert!(held.contains("/acme/account/account-https"), "{held}");
+    assert!(!held.contains("pkcs8"), "{held}");
+    assert_eq!(logged(&fleet, "acme: account created"), 1);
 
     // The whole fleet restarted, and a new instance with nothing stored.
     drop(fleet);

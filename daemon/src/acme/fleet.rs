@@ -33,6 +33,11 @@ pub(crate) trait FleetAcme: Send + Sync {
     fn certificate<'a>(&'a self, pair: &'a str) -> Fut<'a, Result<Option<String>, String>>;
     /// Waits to be the only instance ordering `pair`.
     fn lock<'a>(&'a self, pair: &'a str) -> Fut<'a, Result<OrderLock, String>>;
+    /// The ACME account the fleet uses with a directory (`name`: its
+    /// credentials file's name), as its JSON credentials.
+    fn account<'a>(&'a self, name: &'a str) -> Fut<'a, Result<Option<Vec<u8>>, String>>;
+    /// Gives the fleet the account `name`, unless it has one.
+    fn publish_account<'a>(&'a self, name: &'a str, json: &'a [u8]) -> Fut<'a, Result<(), String>>;
     /// Gives the fleet a new certificate for `pair`.
     fn publish<'a>(&'a self, pair: &'a str, pem: &'a str) -> Fut<'a, Result<(), String>>;
     /// Asks every instance to answer TLS-ALPN-01 for `name` with `digest`,

@@ -248,7 +248,7 @@ async fn order(
         None => {
             let storage = Storage::open(&settings.storage)?;
             account
-                .insert(order::account(settings, &storage).await?)
+                .insert(order::account(settings, &storage, fleet).await?)
                 .clone()
         }
     };

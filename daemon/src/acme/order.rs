@@ -195,42 +195,30 @@ async fn issue(
     Ok((key_pem, chain_pem))
 }
 
-/// The account for the settings' directory: the stored one, or a new one,
-/// stored before it is used so a crash does not lose it (the keeper keeps
-/// it in memory too, so a failed store costs no second registration).
+/// The account for the settings' directory: in a fleet the fleet's; else
+/// the stored one (given to the fleet), or a new one, stored before it is
+/// used so a crash does not lose it (the keeper keeps it in memory too, so a
+/// failed store costs no second registration), and given to the fleet.
 pub(super) async fn account(
     settings: &AcmeSettings,
     storage: &Storage,
+    fleet: Option<&dyn FleetAcme>,
 ) -> Result<Account, AcmeError> {
-    let limit = settings.request_timeout;
-    let builder = || {
-        let made = match &settings.directory_ca {
-            Some(ca) => Account::builder_with_root(ca),
-            None => Account::builder(),
-        };
-        made.map_err(|e| ca(settings, "the HTTPS client", causes(&e)))
-    };
     let name = settings.account_name();
+    if let Some(fleet) = fleet {
+        match fleet.account(&name).await {
+            Ok(Some(json)) => return load(settings, &json, "the fleet's account").await,
+            Ok(None) => {}
+            Err(e) => tracing::warn!("acme: cannot read the fleet's account: {e}"),
+        }
+    }
     let path = settings.storage.join(&name).display().to_string();
     if let Some(bytes) = storage.read(&name)? {
-        let bad = |detail: String| AcmeError::Credentials {
-            path: path.clone(),
-            detail,
-        };
-        let credentials: AccountCredentials =
-            serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-        let loading = builder()?.from_credentials(credentials);
-        // A credentials file that parses but holds a bad key names the file.
-        return match within(settings, "the directory", limit, loading).await? {
-            Ok(account) => Ok(account),
-            Err(
-                e @ (instant_acme::Error::KeyRejected
-                | instant_acme::Error::Crypto
-                | instant_acme::Error::Json(_)),
-            ) => Err(bad(causes(&e))),
-            Err(e) => Err(ca(settings, "the directory", causes(&e))),
-        };
+        let account = load(settings, &bytes, &path).await?;
+        share(fleet, &name, &bytes).await;
+        return Ok(account);
     }
+    let limit = settings.request_timeout;
     let contact = settings.email.as_ref().map(|e| format!("mailto:{e}"));
     let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
     let new = NewAccount {
@@ -238,16 +226,57 @@ pub(super) async fn account(
         terms_of_service_agreed: true,
         only_return_existing: false,
     };
-    let creating = builder()?.create(&new, settings.directory.clone(), None);
+    let creating = builder(settings)?.create(&new, settings.directory.clone(), None);
     let (account, credentials) = ask(settings, "a new account", limit, creating).await?;
     match serde_json::to_vec_pretty(&credentials) {
         Ok(json) => {
             if let Err(e) = storage.write(&name, &json) {
                 tracing::error!(error = %e, "acme: cannot store the new account's credentials; using it from memory until the daemon stops");
             }
+            share(fleet, &name, &json).await;
         }
         Err(e) => tracing::error!(error = %e, "acme: cannot write the new account's credentials"),
     }
     tracing::info!(directory = %settings.directory, account = %account.id(), "acme: account created");
     Ok(account)
+}
+
+/// An ACME client for the settings' directory.
+fn builder(settings: &AcmeSettings) -> Result<instant_acme::AccountBuilder, AcmeError> {
+    let made = match &settings.directory_ca {
+        Some(ca) => Account::builder_with_root(ca),
+        None => Account::builder(),
+    };
+    made.map_err(|e| ca(settings, "the HTTPS client", causes(&e)))
+}
+
+/// The account whose credentials are `bytes` (from `origin`, which an
+/// error names).
+async fn load(settings: &AcmeSettings, bytes: &[u8], origin: &str) -> Result<Account, AcmeError> {
+    let bad = |detail: String| AcmeError::Credentials {
+        path: origin.to_owned(),
+        detail,
+    };
+    let credentials: AccountCredentials =
+        serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+    let loading = builder(settings)?.from_credentials(credentials);
+    // Credentials that parse but hold a bad key name where they came from.
+    match within(settings, "the directory", settings.request_timeout, loading).await? {
+        Ok(account) => Ok(account),
+        Err(
+            e @ (instant_acme::Error::KeyRejected
+            | instant_acme::Error::Crypto
+            | instant_acme::Error::Json(_)),
+        ) => Err(bad(causes(&e))),
+        Err(e) => Err(ca(settings, "the directory", causes(&e))),
+    }
+}
+
+/// Gives the fleet (if any) the account `name` unless it has one.
+async fn share(fleet: Option<&dyn FleetAcme>, name: &str, json: &[u8]) {
+    if let Some(fleet) = fleet {
+        if let Err(e) = fleet.publish_account(name, json).await {
+            tracing::warn!("acme: cannot give the fleet the account: {e}");
+        }
+    }
 }

@@ -8,7 +8,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, DeleteOptions, GetOptions, LockOptions, PutOptions};
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, GetOptions, LockOptions, PutOptions, Txn, TxnOp,
+};
 use tokio::sync::watch;
 
 use super::deadline::within;
@@ -71,6 +73,19 @@ impl FleetOrders {
 
     fn cert_key(&self, pair: &str) -> String {
         format!("{}/cert/{}", self.prefix, escape(pair))
+    }
+
+    /// What `key` holds, opened.
+    async fn fetch(&self, key: String) -> Result<Option<Vec<u8>>, String> {
+        let (mut client, _) = self.client().await?;
+        let read = within("read from the fleet", client.get(key.clone(), None)).await?;
+        let Some(kv) = read.kvs().first() else {
+            return Ok(None);
+        };
+        let opened = self.sealing.open(key.as_bytes(), kv.value());
+        opened
+            .map(Some)
+            .ok_or_else(|| format!("{key} does not open with this instance's secret"))
     }
 
     /// A watched (or read) key under the prefix put in force: a
@@ -172,21 +187,28 @@ impl FleetOrders {
 impl FleetAcme for FleetOrders {
     fn certificate<'a>(&'a self, pair: &'a str) -> Fut<'a, Result<Option<String>, String>> {
         Box::pin(async move {
+            let pem = self.fetch(self.cert_key(pair)).await?;
+            Ok(pem.map(|pem| String::from_utf8_lossy(&pem).into_owned()))
+        })
+    }
+
+    fn account<'a>(&'a self, name: &'a str) -> Fut<'a, Result<Option<Vec<u8>>, String>> {
+        Box::pin(self.fetch(format!("{}/account/{}", self.prefix, escape(name))))
+    }
+
+    fn publish_account<'a>(&'a self, name: &'a str, json: &'a [u8]) -> Fut<'a, Result<(), String>> {
+        Box::pin(async move {
             let (mut client, _) = self.client().await?;
-            let key = self.cert_key(pair);
-            let read = within(
-                "read the fleet's certificate",
-                client.get(key.clone(), None),
-            )
-            .await?;
-            let Some(kv) = read.kvs().first() else {
-                return Ok(None);
-            };
-            let pem = self
-                .sealing
-                .open(key.as_bytes(), kv.value())
-                .ok_or("the fleet's certificate does not open with this instance's secret")?;
-            Ok(Some(String::from_utf8_lossy(&pem).into_owned()))
+            let key = format!("{}/account/{}", self.prefix, escape(name));
+            let sealed = self.sealing.seal(key.as_bytes(), json);
+            // Only if none is there: of two instances that made one at
+            // once, the first's is the fleet's.
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key, sealed, None)]);
+            within("give the fleet the account", client.txn(txn))
+                .await
+                .map(drop)
         })
     }
 
