@@ -41,6 +41,8 @@ struct Peers {
     ca: Ca,
     pebble: Pebble,
     ports: [u16; 3],
+    /// HAProxy's port, where the CA validates.
+    front: u16,
     _haproxy: Peer,
     _dns: Dnsmasq,
     dir: common::Scratch,
@@ -62,6 +64,7 @@ impl Peers {
             ca,
             pebble,
             ports,
+            front,
             _haproxy: haproxy,
             _dns: dns,
             dir,
@@ -127,6 +130,9 @@ fn one_instance_orders_for_the_fleet_and_every_instance_serves_it() {
     assert!(serial.starts_with("serial="), "{serial}");
     for port in &ports[1..] {
         assert_eq!(served_serial(*port, NAME), serial, "the same certificate");
+    }
+    for _ in 0..3 {
+        assert_eq!(served_serial(peers.front, NAME), serial, "through HAProxy");
     }
     // etcd holds the certificate and its key sealed: no PEM in the clear.
     let held = peers.etcd.dump(&format!("/acme{}", std::process::id()));
