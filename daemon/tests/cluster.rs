@@ -323,7 +323,8 @@ fn a_secret_owned_by_another_user_is_refused() {
     common::assert_config_rejected(&cluster_config(&planted, ""), "owned by uid 65534");
 }
 
-/// `--upgrade` on an instance: the successor joins as the same node, and
+/// A reload and then `--upgrade` on an instance: the reload keeps its
+/// membership and watch; the successor joins as the same node, and
 /// once the predecessor's lease has run out the node is still a member and
 /// takes the fleet's changes.
 #[test]
@@ -345,6 +346,15 @@ fn an_upgraded_instance_stays_in_the_fleet() {
         .expect("a joined");
     let _b = instance(&etcd, &dir, &prefix, "b", &[one, two]);
     wait_for_answer(&dir, "b", "show fleet", |f| f.contains(r#""node":"a""#));
+
+    // A reload keeps the membership and the watch.
+    a.signal("HUP");
+    a.wait_for_log(|l| l.contains("configuration reloaded"))
+        .expect("reloaded");
+    admin_ok(&dir, "b", &format!("set backend web {two} weight 7"));
+    wait_for_answer(&dir, "a", "show backends web", |a| {
+        a.contains(r#""weight":7"#)
+    });
 
     let successor = common::successor::Successor::start(&a.config_path());
     successor.wait_for_log("took over from the running daemon");

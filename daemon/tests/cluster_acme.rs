@@ -182,6 +182,19 @@ fn one_instance_orders_for_the_fleet_and_every_instance_serves_it() {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
+
+    // No quorum: b restarted serves the renewed certificate from its own
+    // storage, and orders nothing.
+    let mut peers = peers;
+    peers.etcd.stop(1);
+    peers.etcd.stop(2);
+    let b = fleet.remove(0);
+    drop(b);
+    let mut b = peers.instance("b", ports[1], "30d");
+    b.wait_for_log(|l| l.contains("acme: certificate in hand"))
+        .unwrap_or_else(|| panic!("{:#?}", b.logs()));
+    assert_eq!(served_serial(ports[1], NAME), renewed);
+    assert_eq!(peers.pebble.orders(), 2);
 }
 
 /// The instance ordering for the fleet is killed mid-order (while it waits
