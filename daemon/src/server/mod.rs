@@ -9,6 +9,7 @@
 mod bind;
 mod error;
 mod listeners;
+mod once;
 mod roles;
 mod sessions;
 #[cfg(test)]
@@ -21,19 +22,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use crate::config::Config;
 use crate::model::ListenAddr;
 use crate::net::listener::{BindError, Listener, Prebound};
 use crate::ops::privileges::drop_privileges;
 use crate::ops::{logging, systemd};
-use crate::pool::{discovery, health};
 pub use crate::state::DaemonState;
 use crate::state::Shared;
 use bind::{adopt, adopt_or_bind, take, Bound};
 pub use error::RunError;
 use listeners::{ChosenBy, Live};
+use once::{chores, once_per_daemon, pool_tasks};
 use roles::{Place, Role};
 use sessions::Sessions;
 pub use upgrade::{take_over, Handed, UpgradeError};
@@ -346,88 +346,6 @@ fn announce_ready(took_over: bool) {
     } else {
         systemd::notify("READY=1");
     }
-}
-
-/// The tasks that keep proxy pools current for the settings in force: one
-/// following DNS for each service with backends that need it, one checking
-/// health for each with `health_check`. Dropping the set stops them.
-/// The tasks an event loop runs beside its clients, ended with the returned
-/// set: its lag watch, giving memory back after waves of clients, and on
-/// worker 0 the daemon's traffic history.
-fn chores(shared: &Arc<Shared>, worker: usize) -> JoinSet<()> {
-    let mut chores = JoinSet::new();
-    chores.spawn(crate::ops::lag::watch(
-        Arc::clone(&shared.metrics.lag),
-        crate::ops::lag::Loop::Worker(worker),
-    ));
-    let counted = Arc::clone(shared);
-    chores.spawn(crate::ops::trim::after_waves(move || {
-        counted.gate.take_peak()
-    }));
-    if worker == 0 {
-        let source = Arc::clone(shared);
-        chores.spawn(crate::ops::history::keep(
-            Arc::clone(&shared.history),
-            move || source.traffic_totals(),
-        ));
-    }
-    chores
-}
-
-/// What the daemon needs once, run by its first event loop: the pools are
-/// the daemon's, shared by every worker, so one set of tasks checks and
-/// resolves them; so are the ACME certificates (one order flow each) and
-/// the fleet's membership and state (one etcd task).
-fn once_per_daemon(
-    first: bool,
-    shared: &Arc<Shared>,
-    fleet: Option<crate::fleet::Instance>,
-) -> (JoinSet<()>, crate::acme::Keepers) {
-    if !first {
-        return (JoinSet::new(), crate::acme::Keepers::default());
-    }
-    let fleet = fleet.and_then(|instance| crate::fleet::start(instance, shared));
-    let mut acme = crate::acme::Keepers::in_fleet(fleet);
-    acme.follow(&shared.settings().acme);
-    (pool_tasks(shared), acme)
-}
-
-fn pool_tasks(shared: &Shared) -> JoinSet<()> {
-    let settings = shared.settings();
-    let mut tasks = JoinSet::new();
-    let mut resolver = None;
-    for service in settings.registry.services() {
-        let crate::model::ServiceKind::Proxy(proxy) = &service.kind else {
-            continue;
-        };
-        let Some(counts) = settings.usage.get(&service.name) else {
-            continue;
-        };
-        let name = service.name.to_string();
-        if proxy.follows_dns() {
-            let resolver =
-                resolver.get_or_insert_with(|| Arc::new(discovery::resolver(&settings.dns)));
-            tasks.spawn(discovery::follow(
-                name.clone(),
-                Arc::clone(proxy),
-                Arc::clone(&counts.pool),
-                Arc::clone(resolver),
-                settings.dns.clone(),
-            ));
-        }
-        if proxy.health_check.is_some() {
-            // Room a member back up makes goes to the clients in line first.
-            let (counted, checked) = (Arc::clone(counts), service.clone());
-            let after_round = move || counted.connections.set_cap(counted.cap(&checked));
-            tasks.spawn(health::check_loop(
-                name,
-                Arc::clone(proxy),
-                Arc::clone(&counts.pool),
-                after_round,
-            ));
-        }
-    }
-    tasks
 }
 
 /// Why a reload changed nothing.
