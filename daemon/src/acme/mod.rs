@@ -17,14 +17,13 @@ use instant_acme::Account;
 use order::AcmeError;
 use store::Storage;
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
 use crate::keys::AcmeCert;
+use crate::model::clock::{jitter, unix_seconds};
 
 const DAY: i64 = 86_400;
 
@@ -109,14 +108,14 @@ async fn keep(slot: Arc<AcmeCert>, fleet: Option<Arc<dyn FleetAcme>>) {
             (unsaved, store_failures) = (None, 0);
             let due = slot
                 .expiry()
-                .map(|x| renewal_wait(x, settings.renew_before, unix_now()));
+                .map(|x| renewal_wait(x, settings.renew_before, unix_seconds()));
             if due.is_some_and(|wait| wait.is_zero()) {
                 tracing::warn!(names, "acme: renew_before is longer than the certificate's lifetime: renewing again in a day, not at once");
                 tokio::time::sleep(Duration::from_secs(DAY as u64)).await;
             }
         }
         if let Some(expiry) = slot.expiry() {
-            let wait = renewal_wait(expiry, settings.renew_before, unix_now());
+            let wait = renewal_wait(expiry, settings.renew_before, unix_seconds());
             if !wait.is_zero() {
                 tracing::info!(
                     names,
@@ -195,7 +194,7 @@ async fn claim(fleet: &dyn FleetAcme, slot: &AcmeCert) -> Option<fleet::OrderLoc
     let (names, pair) = (settings.names.join(","), settings.pair_name());
     let due = || {
         slot.expiry().map_or(true, |x| {
-            renewal_wait(x, settings.renew_before, unix_now()).is_zero()
+            renewal_wait(x, settings.renew_before, unix_seconds()).is_zero()
         })
     };
     let adopt_fleets = || async {
@@ -265,7 +264,7 @@ async fn watch_expiry(slot: Arc<AcmeCert>) {
     let names = slot.settings.names.join(",");
     let mut warned = None;
     loop {
-        let now = unix_now();
+        let now = unix_seconds();
         if let Some(expiry) = slot.expiry() {
             let overdue = renewal_wait(expiry, slot.settings.renew_before, now).is_zero();
             if overdue && expiry_warning_due(expiry, now, warned) {
@@ -318,19 +317,6 @@ fn expiry_warning_due(expiry: i64, now: i64, warned: Option<i64>) -> bool {
     expiry - now <= 7 * DAY && warned.map_or(true, |at| now - at >= DAY)
 }
 
-/// A random duration up to `max`.
-fn jitter(max: Duration) -> Duration {
-    let random = RandomState::new().hash_one(unix_now());
-    let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
-    Duration::from_nanos(random.checked_rem(nanos).unwrap_or(0))
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,13 +350,5 @@ mod tests {
         assert!(expiry_warning_due(expiry, 23 * DAY, None));
         assert!(!expiry_warning_due(expiry, 23 * DAY + 3600, Some(23 * DAY)));
         assert!(expiry_warning_due(expiry, 24 * DAY, Some(23 * DAY)));
-    }
-
-    #[test]
-    fn jitter_stays_below_its_bound() {
-        for _ in 0..100 {
-            assert!(jitter(Duration::from_secs(5)) < Duration::from_secs(5));
-        }
-        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
     }
 }

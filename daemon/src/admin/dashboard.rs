@@ -4,7 +4,6 @@
 //! stays on the admin socket.
 
 use std::sync::Mutex;
-use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
@@ -33,9 +32,7 @@ pub(crate) fn status(shared: &Shared, listening: &Mutex<Vec<ListenerRow>>) -> Va
         .collect();
     let (total, sessions) = shared.sessions.busiest(BUSIEST);
     let listeners = listening.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = crate::model::clock::unix_seconds();
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "time": now,

@@ -1,8 +1,6 @@
 //! `show fleet`: the instances sharing this one's `cluster`, as its etcd
 //! task last saw their membership keys. Never waits on etcd.
 
-use std::time::SystemTime;
-
 use tcpmux_proto::admin::{FleetRow, Reply};
 
 use super::refusal::Refusal;
@@ -19,18 +17,17 @@ pub(super) fn show(shared: &Shared) -> Result<Reply, Refusal> {
 
 /// The members as rows, their ages counted from now.
 pub(super) fn rows(this: &str, members: &[crate::runtime::Member]) -> Vec<FleetRow> {
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = crate::model::clock::unix_seconds();
+    let since = |then: i64| u64::try_from(now - then).unwrap_or(0);
     members
         .iter()
         .map(|m| FleetRow {
             node: m.node.clone(),
             address: m.address.clone(),
             version: m.version.clone(),
-            uptime: now.saturating_sub(m.started),
+            uptime: since(m.started),
             sessions: m.sessions,
-            last_seen: now.saturating_sub(m.updated),
+            last_seen: since(m.updated),
             this: m.node == this,
         })
         .collect()

@@ -14,10 +14,10 @@ use crate::model::{Cluster, EtcdTls, Secret};
 
 /// Where the local copy of the fleet's state is kept when `cache` is not
 /// given: beside the ACME storage, in the unit's StateDirectory.
-pub(crate) const DEFAULT_CACHE: &str = "/var/lib/tcpmuxd/fleet";
+const DEFAULT_CACHE: &str = "/var/lib/tcpmuxd/fleet";
 
 /// The prefix of every key when `prefix` is not given.
-pub(crate) const DEFAULT_PREFIX: &str = "/tcpmuxd";
+const DEFAULT_PREFIX: &str = "/tcpmuxd";
 /// The fewest bytes a `secret` file may hold: a 256-bit key's worth.
 const MIN_SECRET: usize = 32;
 /// The most read from it: a key file, not a document.

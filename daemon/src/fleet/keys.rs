@@ -57,8 +57,8 @@ pub(super) fn change_key(prefix: &str, change: &Change) -> String {
 struct NodeValue {
     address: String,
     version: String,
-    started: u64,
-    updated: u64,
+    started: i64,
+    updated: i64,
     sessions: u64,
 }
 

@@ -21,7 +21,7 @@ use crate::acme::fleet::FleetAcme;
 use crate::runtime::{FleetLink, Publish};
 use crate::state::Shared;
 
-pub(crate) use instance::{unix_now, Instance};
+pub(crate) use instance::Instance;
 
 /// The first wait after a failure; it doubles up to `MAX_BACK_OFF`.
 const FIRST_BACK_OFF: Duration = Duration::from_secs(1);
@@ -163,8 +163,5 @@ impl Outage {
 /// `wait` give or take a quarter, so that a fleet restarted together does
 /// not knock on etcd in step.
 fn jittered(wait: Duration) -> Duration {
-    let mut byte = [0u8; 1];
-    rustix::rand::getrandom(&mut byte, rustix::rand::GetRandomFlags::empty()).ok();
-    let quarter = wait / 4;
-    wait - quarter + quarter * 2 * u32::from(byte[0]) / 255
+    wait - wait / 4 + crate::model::clock::jitter(wait / 2)
 }

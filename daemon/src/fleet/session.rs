@@ -18,9 +18,10 @@ use tokio::sync::mpsc;
 use super::acme::{Ack, FleetOrders};
 use super::cache::Cache;
 use super::deadline::{within, REQUEST_TIMEOUT};
-use super::instance::{unix_now, Instance};
+use super::instance::Instance;
 use super::keys::{self, Entry};
 use super::tickets::TicketKeys;
+use crate::model::clock::unix_seconds;
 use crate::runtime::{self, Change, FleetLink, Member, Publish};
 use crate::state::Shared;
 
@@ -121,7 +122,7 @@ fn membership(instance: &Instance, shared: &Shared) -> Member {
         address: instance.address.clone(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         started: instance.started,
-        updated: unix_now(),
+        updated: unix_seconds(),
         sessions: shared.gate.active.get() as u64,
     }
 }
@@ -162,8 +163,8 @@ async fn join(client: &mut Client, cx: &mut Context<'_>) -> Result<Joined, Strin
     }
     link.set_members(members.values().cloned().collect());
     cx.cache.save();
-    if cx.tickets.due(unix_now()) {
-        cx.tickets.rotate(client, unix_now()).await?;
+    if cx.tickets.due(unix_seconds()) {
+        cx.tickets.rotate(client, unix_seconds()).await?;
     }
     for ack in acks {
         cx.orders.acknowledge(client, lease, ack).await?;
@@ -222,8 +223,8 @@ async fn follow(
             },
             _ = refresh.tick() => {
                 report(client, instance, cx.shared, joined.lease).await?;
-                if cx.tickets.due(unix_now()) {
-                    cx.tickets.rotate(client, unix_now()).await?;
+                if cx.tickets.due(unix_seconds()) {
+                    cx.tickets.rotate(client, unix_seconds()).await?;
                 }
             }
             watched = joined.watch.message() => match watched {

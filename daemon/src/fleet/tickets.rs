@@ -27,7 +27,7 @@ pub(super) struct TicketKeys {
     sealing: SealingKey,
     /// The `mod_revision` of the value held; 0 for none.
     revision: i64,
-    made: u64,
+    made: i64,
     keys: Vec<Key>,
 }
 
@@ -63,13 +63,13 @@ impl TicketKeys {
     }
 
     /// Whether a new key is due at `now` (Unix seconds).
-    pub(super) fn due(&self, now: u64) -> bool {
-        self.keys.is_empty() || now.saturating_sub(self.made) >= ROTATE_EVERY.as_secs()
+    pub(super) fn due(&self, now: i64) -> bool {
+        self.keys.is_empty() || now.saturating_sub(self.made) >= ROTATE_EVERY.as_secs() as i64
     }
 
     /// Writes a new set (a fresh key, then the newest held) unless another
     /// instance wrote since this one read; the watch brings either.
-    pub(super) async fn rotate(&self, client: &mut Client, now: u64) -> Result<(), String> {
+    pub(super) async fn rotate(&self, client: &mut Client, now: i64) -> Result<(), String> {
         let mut fresh = [0u8; TICKET_KEY_LEN];
         random(&mut fresh);
         let set: Vec<Key> = std::iter::once(fresh)
@@ -97,9 +97,9 @@ impl TicketKeys {
 }
 
 /// `made (8, big-endian) || keys (48 each)`.
-fn parse(plain: Vec<u8>) -> Option<(u64, Vec<Key>)> {
+fn parse(plain: Vec<u8>) -> Option<(i64, Vec<Key>)> {
     let (made, keys) = plain.split_at_checked(8)?;
-    let made = u64::from_be_bytes(made.try_into().ok()?);
+    let made = i64::from_be_bytes(made.try_into().ok()?);
     if keys.is_empty() || keys.len() % TICKET_KEY_LEN != 0 {
         return None;
     }
@@ -120,7 +120,7 @@ mod tests {
 
     #[test]
     fn a_key_set_reads_back_and_a_bad_one_does_not() {
-        let mut plain = 42u64.to_be_bytes().to_vec();
+        let mut plain = 42i64.to_be_bytes().to_vec();
         plain.extend([1u8; TICKET_KEY_LEN]);
         plain.extend([2u8; TICKET_KEY_LEN]);
         let (made, set) = parse(plain.clone()).unwrap();

@@ -45,12 +45,9 @@ impl Tickets {
     pub(crate) fn use_fleet_keys(&self, keys: &[[u8; TICKET_KEY_LEN]]) {
         let keys = keys
             .iter()
-            .map(|material| {
-                let (name, key) = material.split_at(NAME_LEN);
-                FleetKey {
-                    name: name.try_into().unwrap_or([0; NAME_LEN]),
-                    key: SealingKey::new(key.try_into().unwrap_or(&[0; 32])),
-                }
+            .map(|material| FleetKey {
+                name: std::array::from_fn(|i| material[i]),
+                key: SealingKey::new(&std::array::from_fn(|i| material[NAME_LEN + i])),
             })
             .collect();
         *self.fleet.write().unwrap_or_else(|p| p.into_inner()) = keys;

@@ -124,6 +124,15 @@ pub fn unix_seconds() -> i64 {
     }
 }
 
+/// A random duration up to `max` (none for a zero `max`): spreads what many
+/// daemons, or many tasks of one, would otherwise do in step.
+pub fn jitter(max: std::time::Duration) -> std::time::Duration {
+    use std::hash::BuildHasher;
+    let random = std::collections::hash_map::RandomState::new().hash_one(SystemTime::now());
+    let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    std::time::Duration::from_nanos(random.checked_rem(nanos).unwrap_or(0))
+}
+
 /// RFC 868: seconds since 1900 as 32 bits, big-endian. The count wraps in 2036, as
 /// the RFC's own format does; clients resolve the era.
 pub fn rfc868(unix: i64) -> [u8; 4] {
@@ -133,6 +142,15 @@ pub fn rfc868(unix: i64) -> [u8; 4] {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn jitter_stays_below_its_bound() {
+        use std::time::Duration;
+        for _ in 0..100 {
+            assert!(super::jitter(Duration::from_secs(5)) < Duration::from_secs(5));
+        }
+        assert_eq!(super::jitter(Duration::ZERO), Duration::ZERO);
+    }
+
     use super::*;
 
     #[test]

@@ -34,8 +34,8 @@ pub(crate) struct Member {
     pub address: String,
     pub version: String,
     /// Unix time it started and last reported, in seconds.
-    pub started: u64,
-    pub updated: u64,
+    pub started: i64,
+    pub updated: i64,
     pub sessions: u64,
 }
 

@@ -180,7 +180,7 @@ impl Server {
                     .first()
                     .map(|(_, listener, _)| listener.local_addr().to_string())
                     .unwrap_or_default(),
-                started: crate::fleet::unix_now(),
+                started: crate::model::clock::unix_seconds(),
             });
         let shared = Arc::new(Shared::new(config, daemon));
         upgrade::restore(&shared, std::mem::take(&mut handed.carried));
