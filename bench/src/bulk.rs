@@ -11,45 +11,57 @@ use crate::{progress, BUFFER};
 
 /// `source` with one task per connection on one thread instead of a thread
 /// per connection: for connection-rate runs, where spawning a thread would
-/// cost the backend more than the front being measured.
-pub fn source_tasks(listen: SocketAddr, bytes: u64) -> Result<(), String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// cost the backend more than the front being measured. `ports` listeners on
+/// consecutive ports from `listen`'s (a pool of that many members).
+pub fn source_tasks(listen: SocketAddr, bytes: u64, ports: u16) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        if let Ok(bound) = listener.local_addr() {
-            println!("listening {bound}");
-            let _ = io::stdout().flush();
-        }
         let block: Arc<[u8]> = (0..BUFFER).map(|i| (i % 251) as u8).collect();
-        loop {
-            let Ok((mut conn, _)) = listener.accept().await else {
-                continue;
-            };
-            let block = Arc::clone(&block);
-            tokio::spawn(async move {
-                let mut left = bytes;
-                while left > 0 {
-                    let n = left.min(block.len() as u64) as usize;
-                    if conn.write_all(&block[..n]).await.is_err() {
-                        return;
-                    }
-                    left -= n as u64;
-                }
-                // As in `source`: FIN, then wait for the client's close.
-                let _ = conn.shutdown().await;
-                let mut scratch = [0u8; 4096];
-                let drain =
-                    async { while matches!(conn.read(&mut scratch).await, Ok(n) if n > 0) {} };
-                let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
-            });
+        let mut loops = tokio::task::JoinSet::new();
+        for i in 0..ports.max(1) {
+            let port = listen
+                .port()
+                .checked_add(i)
+                .ok_or("--ports runs past port 65535")?;
+            let addr = SocketAddr::new(listen.ip(), port);
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            loops.spawn(accept_loop(listener, Arc::clone(&block), bytes));
         }
+        println!("listening {listen} ({} ports)", ports.max(1));
+        let _ = io::stdout().flush();
+        while loops.join_next().await.is_some() {}
+        Ok(())
     })
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, block: Arc<[u8]>, bytes: u64) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut conn, _)) = listener.accept().await else {
+            continue;
+        };
+        let block = Arc::clone(&block);
+        tokio::spawn(async move {
+            let mut left = bytes;
+            while left > 0 {
+                let n = left.min(block.len() as u64) as usize;
+                if conn.write_all(&block[..n]).await.is_err() {
+                    return;
+                }
+                left -= n as u64;
+            }
+            // As in `source`: FIN, then wait for the client's close.
+            let _ = conn.shutdown().await;
+            let mut scratch = [0u8; 4096];
+            let drain = async { while matches!(conn.read(&mut scratch).await, Ok(n) if n > 0) {} };
+            let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+        });
+    }
 }
 
 pub fn source(listen: SocketAddr, bytes: u64) -> Result<(), String> {

@@ -39,6 +39,10 @@ pub enum Command {
         /// (cheaper per connection, for connection-rate runs).
         #[arg(long)]
         tasks: bool,
+        /// Listen on this many consecutive ports from --listen's (one
+        /// process as a pool of that many members); implies --tasks.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        ports: u16,
     },
     /// Concurrency sweep: for each level, that many simultaneous downloads of
     /// one service on one async client thread; aggregate MB/s and fairness as
@@ -80,6 +84,10 @@ pub enum Command {
         /// TCP Fast Open (TCP_FASTOPEN_CONNECT): the request rides in the SYN.
         #[arg(long)]
         fast_open: bool,
+        /// The name is expected to be refused: an exchange succeeds when the
+        /// answer is a `-` line (the cost of a name the server does not have).
+        #[arg(long, requires = "service")]
+        refused: bool,
         #[arg(long, default_value_t = 8)]
         connections: usize,
         /// Seconds to run.

@@ -41,12 +41,14 @@ fn run(command: Command) -> Result<(), String> {
             listen,
             bytes,
             tasks: false,
+            ports: 1,
         } => bulk::source(listen, bytes),
         Command::Source {
             listen,
             bytes,
-            tasks: true,
-        } => bulk::source_tasks(listen, bytes),
+            ports,
+            ..
+        } => bulk::source_tasks(listen, bytes, ports),
         Command::Sweep {
             connect,
             service,
@@ -142,12 +144,13 @@ fn run_requests(command: Command) -> Result<(), String> {
             service,
             probe,
             fast_open,
+            refused,
             connections,
             duration,
             report,
         } => requests::short(
             connect,
-            (service.as_deref(), fast_open),
+            (service.as_deref(), fast_open, refused),
             probe.map(|p| p.0),
             connections.max(1),
             duration,

@@ -83,7 +83,7 @@ where
 fn short_once(
     target: SocketAddr,
     request: Option<&[u8]>,
-    (tcpmux, fast_open): (bool, bool),
+    (tcpmux, fast_open, refused): (bool, bool, bool),
     buf: &mut Vec<u8>,
 ) -> io::Result<bool> {
     let mut stream = match fast_open {
@@ -103,16 +103,17 @@ fn short_once(
     buf.clear();
     stream.read_to_end(buf)?;
     Ok(match tcpmux {
-        true => buf.first() == Some(&b'+'),
+        true => buf.first() == Some(if refused { &b'-' } else { &b'+' }),
         false => !buf.is_empty(),
     })
 }
 
 /// `probe`: raw first bytes to send instead of a TCPMUX name (an SSH banner or
 /// a ClientHello, for a detecting listener); success is then any answer.
+/// `refused`: success is a `-` line instead of a `+`.
 pub fn short(
     target: SocketAddr,
-    (service, fast_open): (Option<&str>, bool),
+    (service, fast_open, refused): (Option<&str>, bool, bool),
     probe: Option<Vec<u8>>,
     connections: usize,
     duration: f64,
@@ -125,7 +126,12 @@ pub fn short(
         None => service.map(|s| format!("{s}\r\n").into_bytes().into()),
     };
     let summary = run_clients(connections, duration, "connections", move |buf| {
-        short_once(target, request.as_deref(), (tcpmux, fast_open), buf)
+        short_once(
+            target,
+            request.as_deref(),
+            (tcpmux, fast_open, refused),
+            buf,
+        )
     })?;
     if json {
         println!(

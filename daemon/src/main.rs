@@ -48,11 +48,21 @@ fn daemon_main() -> ExitCode {
                 }
                 let listen: Vec<String> =
                     config.listen.iter().map(|l| l.addr.to_string()).collect();
+                // A file of thousands of services gets the first few named.
+                const NAMED: usize = 50;
+                let count = config.registry.len();
+                let mut names = config
+                    .registry
+                    .names()
+                    .take(NAMED)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                if count > NAMED {
+                    names.push_str(&format!(" and {} more", count - NAMED));
+                }
                 println!(
-                    "{}: ok: {} services ({}), listening on {}",
+                    "{}: ok: {count} services ({names}), listening on {}",
                     path.display(),
-                    config.registry.len(),
-                    config.registry.names().collect::<Vec<_>>().join(", "),
                     listen.join(", ")
                 );
                 ExitCode::SUCCESS

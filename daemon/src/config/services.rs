@@ -9,7 +9,7 @@ use tcpmux_proto::ServiceName;
 use toml::Spanned;
 
 use super::checks::{at_least_one, positive_duration};
-use super::claims::{claim_host_names, claim_terminated_names};
+use super::claims::Claims;
 use super::error::{ConfigError, Source};
 use super::raw::{RawConfig, RawDropIn, RawService};
 use super::{etc_services, exec, proxy};
@@ -40,7 +40,7 @@ pub(crate) fn services(
     if let Some(import) = &raw.import_etc_services {
         etc_services::import(src, import, &mut services)?;
     }
-    let mut seen = Seen::new();
+    let mut seen = (Seen::new(), Claims::default());
     add_tables(src, &raw.service, listen, &mut services, &mut seen)?;
     for (path, text) in drop_ins {
         let src = Source { text, origin: path };
@@ -56,14 +56,21 @@ fn add_tables(
     tables: &BTreeMap<Spanned<String>, RawService>,
     listen: &[ListenSpec],
     services: &mut BTreeMap<ServiceName, Service>,
-    seen: &mut Seen,
+    (seen, claims): &mut (Seen, Claims),
 ) -> Result<(), ConfigError> {
     // In file order, so a name given twice is reported at its second place.
     let mut tables: Vec<_> = tables.iter().collect();
     tables.sort_by_key(|(key, _)| key.span().start);
+    // Lines counted as the tables go by, not from the top for each.
+    let (mut counted_to, mut line) = (0, 1);
     for (key, table) in tables {
         let name = service_name(src, key, seen)?;
-        let (line, _) = src.line_column(key.span().start);
+        let start = key.span().start.min(src.text.len());
+        line += src.text.as_bytes()[counted_to..start]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        counted_to = start;
         seen.insert(name.clone(), (src.origin.to_owned(), line));
         if table.enabled == Some(false) {
             services.remove(&name);
@@ -86,8 +93,7 @@ fn add_tables(
                 ));
             }
         }
-        claim_host_names(src, key, &service, services)?;
-        claim_terminated_names(src, key, &service, services)?;
+        claims.claim(src, key, &service)?;
         services.insert(name, service);
     }
     Ok(())
