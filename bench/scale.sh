@@ -17,12 +17,15 @@
 # size against the smallest, one line per workload) to OUT (default
 # bench/results). As root (descriptors for 100,000 sessions), about 6 minutes.
 #   bench/scale.sh [SECONDS] [LARGEST_SESSIONS]
+# SECTIONS="services sni sessions pools" (the default) picks the sweeps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-3}
 SESSIONS_MAX=${2:-100000}
 OUT=${OUT:-bench/results}
 CLIENTS=4
+SECTIONS=${SECTIONS:-services sni sessions pools}
+section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench -p tcpmux-cli
 . bench/lib.sh
 ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
@@ -64,6 +67,7 @@ services_config() { # N
   printf 'listen = ["127.0.0.1:%s"]\n' "$PORT"
   seq 1 "$1" | awk '{ printf "[service.s%d]\nbuiltin = \"daytime\"\n", $1 }'
 }
+if section services; then
 echo; echo "## Services: N configured names (builtin daytime each)"
 echo; echo "| services | --check-config | start | RSS | name found | name refused | reload under load | refused during it |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -85,6 +89,7 @@ for n in 10 1000 100000; do
   echo "| $n | $check ms | $START_MS ms | $((rss / 1024)) MiB | $found | $refused | $reload ms | $failed |"
   stop_pid "$DPID"
 done
+fi
 
 # --- 2. SNI names --------------------------------------------------------------
 # N names over min(N, 1000) passthrough services: even i exact hI.scale.test,
@@ -97,6 +102,7 @@ sni_config() { # N
     for (s = 0; s < k; s++) printf "[service.t%d]\nproxy = \"127.0.0.1:%s\"\nsni = [%s]\n", s, src, names[s]
   }'
 }
+if section sni; then
 $BENCH source --listen "127.0.0.1:$SRC" --bytes 16 --tasks > /dev/null & PIDS+=($!)
 wait_port "$SRC"
 echo; echo "## SNI names: N \`sni\` entries on a detecting listener, passed through (16-byte answer)"
@@ -110,6 +116,7 @@ for n in 10 1000 100000; do
   echo "| $n | $START_MS ms | $exact | $wild |"
   stop_pid "$DPID"
 done
+fi
 
 # --- 3. Live sessions ----------------------------------------------------------
 # Idle echo sessions spread over 4 listening ports (a client address has
@@ -120,6 +127,7 @@ sessions_config() {
   printf 'max_connections = 250000\nnegotiation_timeout = "600s"\nadmin_socket = "%s/admin.sock"\nmetrics_listen = "127.0.0.1:%s"\n' "$WORK" "$METRICS"
 }
 ms_of() { local t0; t0=$(now_ms); "$@" > /dev/null; echo "$(( $(now_ms) - t0 )) ms"; }
+if section sessions; then
 echo; echo "## Live sessions: N idle echo sessions held"
 echo; echo "| sessions | RSS per session | show sessions | /status.json | stats | other clients meanwhile |"
 echo "|---|---|---|---|---|---|"
@@ -148,10 +156,12 @@ for n in 1000 10000 100000; do
   for h in "${holders[@]}"; do kill "$h" 2>/dev/null || true; done
   stop_pid "$DPID"
 done
+fi
 
 # --- 4. Pool members -----------------------------------------------------------
 # N members on consecutive ports of one backend process; listed, or from N
 # SRV records served by dnsmasq.
+if section pools; then
 $BENCH source --listen "127.0.0.1:$POOL" --bytes 16 --ports 1000 > /dev/null & PIDS+=($!)
 wait_port $((POOL + 999))
 pool_config() { # N BALANCE [srv]
@@ -161,10 +171,20 @@ pool_config() { # N BALANCE [srv]
   fi
 }
 start_dns() { # N: SRV records for N members
-  seq 0 $(( $1 - 1 )) | awk -v p="$POOL" '{ printf "srv-host=_pool._tcp.scale.test,m%d.scale.test,%d,0,1\nhost-record=m%d.scale.test,127.0.0.1\n", $1, p + $1, $1 }' > "$WORK/dnsmasq.conf"
+  # One target host, N ports: with a host per record dnsmasq's 50 KB answer
+  # breaks (its compression pointers cannot reach past 16 KB).
+  { echo "host-record=pool.scale.test,127.0.0.1"
+    seq 0 $(( $1 - 1 )) | awk -v p="$POOL" '{ printf "srv-host=_pool._tcp.scale.test,pool.scale.test,%d,0,1\n", p + $1 }'
+  } > "$WORK/dnsmasq.conf"
   dnsmasq --keep-in-foreground --no-resolv --no-hosts --port="$DNS" --listen-address=127.0.0.1 \
     --bind-interfaces --conf-file="$WORK/dnsmasq.conf" --pid-file= 2>/dev/null & DNSPID=$!
   PIDS+=("$DNSPID")
+  # Up before the daemon asks: a first lookup that fails waits dns_min_ttl.
+  for _ in $(seq 100); do
+    dig +short +tries=1 +time=1 -p "$DNS" @127.0.0.1 SRV _pool._tcp.scale.test 2>/dev/null | grep -q . && return 0
+    sleep 0.05
+  done
+  echo "dnsmasq never answered on $DNS" >&2; exit 1
 }
 echo; echo "## Pool members: N backends of one service (16-byte answer)"
 echo; echo "| members | first | round-robin | least-connections | random-two | source | srv: (first) | health checks every 1 s |"
@@ -194,6 +214,7 @@ for n in 10 1000; do
   stop_pid "$DPID"
   echo "$row"
 done
+fi
 
 # --- The plot ------------------------------------------------------------------
 mkdir -p "$OUT"

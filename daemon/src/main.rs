@@ -46,25 +46,7 @@ fn daemon_main() -> ExitCode {
                 {
                     eprintln!("tcpmuxd: warning: {warning}");
                 }
-                let listen: Vec<String> =
-                    config.listen.iter().map(|l| l.addr.to_string()).collect();
-                // A file of thousands of services gets the first few named.
-                const NAMED: usize = 50;
-                let count = config.registry.len();
-                let mut names = config
-                    .registry
-                    .names()
-                    .take(NAMED)
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                if count > NAMED {
-                    names.push_str(&format!(" and {} more", count - NAMED));
-                }
-                println!(
-                    "{}: ok: {count} services ({names}), listening on {}",
-                    path.display(),
-                    listen.join(", ")
-                );
+                print_checked(path, &config);
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -347,4 +329,26 @@ fn init_logging(format: LogFormat) {
             .event_format(Prioritized(json.without_time()))
             .init(),
     }
+}
+
+/// `--check-config`'s line for a good file: the services (the first few, for
+/// a file of thousands) and the addresses.
+fn print_checked(path: &std::path::Path, config: &Config) {
+    const NAMED: usize = 50;
+    let listen: Vec<String> = config.listen.iter().map(|l| l.addr.to_string()).collect();
+    let count = config.registry.len();
+    let mut names = config
+        .registry
+        .names()
+        .take(NAMED)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if count > NAMED {
+        names.push_str(&format!(" and {} more", count - NAMED));
+    }
+    println!(
+        "{}: ok: {count} services ({names}), listening on {}",
+        path.display(),
+        listen.join(", ")
+    );
 }

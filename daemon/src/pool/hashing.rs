@@ -15,22 +15,73 @@ pub(crate) fn ranked(
     weights: &[u32],
     candidates: &[usize],
 ) -> Vec<usize> {
-    let key = fnv(sticky);
+    let hashes: Vec<u64> = endpoints.iter().map(|e| member_hash(e)).collect();
+    ranked_hashed(client_key(sticky), &hashes, weights, candidates)
+}
+
+/// A client's `sticky` key as the scores take it.
+pub(crate) fn client_key(sticky: &[u8]) -> u64 {
+    fnv(sticky)
+}
+
+/// A member's share of every score: its endpoint's hash, made once per
+/// member, not once per client.
+pub(crate) fn member_hash(endpoint: &Endpoint) -> u64 {
+    mix(fnv(endpoint.to_string().as_bytes()))
+}
+
+/// [`ranked`] with the key and the members' hashes made already.
+pub(crate) fn ranked_hashed(
+    key: u64,
+    hashes: &[u64],
+    weights: &[u32],
+    candidates: &[usize],
+) -> Vec<usize> {
     let mut scored: Vec<(f64, usize)> = candidates
         .iter()
-        .map(|&i| (score(key, endpoints[i], weights[i]), i))
+        .map(|&i| (score(key, hashes[i], weights[i]), i))
         .collect();
     // Highest first; ties (practically never) by index, so the order is fixed.
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     scored.into_iter().map(|(_, i)| i).collect()
 }
 
+/// The first of [`ranked_hashed`]'s order, without sorting the rest: one
+/// multiply-and-shift per member when their weights are all `uniform` (the
+/// score then rises with the hash alone, so no logarithm is needed).
+pub(crate) fn best(
+    key: u64,
+    hashes: &[u64],
+    weights: &[u32],
+    candidates: &[usize],
+    uniform: bool,
+) -> Option<usize> {
+    if uniform {
+        // The same 53 bits the score is made of, so ties fall as ranked's do.
+        let mut best: Option<(u64, usize)> = None;
+        for &i in candidates {
+            let drawn = mix(key ^ hashes[i]) >> 11;
+            if best.map_or(true, |(b, j)| drawn > b || (drawn == b && i < j)) {
+                best = Some((drawn, i));
+            }
+        }
+        return best.map(|(_, i)| i);
+    }
+    let mut best: Option<(f64, usize)> = None;
+    for &i in candidates {
+        let s = score(key, hashes[i], weights[i]);
+        if best.map_or(true, |(b, j)| s > b || (s == b && i < j)) {
+            best = Some((s, i));
+        }
+    }
+    best.map(|(_, i)| i)
+}
+
 /// `weight / -ln(u)` for a uniform `u` in (0, 1) drawn from the pair's hash:
 /// the weighted rendezvous score, so a member of weight 3 wins three times as
 /// often as one of weight 1.
-fn score(key: u64, endpoint: &Endpoint, weight: u32) -> f64 {
-    let member = fnv(endpoint.to_string().as_bytes());
-    let h = mix(key ^ mix(member));
+fn score(key: u64, member: u64, weight: u32) -> f64 {
+    let h = mix(key ^ member);
     let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
     f64::from(weight.max(1)) / -u.ln()
 }
@@ -102,5 +153,22 @@ mod tests {
         let order = ranked(&[], &refs, &[1, 1], &[0, 1]);
         assert_eq!(order.len(), 2);
         assert_eq!(order, ranked(&[], &refs, &[1, 1], &[0, 1]), "fixed");
+    }
+
+    /// The first choice made without sorting is ranked's first, with equal
+    /// weights (no logarithm) and with different ones.
+    #[test]
+    fn best_is_the_first_of_the_ranking() {
+        let list = members(50);
+        let hashes: Vec<u64> = list.iter().map(member_hash).collect();
+        let all: Vec<usize> = (0..list.len()).collect();
+        let uneven: Vec<u32> = (0..50).map(|i| 1 + i % 7).collect();
+        for client in clients().take(2_000) {
+            let key = client_key(&client.octets());
+            for (weights, uniform) in [(vec![1; 50], true), (uneven.clone(), false)] {
+                let ranked = ranked_hashed(key, &hashes, &weights, &all);
+                assert_eq!(best(key, &hashes, &weights, &all, uniform), Some(ranked[0]));
+            }
+        }
     }
 }

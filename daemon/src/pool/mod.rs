@@ -9,7 +9,9 @@ pub(crate) mod discovery;
 pub(crate) mod hashing;
 pub(crate) mod health;
 mod known;
+mod members;
 mod overrides;
+mod view;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use known::{usable, Known};
+pub(crate) use members::Members;
 
 use crate::model::{AdminState, Endpoint, Member, MemberFigures, Proxy, Weighted};
 use crate::net::relay::Relayed;
@@ -33,6 +36,10 @@ pub(crate) struct Pool {
     random: AtomicU64,
     members: watch::Sender<Arc<Members>>,
     state: Mutex<HashMap<Endpoint, MemberState>>,
+    /// Counts the changes that decide which members a client may try (see
+    /// `view.rs`), and the view made at the last one.
+    generation: AtomicU64,
+    view: Mutex<Option<Arc<view::View>>>,
 }
 
 /// One endpoint's state. An entry lives while any part of it does: the
@@ -75,29 +82,9 @@ impl Default for Pool {
             random: AtomicU64::new(0),
             members: watch::Sender::new(Arc::default()),
             state: Mutex::default(),
+            generation: AtomicU64::new(0),
+            view: Mutex::default(),
         }
-    }
-}
-
-/// The pool's members, and the configuration they were found for.
-#[derive(Debug, Default)]
-pub(crate) struct Members {
-    /// The configuration they were found for: members found for other
-    /// backends (before a reload) are not this one's.
-    config: Option<Arc<Proxy>>,
-    /// In the configured order; an SRV name's records by priority.
-    pub list: Vec<Member>,
-    /// False until every backend that needs DNS has been looked up once.
-    ready: bool,
-}
-
-impl Members {
-    /// Whether they are `proxy`'s: the same configuration (a pointer
-    /// comparison, each client's case) or one with the same backends.
-    fn are_for(&self, proxy: &Proxy) -> bool {
-        self.config
-            .as_deref()
-            .is_some_and(|config| std::ptr::eq(config, proxy) || config.backends == proxy.backends)
     }
 }
 
@@ -124,11 +111,11 @@ impl Pool {
         let current = Arc::clone(&self.members.borrow());
         if current.are_for(proxy) {
             // Kept, now under the new configuration's pointer.
-            self.members.send_replace(Arc::new(Members {
-                config: Some(Arc::clone(proxy)),
-                list: current.list.clone(),
-                ready: current.ready,
-            }));
+            self.members.send_replace(Arc::new(Members::new(
+                Some(Arc::clone(proxy)),
+                current.list.clone(),
+                current.ready,
+            )));
             return Vec::new();
         }
         let list: Vec<Member> = proxy
@@ -147,11 +134,11 @@ impl Pool {
         let forgotten = self.forget(|e| {
             !list.iter().any(|m| &m.endpoint == e) && (was_configured(e) || !proxy.follows_dns())
         });
-        self.replace(Members {
-            config: Some(Arc::clone(proxy)),
+        self.replace(Members::new(
+            Some(Arc::clone(proxy)),
             list,
-            ready: !proxy.follows_dns(),
-        });
+            !proxy.follows_dns(),
+        ));
         forgotten
     }
 
@@ -163,11 +150,7 @@ impl Pool {
             return false;
         }
         if !current.ready || current.list != list {
-            self.replace(Members {
-                config: current.config.clone(),
-                list,
-                ready: true,
-            });
+            self.replace(Members::new(current.config.clone(), list, true));
         }
         true
     }
@@ -180,12 +163,13 @@ impl Pool {
         // ones, never an entry for one that left.
         let mut state = lock(&self.state);
         for (endpoint, entry) in state.iter_mut() {
-            if !members.list.iter().any(|m| &m.endpoint == endpoint) {
+            if !members.endpoints.contains(endpoint) {
                 entry.known = None;
             }
         }
         state.retain(|_, entry| !entry.is_empty());
         self.members.send_replace(Arc::new(members));
+        self.changed();
     }
 
     /// Applies `change` to what is known of `endpoint`, if it is still a
@@ -193,15 +177,17 @@ impl Pool {
     /// changes nothing.
     fn update(&self, endpoint: &Endpoint, change: impl FnOnce(&mut Known)) {
         let mut state = lock(&self.state);
-        let member = self
-            .members
-            .borrow()
-            .list
-            .iter()
-            .any(|m| &m.endpoint == endpoint);
-        if member {
-            let entry = state.entry(endpoint.clone()).or_default();
-            change(entry.known.get_or_insert_with(Known::default));
+        if !self.members.borrow().endpoints.contains(endpoint) {
+            return;
+        }
+        let entry = state.entry(endpoint.clone()).or_default();
+        let known = entry.known.get_or_insert_with(Known::default);
+        let now = Instant::now();
+        let before = (usable(Some(known), now), known.health.ejected_until);
+        change(known);
+        // Most changes are counts; only one to its health changes the view.
+        if before != (usable(Some(known), now), known.health.ejected_until) {
+            self.changed();
         }
     }
 
@@ -262,22 +248,7 @@ impl Pool {
         let Some(members) = self.current(proxy) else {
             return configured;
         };
-        let now = Instant::now();
-        let state = lock(&self.state);
-        let in_service: Vec<Option<usize>> = members
-            .list
-            .iter()
-            .filter(|m| {
-                let entry = state.get(&m.endpoint);
-                let set = entry.and_then(|e| e.set).unwrap_or_default();
-                set.state == AdminState::Ready && usable(entry.and_then(|e| e.known.as_ref()), now)
-            })
-            .map(|m| m.max_connections)
-            .collect();
-        if in_service.is_empty() {
-            return configured;
-        }
-        in_service.into_iter().sum()
+        self.view(&members).capacity.unwrap_or(configured)
     }
 
     /// A client's connect to `endpoint` failed; enough in a row eject it.

@@ -48,6 +48,7 @@ impl Pool {
         if entry.is_empty() {
             state.remove(endpoint);
         }
+        self.changed();
     }
 
     /// Drops the run-time settings of every endpoint `gone` says left;
@@ -63,6 +64,7 @@ impl Pool {
             }
         }
         state.retain(|_, entry| !entry.is_empty());
+        self.changed();
         forgotten
     }
 }

@@ -41,7 +41,7 @@ fn round_robin_honours_weights_exactly_over_a_cycle() {
     let (pool, members) = pool_for(&proxy);
     let mut firsts = [0; 3];
     for _ in 0..600 {
-        firsts[pool.order(proxy.balance, &members, &[])[0]] += 1;
+        firsts[pool.order_list(proxy.balance, &members, &[])[0]] += 1;
     }
     assert_eq!(firsts, [100, 200, 300]);
 }
@@ -54,7 +54,7 @@ fn least_connections_and_random_two_avoid_the_busy_backend() {
         let busy = &members.list[0].endpoint;
         let _busy: Vec<Held> = (0..5).map(|_| pool.hold(busy)).collect();
         for _ in 0..50 {
-            let order = pool.order(balance, &members, &[]);
+            let order = pool.order_list(balance, &members, &[]);
             // random-two may draw the busy one twice; then it is all it has.
             if balance == Balance::LeastConnections {
                 assert_eq!(order[0], 1);
@@ -68,7 +68,7 @@ fn least_connections_and_random_two_avoid_the_busy_backend() {
 fn checks_take_a_backend_down_after_fall_and_up_after_rise() {
     let proxy = proxy(Balance::First, &[1, 1]);
     let (pool, members) = pool_for(&proxy);
-    let order = || pool.order(Balance::First, &members, &[]);
+    let order = || pool.order_list(Balance::First, &members, &[]);
     let a = &members.list[0].endpoint;
     pool.checked("s", a, false, 2, 2);
     assert_eq!(order(), [0, 1], "one failure is not enough");
@@ -91,6 +91,9 @@ fn checks_take_a_backend_down_after_fall_and_up_after_rise() {
         let mut state = lock(&pool.state);
         let known = state.get_mut(a).and_then(|e| e.known.as_mut()).unwrap();
         known.health.ejected_until = Some(Instant::now() - Duration::from_millis(1));
+        // The view would see the cool-down end at its time; here it ends early.
+        drop(state);
+        pool.changed();
     };
     expire(&pool);
     assert_eq!(order(), [0, 1], "tried again after the cool-down");
@@ -141,7 +144,7 @@ fn the_best_srv_priority_is_balanced_and_the_rest_kept_for_failover() {
     let members = pool.current(&proxy).unwrap();
     let mut firsts = [0; 3];
     for _ in 0..400 {
-        let order = pool.order(Balance::RoundRobin, &members, &[]);
+        let order = pool.order_list(Balance::RoundRobin, &members, &[]);
         assert_eq!(order.len(), 3);
         assert_eq!(order[2], 0, "priority 20 only after both of priority 10");
         firsts[order[0]] += 1;
@@ -153,7 +156,7 @@ fn the_best_srv_priority_is_balanced_and_the_rest_kept_for_failover() {
             pool.connect_failed("s", &members.list[e].endpoint);
         }
     }
-    assert_eq!(pool.order(Balance::RoundRobin, &members, &[]), [0]);
+    assert_eq!(pool.order_list(Balance::RoundRobin, &members, &[]), [0]);
     // A reload to other backends makes the old answers stale.
     let mut other = proxy.clone();
     other.backends = vec![Weighted::one("srv:_y._tcp.test".parse().unwrap())];
@@ -196,6 +199,40 @@ fn random_two_compares_two_different_members() {
     let members = pool.current(&proxy).unwrap();
     let _busy = pool.hold(&members.list[0].endpoint);
     for _ in 0..1000 {
-        assert_eq!(pool.order(Balance::RandomTwo, &members, &[]), [1, 0]);
+        assert_eq!(pool.order_list(Balance::RandomTwo, &members, &[]), [1, 0]);
     }
+}
+
+/// The view balancing reads is made again when an operator's weight or an
+/// ejection's end changes it, and kept while only counts change.
+#[test]
+fn the_view_follows_weights_and_the_end_of_an_ejection() {
+    let proxy = proxy(Balance::RoundRobin, &[1, 1]);
+    let (pool, members) = pool_for(&proxy);
+    let first = pool.view(&members);
+    pool.connected(&members.list[0].endpoint);
+    assert!(
+        Arc::ptr_eq(&first, &pool.view(&members)),
+        "a count alone keeps it"
+    );
+    pool.set_weight(&members.list[1].endpoint, Some(3), None);
+    let mut firsts = [0; 2];
+    for _ in 0..400 {
+        firsts[pool.order_list(proxy.balance, &members, &[])[0]] += 1;
+    }
+    assert_eq!(firsts, [100, 300]);
+    // Ejected until a moment from now: out, then back by the clock alone.
+    let a = &members.list[0].endpoint;
+    let back_at = Instant::now() + Duration::from_millis(50);
+    {
+        let mut state = lock(&pool.state);
+        let entry = state.get_mut(a).and_then(|e| e.known.as_mut()).unwrap();
+        entry.health.ejected_until = Some(back_at);
+    }
+    pool.changed();
+    assert_eq!(pool.order_list(Balance::First, &members, &[]), [1]);
+    while Instant::now() < back_at {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(pool.order_list(Balance::First, &members, &[]), [0, 1]);
 }

@@ -236,7 +236,7 @@ async fn connect_first(
     }
     let mut detail = Vec::new();
     let mut reason = "every backend is full";
-    for member in order.iter().filter_map(|&i| members.list.get(i)) {
+    for member in order.filter_map(|i| members.list.get(i)) {
         let endpoint = &member.endpoint;
         let Some(held) = pool.try_hold(endpoint, member.max_connections) else {
             detail.push(format!("{endpoint}: at its max_connections"));
@@ -300,7 +300,7 @@ mod tests {
         let reset = || async { Err(io::Error::from(io::ErrorKind::ConnectionReset)) };
         for failures in 1..=3 {
             assert_eq!(
-                pool.order(proxy.balance, &members, &[]),
+                pool.order_list(proxy.balance, &members, &[]),
                 [0],
                 "after {failures}"
             );
@@ -308,7 +308,7 @@ mod tests {
             assert!(written.is_err());
         }
         assert!(
-            pool.order(proxy.balance, &members, &[]).is_empty(),
+            pool.order_list(proxy.balance, &members, &[]).is_empty(),
             "ejected"
         );
     }
