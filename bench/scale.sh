@@ -83,10 +83,10 @@ for n in 10 1000 100000; do
   sleep 0.5
   t0=$(now_ms); kill -HUP "$DPID"
   until grep -q "configuration reloaded" "$WORK/daemon.log"; do sleep 0.01; done
-  reload=$(( $(now_ms) - t0 ))
+  reload="$(( $(now_ms) - t0 )) ms ($(grep -o 'ms=[0-9]*' "$WORK/daemon.log" | tail -1 | cut -d= -f2) ms in the daemon)"
   wait "$load"
   failed=$(sed -E 's/.*, ([0-9]+) failed.*/\1/' "$WORK/during.out")
-  echo "| $n | $check ms | $START_MS ms | $((rss / 1024)) MiB | $found | $refused | $reload ms | $failed |"
+  echo "| $n | $check ms | $START_MS ms | $((rss / 1024)) MiB | $found | $refused | $reload | $failed |"
   stop_pid "$DPID"
 done
 fi

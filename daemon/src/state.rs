@@ -280,11 +280,25 @@ impl Shared {
         Arc::clone(&self.settings.read().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Puts `config` in force for new connections; running sessions keep theirs,
-    /// and still count against the new caps of their service's name.
-    pub(crate) fn replace_settings(&self, config: Config) {
-        let settings = Arc::new(Settings::new(config, &self.usage, &self.keys));
-        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
+    /// Settings from `config`, its names counted (what an operator set for
+    /// a name or member it no longer has is forgotten); its registry is taken
+    /// into them. A tenth of a second for 100,000 names: reloads make them
+    /// off the event loop, once the new sockets are bound.
+    pub(crate) fn settings_for(&self, config: &mut Config) -> Arc<Settings> {
+        let registry = std::mem::replace(&mut config.registry, Registry::new(Default::default()));
+        let mut copy = config.clone();
+        copy.registry = registry;
+        Arc::new(Settings::new(copy, &self.usage, &self.keys))
+    }
+
+    /// Puts `settings` in force for new connections; running sessions keep
+    /// theirs, and still count against the new caps of their service's name.
+    /// Returns the settings replaced.
+    pub(crate) fn install(&self, settings: Arc<Settings>) -> Arc<Settings> {
+        std::mem::replace(
+            &mut *self.settings.write().unwrap_or_else(|p| p.into_inner()),
+            settings,
+        )
     }
 
     /// Each service's connections finished and bytes moved so far, live

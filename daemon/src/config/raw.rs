@@ -146,7 +146,7 @@ pub(crate) struct RawConfig {
     pub(crate) include: Option<Spanned<Vec<String>>>,
     pub(crate) cluster: Option<Spanned<super::cluster::RawCluster>>,
     #[serde(default)]
-    pub(crate) service: BTreeMap<Spanned<String>, RawService>,
+    pub(crate) service: BTreeMap<Spanned<String>, Box<RawService>>,
 }
 
 #[derive(Deserialize)]
@@ -299,5 +299,5 @@ impl<'de> Deserialize<'de> for ListenList {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDropIn {
     #[serde(default)]
-    pub(crate) service: BTreeMap<Spanned<String>, RawService>,
+    pub(crate) service: BTreeMap<Spanned<String>, Box<RawService>>,
 }

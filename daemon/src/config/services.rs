@@ -22,7 +22,7 @@ use crate::model::{
 use crate::registry::{default_services, loopback};
 
 /// Where a name was first defined: the file and line, for "defined twice".
-type Seen = BTreeMap<ServiceName, (String, usize)>;
+type Seen = std::collections::HashMap<ServiceName, (String, usize)>;
 
 /// Every service the file and its drop-ins (`include`, each `(path, text)`,
 /// in order) define, on top of the built-ins and imports the file keeps.
@@ -53,7 +53,7 @@ pub(crate) fn services(
 /// The `[service.NAME]` tables of one file.
 fn add_tables(
     src: Source<'_>,
-    tables: &BTreeMap<Spanned<String>, RawService>,
+    tables: &BTreeMap<Spanned<String>, Box<RawService>>,
     listen: &[ListenSpec],
     services: &mut BTreeMap<ServiceName, Service>,
     (seen, claims): &mut (Seen, Claims),

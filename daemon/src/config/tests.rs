@@ -225,3 +225,53 @@ fn detecting_listeners_and_host_names() {
         assert!(error.contains(words), "{text:?} gave {error}");
     }
 }
+
+/// Routing names are claimed once, in file order, whatever the number of
+/// services (an index, not a scan of the services before): each kind of
+/// second claim is refused at its place, and a name two services share for
+/// different protocols is not.
+#[test]
+fn every_kind_of_second_claim_is_refused_and_sharing_by_alpn_is_not() {
+    let echo = |name: &str, keys: &str| format!("[service.{name}]\nbuiltin = \"echo\"\n{keys}\n");
+    let cases = [
+        (
+            echo("a", "http_host = [\"app.test\"]") + &echo("b", "http_host = [\"APP.test\"]"),
+            "service b: http_host app.test is already claimed by service a",
+        ),
+        (
+            echo("a", "sni = [\"x.test\"]") + &echo("b", "sni_terminate = [\"x.test\"]"),
+            "x.test is passed through by one of services b and a",
+        ),
+        (
+            echo("a", "sni_terminate = [\"x.test\"]") + &echo("b", "sni = [\"x.test\"]"),
+            "x.test is passed through by one of services b and a",
+        ),
+        (
+            echo("a", "sni = [\"*.x.test\"]\nalpn = [\"h2\"]")
+                + &echo("b", "sni = [\"*.x.test\"]\nalpn = [\"h3\", \"h2\"]"),
+            "service b: sni *.x.test with alpn h2 is already claimed by service a",
+        ),
+    ];
+    for (text, words) in cases {
+        let error = parse(&text).expect_err(&text);
+        assert!(error.contains(words), "{text:?} gave {error}");
+    }
+    let shared = echo("a", "sni = [\"x.test\"]\nalpn = [\"h2\"]")
+        + &echo("b", "sni = [\"x.test\"]\nalpn = [\"postgresql\"]")
+        + &echo("c", "sni = [\"x.test\"]");
+    parse(&shared).expect("one name, three protocols (and none)");
+}
+
+/// "Defined twice" names the first definition's line, counted as the tables
+/// go by.
+#[test]
+fn a_name_defined_twice_names_the_first_line_among_many() {
+    let mut text = String::new();
+    for i in 0..500 {
+        text.push_str(&format!("[service.s{i}]\nbuiltin = \"echo\"\n\n"));
+    }
+    text.push_str("[service.S250]\nbuiltin = \"echo\"\n");
+    let error = parse(&text).expect_err("a duplicate");
+    assert!(error.starts_with("test.toml:1501:"), "{error}");
+    assert!(error.contains("first on line 751"), "{error}");
+}

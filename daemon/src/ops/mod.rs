@@ -16,5 +16,5 @@ pub(crate) mod metrics_endpoint;
 pub mod privileges;
 pub mod session_table;
 pub mod systemd;
-pub(crate) mod trim;
+pub mod trim;
 pub(crate) mod udp_metrics;

@@ -72,8 +72,9 @@ impl Wave {
     }
 }
 
-/// Whether glibc gave any memory back (always false elsewhere).
-fn release_free_memory() -> bool {
+/// Whether glibc gave any memory back (always false elsewhere). Blocks for
+/// milliseconds on a large heap: call it off the event loop.
+pub fn release_free_memory() -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: malloc_trim takes no pointers; it only walks glibc's own
