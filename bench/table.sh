@@ -14,7 +14,9 @@
 #  6. exec'd services against xinetd and the machine's ceiling for spawning
 #     the same program: bench/short.sh (needs xinetd);
 #  7. TLS against nginx and HAProxy: bench/tls.sh (needs both; with
-#     TLS=0 left out, it takes some minutes).
+#     TLS=0 left out, it takes some minutes);
+#  8. cost curves as services, SNI names, sessions and pool members grow:
+#     bench/scale.sh (SCALE=0 leaves it out; about 6 minutes).
 #   bench/table.sh [SECONDS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,4 +79,11 @@ elif command -v nginx >/dev/null && command -v haproxy >/dev/null; then
   bench/tls.sh "$SECS" "$CLIENTS" 1000000000 "$ROUNDS" | grep -v '^#'
 else
   echo "not measured: nginx and haproxy are needed"
+fi
+
+echo; echo "## 8. Cost curves as the work grows (bench/scale.sh $SECS)"
+if [ "${SCALE:-1}" = 0 ]; then
+  echo "left out (SCALE=0)"
+else
+  bench/scale.sh "$SECS" | grep -v '^#'
 fi

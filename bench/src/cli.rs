@@ -170,6 +170,10 @@ pub enum Command {
         /// chains to this PEM CA): a full handshake, then --service inside.
         #[arg(long, requires = "service")]
         tls_ca: Option<std::path::PathBuf>,
+        /// Connect from this address (e.g. 127.0.1.1): one address has
+        /// about 28,000 ephemeral ports, so 100,000 clients need several.
+        #[arg(long, conflicts_with = "tls_ca")]
+        source: Option<std::net::IpAddr>,
     },
     /// Short connections from many source addresses (127.1.0.0 up), one after
     /// another: what a per-address rate limiter sees of many clients.

@@ -3,7 +3,7 @@
 //! daemon's memory while they are held and after they leave.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 use tcpmux_proto::sniff::client_hello::build;
@@ -14,18 +14,25 @@ use crate::cli::Partial;
 /// `service`, each first names it and reads the `+` line, so the daemon holds
 /// established sessions, not negotiating ones; an `echo` session is then
 /// checked to still answer before it is closed. With `partial`, each sends the
-/// start of an opening and stalls, as a slow or hostile client does.
+/// start of an opening and stalls, as a slow or hostile client does. With a
+/// `source`, every connection is made from that address (tens of thousands
+/// of clients then spread over several, as one address has about 28,000
+/// ephemeral ports).
 pub fn idle(
     target: SocketAddr,
     connections: usize,
     hold: f64,
-    service: Option<&str>,
+    (service, source): (Option<&str>, Option<IpAddr>),
     partial: Option<Partial>,
 ) -> Result<(), String> {
     let opening = partial.map(opening_start);
     let mut open = Vec::with_capacity(connections);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
     for i in 0..connections {
-        let stream = TcpStream::connect(target)
+        let stream = connect_from(&runtime, target, source)
             .map_err(|e| format!("connection {i}: {e} (raise ulimit -n?)"))?;
         if let Some(name) = service {
             negotiate(&stream, name).map_err(|e| format!("connection {i}: {e}"))?;
@@ -140,4 +147,25 @@ pub fn idle_unix(path: &std::path::Path, connections: usize, hold: f64) -> Resul
         first_error.map(|e| format!(": {e}")).unwrap_or_default()
     );
     Ok(())
+}
+
+/// A blocking connection to `target`, from `source` if given (bound first).
+fn connect_from(
+    runtime: &tokio::runtime::Runtime,
+    target: SocketAddr,
+    source: Option<IpAddr>,
+) -> io::Result<TcpStream> {
+    let Some(source) = source else {
+        return TcpStream::connect(target);
+    };
+    let stream = runtime.block_on(async {
+        let socket = match source {
+            IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.bind(SocketAddr::new(source, 0))?;
+        socket.connect(target).await?.into_std()
+    })?;
+    stream.set_nonblocking(false)?;
+    Ok(stream)
 }

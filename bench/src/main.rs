@@ -79,22 +79,7 @@ fn run(command: Command) -> Result<(), String> {
             rounds,
         } => nagle::established(connect, service.as_deref(), warmup, rounds),
         Command::Lines { listen } => nagle::lines(listen),
-        Command::Idle {
-            connect,
-            connections,
-            service,
-            partial: _,
-            hold,
-            tls_ca: Some(ca),
-        } => tls::idle(connect, &ca, connections, hold, service.as_deref()),
-        Command::Idle {
-            connect,
-            connections,
-            service,
-            partial,
-            hold,
-            tls_ca: None,
-        } => idle::idle(connect, connections, hold, service.as_deref(), partial),
+        idle @ Command::Idle { .. } => run_idle(idle),
         Command::Sources {
             connect,
             service,
@@ -228,6 +213,36 @@ fn run_tls(command: Command) -> Result<(), String> {
 }
 
 /// The UDP workloads.
+fn run_idle(command: Command) -> Result<(), String> {
+    match command {
+        Command::Idle {
+            connect,
+            connections,
+            service,
+            partial: _,
+            hold,
+            tls_ca: Some(ca),
+            ..
+        } => tls::idle(connect, &ca, connections, hold, service.as_deref()),
+        Command::Idle {
+            connect,
+            connections,
+            service,
+            partial,
+            hold,
+            tls_ca: None,
+            source,
+        } => idle::idle(
+            connect,
+            connections,
+            hold,
+            (service.as_deref(), source),
+            partial,
+        ),
+        other => Err(format!("not an idle workload: {other:?}")),
+    }
+}
+
 fn run_udp(command: Command) -> Result<(), String> {
     match command {
         Command::UdpEcho { listen } => udp::echo(listen),

@@ -58,7 +58,14 @@ pub struct Detail {
     pub routed: Routed,
     /// Kept as an address: written out only when someone looks.
     pub backend: Option<Endpoint>,
-    pub tls: Option<String>,
+    /// Boxed: most sessions have none, and each has a row for its life.
+    pub tls: Option<Box<TlsDetail>>,
+}
+
+/// A TLS session's protocol version and its client certificate's name.
+#[derive(Clone, Debug)]
+pub struct TlsDetail {
+    pub version: String,
     pub cert: Option<String>,
 }
 
@@ -85,7 +92,6 @@ impl SessionTable {
                 routed: Routed::Tcpmux,
                 backend: None,
                 tls: None,
-                cert: None,
             }),
             kill: Notify::new(),
         });
@@ -225,8 +231,8 @@ impl LiveSession {
             bytes_in: self.traffic.up.load(Ordering::Relaxed),
             bytes_out: self.traffic.down.load(Ordering::Relaxed),
             backend: detail.backend.map(|b| b.to_string()),
-            tls: detail.tls,
-            cert: detail.cert,
+            cert: detail.tls.as_ref().and_then(|t| t.cert.clone()),
+            tls: detail.tls.map(|t| t.version),
             udp: matches!(detail.routed, Routed::Udp(_)),
         }
     }

@@ -412,8 +412,11 @@ async fn reload_config(
     // once, and the old ones freed off the loop.
     let settings = {
         let shared = Arc::clone(shared);
+        // The loop's subscriber, for what it logs (a forgotten setting).
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         tokio::task::spawn_blocking(move || {
-            let settings = shared.settings_for(&mut config);
+            let settings =
+                tracing::dispatcher::with_default(&dispatch, || shared.settings_for(&mut config));
             (config, settings)
         })
         .await

@@ -33,15 +33,9 @@ pub(super) struct Sessions {
 
 impl Sessions {
     pub(super) fn spawn(&self, session: impl Future<Output = ()> + Send + 'static) {
-        let cancel = self.cancel.clone();
-        // Boxed: this block would otherwise hold the session future twice, as
-        // the value it captured and inside `select!`, for the session's life.
-        let session = Box::pin(session);
-        self.tracker.spawn(async move {
-            tokio::select! {
-                () = session => {}
-                () = cancel.cancelled() => {}
-            }
+        self.tracker.spawn(Cancellable {
+            session,
+            cancelled: self.cancel.clone().cancelled_owned(),
         });
     }
 
@@ -177,5 +171,30 @@ fn start(
         }
         (Arrival::Tcp(incoming), None) => incoming.into_session(Vec::new()).map(AtAccept::Session),
         (Arrival::Registered(accepted), _) => Ok(AtAccept::Session(accepted)),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A session that ends when shutdown's grace runs out. A struct, not an
+    /// `async` block around `select!`: the block held the session future
+    /// twice (captured, and pinned inside), so it was boxed, one more
+    /// allocation per session; here it is held once, in its task.
+    struct Cancellable<F> {
+        #[pin]
+        session: F,
+        #[pin]
+        cancelled: tokio_util::sync::WaitForCancellationFutureOwned,
+    }
+}
+
+impl<F: Future<Output = ()>> Future for Cancellable<F> {
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if this.session.poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        this.cancelled.poll(cx)
     }
 }

@@ -85,9 +85,10 @@ fn an_idle_client_costs_little_heap_and_a_partial_opening_nothing_more() {
     // handshake sized into every session. About 3,040 since; a refusal's
     // send awaited unboxed in every session once made it 3,460. 2,826 since
     // the session is one value whose future holds it once (session/mod.rs
-    // `run`), 2,610 since its close is boxed; the bound fails a regression
-    // of a quarter of a kilobyte.
-    assert!(silent < 2880, "a silent client holds {silent} heap bytes");
+    // `run`), 2,610 since its close is boxed; 2,629 with the session held
+    // in its task, not boxed beside it; the bound fails a regression of a
+    // quarter of a kilobyte.
+    assert!(silent < 2848, "a silent client holds {silent} heap bytes");
     // What a stalled client sent is the kernel's: it costs no buffer here.
     for (what, held) in [("head", partial_head), ("ClientHello", partial_hello)] {
         assert!(
@@ -103,10 +104,13 @@ fn an_established_echo_session_costs_little_heap() {
     eprintln!("heap per established echo session: {echo}");
     // 4,204 bytes before the queue's wait was boxed (it sized every
     // session's reply future by its 512-byte peek buffer), 3,340 after,
-    // 3,122 with the close boxed too; the bound fails a regression of a
+    // 3,122 with the close boxed too; 3,259 by session 26, then 2,309 once
+    // chargen's and sometext's state, the refusals' sends, the status
+    // line's buffer, a second box around the service and the row's TLS
+    // strings left the served session; the bound fails a regression of a
     // quarter of a kilobyte.
     assert!(
-        echo < 3392,
+        echo < 2528,
         "an established echo session holds {echo} heap bytes"
     );
 }

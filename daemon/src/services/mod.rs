@@ -83,6 +83,8 @@ pub(crate) async fn serve(
                 if !reply.is_empty() {
                     conn.write_all(&reply).await?;
                 }
+                // Freed before a stream that may last for hours.
+                drop(reply);
                 run_builtin(*builtin, conn).await?;
             }
             Ok(Outcome::Served { backend: None })
@@ -152,8 +154,10 @@ async fn run_builtin(builtin: Builtin, conn: &mut Metered<Conn>) -> io::Result<(
     match builtin {
         Builtin::Echo => echo::serve(conn).await,
         Builtin::Discard => discard::serve(conn).await,
-        Builtin::Chargen => chargen::serve(conn).await,
-        Builtin::Sometext => sometext::serve(conn).await,
+        // Boxed: their state (a sendfile's, a line's) is 500-800 bytes that
+        // would otherwise be sized into every echo or discard session.
+        Builtin::Chargen => Box::pin(chargen::serve(conn)).await,
+        Builtin::Sometext => Box::pin(sometext::serve(conn)).await,
         // Answered whole by `one_shot_answer`.
         Builtin::Daytime | Builtin::Time | Builtin::Isotime | Builtin::Stats => Ok(()),
     }

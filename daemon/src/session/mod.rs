@@ -25,7 +25,7 @@ use crate::net::close::close_gracefully;
 use crate::net::conn::Conn;
 use crate::net::listener::Accepted;
 use crate::net::stream::Metered;
-use crate::ops::session_table::Registered;
+use crate::ops::session_table::{Registered, TlsDetail};
 use crate::outcome::{Outcome, Refusal};
 use crate::services::{self, help, refused, send_last};
 use crate::state::{Settings, Shared};
@@ -159,12 +159,12 @@ impl Session {
         if client.tls.is_some() || client.peer.tcp_addr() != self.via.tcp_addr() {
             self.live.update(|d| {
                 d.client = client.peer.clone();
-                d.tls = client.tls.as_ref().map(|t| t.version.clone());
-                d.cert = client
-                    .tls
-                    .as_ref()
-                    .and_then(|t| t.name())
-                    .map(str::to_owned);
+                d.tls = client.tls.as_ref().map(|t| {
+                    Box::new(TlsDetail {
+                        version: t.version.clone(),
+                        cert: t.name().map(str::to_owned),
+                    })
+                });
             });
         }
     }
@@ -188,7 +188,7 @@ impl Session {
         let refusal = match negotiated {
             Negotiated::Closed => return Answer::new(Outcome::ClosedBeforeRequest),
             Negotiated::Incomplete(what, routed) => {
-                let outcome = refused(&mut self.conn, Refusal::Incomplete(what)).await;
+                let outcome = Box::pin(refused(&mut self.conn, Refusal::Incomplete(what))).await;
                 return Answer {
                     routed,
                     ..Answer::new(outcome)
@@ -202,7 +202,8 @@ impl Session {
                 reason,
                 reply,
             } => {
-                let outcome = self.refuse_unrouted(Refusal::Unrouted(reason), reply).await;
+                let outcome =
+                    Box::pin(self.refuse_unrouted(Refusal::Unrouted(reason), reply)).await;
                 return Answer {
                     routed,
                     ..Answer::new(outcome)
@@ -224,7 +225,7 @@ impl Session {
                 return self.serve(name, Asked::Routed, routed).await;
             }
         };
-        Answer::new(refused(&mut self.conn, refusal).await)
+        Answer::new(Box::pin(refused(&mut self.conn, refusal)).await)
     }
 
     async fn help(&mut self) -> Answer {
@@ -272,9 +273,9 @@ impl Session {
         let outcome = match decided {
             Ok(chosen) => match self.slot(&chosen).await {
                 Ok(_slot) => self.run_service(&chosen, tcpmux).await,
-                Err(refusal) => self.refuse_if(tcpmux, refusal).await,
+                Err(refusal) => Box::pin(self.refuse_if(tcpmux, refusal)).await,
             },
-            Err(refusal) => self.refuse_if(tcpmux, refusal).await,
+            Err(refusal) => Box::pin(self.refuse_if(tcpmux, refusal)).await,
         };
         Answer {
             outcome,
@@ -283,7 +284,9 @@ impl Session {
         }
     }
 
-    /// Refuses, telling a TCPMUX client why.
+    /// Refuses, telling a TCPMUX client why. Boxed where it is awaited, as
+    /// are `respond`'s refusals: a refusal's state would otherwise be sized
+    /// into every session that is served (about 200 bytes of a live echo).
     async fn refuse_if(&mut self, tcpmux: bool, refusal: Refusal) -> Outcome {
         match tcpmux {
             true => refused(&mut self.conn, refusal).await,
@@ -302,8 +305,9 @@ impl Session {
             own: &shared.own,
             live: &self.live,
         };
-        // Boxed: the service futures would otherwise size every session future,
-        // including the idle ones still negotiating.
+        // Inline: `respond`, which awaits this, is boxed once the
+        // negotiation is over, so a session still negotiating holds no
+        // service state; the larger services box their own.
         let serving = services::serve(
             chosen.service,
             &mut self.conn,
@@ -311,7 +315,7 @@ impl Session {
             &context,
             tcpmux,
         );
-        match Box::pin(serving).await {
+        match serving.await {
             Ok(outcome) => outcome,
             Err(e) => Outcome::ServiceError(e),
         }
