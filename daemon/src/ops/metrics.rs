@@ -11,7 +11,7 @@ use crate::model::{MemberFigures, QueueFigures};
 
 /// One service's connections by (outcome, how they were routed), and the
 /// bytes its finished connections moved.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Counts {
     outcomes: BTreeMap<(&'static str, &'static str), u64>,
     /// Refusals by reason (`Refusal::reason`'s words).
@@ -20,11 +20,13 @@ struct Counts {
 }
 
 /// Connection counts by (service, outcome, routed), and byte totals.
-#[derive(Default)]
 pub(crate) struct Metrics {
     /// service → outcome → count; nested so that recording looks the service up
     /// without allocating (a new key is allocated once per service name).
-    connections: Mutex<BTreeMap<String, Counts>>,
+    /// Sharded by thread: each event loop records into its own map, so that
+    /// no lock on a connection's path is shared by every core (readers add
+    /// the shards up).
+    connections: Box<[Mutex<BTreeMap<String, Counts>>]>,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     /// TLS handshakes completed: full, and resumed from a ticket.
@@ -33,7 +35,62 @@ pub(crate) struct Metrics {
     pub lag: Arc<Lag>,
 }
 
+/// Shards of the connection counts: more than the event loops and TLS
+/// threads of any machine this is likely to run on, so each has its own.
+const SHARDS: usize = 64;
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            connections: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            bytes_in: AtomicU64::default(),
+            bytes_out: AtomicU64::default(),
+            handshakes: Default::default(),
+            lag: Arc::default(),
+        }
+    }
+}
+
+/// This thread's shard, given out in turn as threads first record.
+fn shard() -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    SHARD.with(|s| *s)
+}
+
+impl Counts {
+    fn add(&mut self, other: &Counts) {
+        for (key, n) in &other.outcomes {
+            *self.outcomes.entry(*key).or_insert(0) += n;
+        }
+        for (reason, n) in &other.refusals {
+            *self.refusals.entry(reason).or_insert(0) += n;
+        }
+        self.bytes += other.bytes;
+    }
+}
+
 impl Metrics {
+    /// Every shard added up, each locked only while it is copied.
+    fn merged(&self) -> BTreeMap<String, Counts> {
+        let mut all: BTreeMap<String, Counts> = BTreeMap::new();
+        for shard in &self.connections {
+            let map = shard.lock().unwrap_or_else(|p| p.into_inner());
+            for (service, counts) in map.iter() {
+                match all.get_mut(service) {
+                    Some(sum) => sum.add(counts),
+                    None => {
+                        all.insert(service.clone(), counts.clone());
+                    }
+                }
+            }
+        }
+        all
+    }
+
     /// Records a finished connection. `service` must be a registered name or `-`,
     /// never what a client typed, so clients cannot grow the label set.
     /// `routed` says how it reached the service (tcpmux, sni, ssh, http,
@@ -47,7 +104,9 @@ impl Metrics {
     ) {
         self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
-        let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.connections[shard()]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let outcomes = match map.get_mut(service) {
             Some(outcomes) => outcomes,
             None => map.entry(service.to_owned()).or_default(),
@@ -67,8 +126,8 @@ impl Metrics {
     /// Every service's finished connections and the bytes they moved (both
     /// ways), for the dashboard's rates.
     pub(crate) fn finished(&self) -> BTreeMap<String, (u64, u64)> {
-        let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter()
+        self.merged()
+            .iter()
             .map(|(service, counts)| {
                 let connections = counts.outcomes.values().sum();
                 (service.clone(), (connections, counts.bytes))
@@ -79,11 +138,13 @@ impl Metrics {
     /// `service`'s finished connections by outcome (`served`, `refused`, ...),
     /// however they were routed.
     pub(crate) fn totals(&self, service: &str) -> BTreeMap<&'static str, u64> {
-        let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         let mut totals = BTreeMap::new();
-        let outcomes = map.get(service).map(|c| &c.outcomes);
-        for ((outcome, _routed), count) in outcomes.into_iter().flatten() {
-            *totals.entry(*outcome).or_insert(0) += count;
+        for shard in &self.connections {
+            let map = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let outcomes = map.get(service).map(|c| &c.outcomes);
+            for ((outcome, _routed), count) in outcomes.into_iter().flatten() {
+                *totals.entry(*outcome).or_insert(0) += count;
+            }
         }
         totals
     }
@@ -97,7 +158,7 @@ impl Metrics {
             "counter",
             "Connections closed, by service, outcome and how they were routed.",
         );
-        let map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.merged();
         for (service, counts) in map.iter() {
             for ((outcome, routed), count) in &counts.outcomes {
                 let _ = writeln!(
@@ -378,6 +439,36 @@ pub(super) fn escape(label: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each thread records into its own shard; every reader adds them up.
+    #[test]
+    fn counts_from_many_threads_add_up() {
+        let metrics = Arc::new(Metrics::default());
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let metrics = Arc::clone(&metrics);
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        metrics.record("echo", ("served", None), "tcpmux", (1, 2));
+                    }
+                    metrics.record("web", ("refused", Some("busy")), "sni", (0, 0));
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("a recording thread");
+        }
+        assert_eq!(metrics.totals("echo").get("served"), Some(&8000));
+        assert_eq!(metrics.finished().get("echo"), Some(&(8000, 24_000)));
+        let text = metrics.render(&Gauges::default());
+        assert!(text.contains(
+            "tcpmuxd_connections_total{service=\"echo\",outcome=\"served\",routed=\"tcpmux\"} 8000\n"
+        ));
+        assert!(
+            text.contains("tcpmuxd_refusals_total{service=\"web\",reason=\"busy\"} 8\n"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn renders_counts() {
