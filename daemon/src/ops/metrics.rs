@@ -4,29 +4,16 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use super::connection_counts::{ConnectionCounts, Counts};
 use super::lag::Lag;
 use crate::model::{MemberFigures, QueueFigures};
 
-/// One service's connections by (outcome, how they were routed), and the
-/// bytes its finished connections moved.
-#[derive(Clone, Default)]
-struct Counts {
-    outcomes: BTreeMap<(&'static str, &'static str), u64>,
-    /// Refusals by reason (`Refusal::reason`'s words).
-    refusals: BTreeMap<&'static str, u64>,
-    bytes: u64,
-}
-
 /// Connection counts by (service, outcome, routed), and byte totals.
+#[derive(Default)]
 pub(crate) struct Metrics {
-    /// service → outcome → count; nested so that recording looks the service up
-    /// without allocating (a new key is allocated once per service name).
-    /// Sharded by thread: each event loop records into its own map, so that
-    /// no lock on a connection's path is shared by every core (readers add
-    /// the shards up).
-    connections: Box<[Mutex<BTreeMap<String, Counts>>]>,
+    connections: ConnectionCounts,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
     /// TLS handshakes completed: full, and resumed from a ticket.
@@ -35,62 +22,7 @@ pub(crate) struct Metrics {
     pub lag: Arc<Lag>,
 }
 
-/// Shards of the connection counts: more than the event loops and TLS
-/// threads of any machine this is likely to run on, so each has its own.
-const SHARDS: usize = 64;
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Metrics {
-            connections: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            bytes_in: AtomicU64::default(),
-            bytes_out: AtomicU64::default(),
-            handshakes: Default::default(),
-            lag: Arc::default(),
-        }
-    }
-}
-
-/// This thread's shard, given out in turn as threads first record.
-fn shard() -> usize {
-    use std::sync::atomic::AtomicUsize;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
-    }
-    SHARD.with(|s| *s)
-}
-
-impl Counts {
-    fn add(&mut self, other: &Counts) {
-        for (key, n) in &other.outcomes {
-            *self.outcomes.entry(*key).or_insert(0) += n;
-        }
-        for (reason, n) in &other.refusals {
-            *self.refusals.entry(reason).or_insert(0) += n;
-        }
-        self.bytes += other.bytes;
-    }
-}
-
 impl Metrics {
-    /// Every shard added up, each locked only while it is copied.
-    fn merged(&self) -> BTreeMap<String, Counts> {
-        let mut all: BTreeMap<String, Counts> = BTreeMap::new();
-        for shard in &self.connections {
-            let map = shard.lock().unwrap_or_else(|p| p.into_inner());
-            for (service, counts) in map.iter() {
-                match all.get_mut(service) {
-                    Some(sum) => sum.add(counts),
-                    None => {
-                        all.insert(service.clone(), counts.clone());
-                    }
-                }
-            }
-        }
-        all
-    }
-
     /// Records a finished connection. `service` must be a registered name or `-`,
     /// never what a client typed, so clients cannot grow the label set.
     /// `routed` says how it reached the service (tcpmux, sni, ssh, http,
@@ -104,18 +36,8 @@ impl Metrics {
     ) {
         self.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
         self.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
-        let mut map = self.connections[shard()]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let outcomes = match map.get_mut(service) {
-            Some(outcomes) => outcomes,
-            None => map.entry(service.to_owned()).or_default(),
-        };
-        *outcomes.outcomes.entry((outcome, routed)).or_insert(0) += 1;
-        if let Some(reason) = refused {
-            *outcomes.refusals.entry(reason).or_insert(0) += 1;
-        }
-        outcomes.bytes += bytes_in + bytes_out;
+        self.connections
+            .record(service, (outcome, refused), routed, bytes_in + bytes_out);
     }
 
     /// Counts a completed TLS handshake.
@@ -126,7 +48,8 @@ impl Metrics {
     /// Every service's finished connections and the bytes they moved (both
     /// ways), for the dashboard's rates.
     pub(crate) fn finished(&self) -> BTreeMap<String, (u64, u64)> {
-        self.merged()
+        self.connections
+            .merged()
             .iter()
             .map(|(service, counts)| {
                 let connections = counts.outcomes.values().sum();
@@ -138,15 +61,7 @@ impl Metrics {
     /// `service`'s finished connections by outcome (`served`, `refused`, ...),
     /// however they were routed.
     pub(crate) fn totals(&self, service: &str) -> BTreeMap<&'static str, u64> {
-        let mut totals = BTreeMap::new();
-        for shard in &self.connections {
-            let map = shard.lock().unwrap_or_else(|p| p.into_inner());
-            let outcomes = map.get(service).map(|c| &c.outcomes);
-            for ((outcome, _routed), count) in outcomes.into_iter().flatten() {
-                *totals.entry(*outcome).or_insert(0) += count;
-            }
-        }
-        totals
+        self.connections.totals(service)
     }
 
     /// The exposition text: these counters, and `gauges`.
@@ -158,7 +73,7 @@ impl Metrics {
             "counter",
             "Connections closed, by service, outcome and how they were routed.",
         );
-        let map = self.merged();
+        let map = self.connections.merged();
         for (service, counts) in map.iter() {
             for ((outcome, routed), count) in &counts.outcomes {
                 let _ = writeln!(

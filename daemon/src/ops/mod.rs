@@ -6,6 +6,7 @@
 //! service's traffic.
 
 pub mod access_log;
+pub(crate) mod connection_counts;
 pub mod descriptors;
 pub(crate) mod history;
 pub(crate) mod lag;
