@@ -453,7 +453,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__idle)
-            opts="-h --connect --connections --service --partial --hold --tls-ca --help"
+            opts="-h --connect --connections --service --partial --hold --tls-ca --source --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -480,6 +480,10 @@ _tcpmux__bench() {
                     return 0
                     ;;
                 --tls-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --source)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -633,7 +637,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__short)
-            opts="-h --connect --service --probe --fast-open --connections --duration --label --json --help"
+            opts="-h --connect --service --probe --fast-open --refused --connections --duration --label --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -671,7 +675,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__source)
-            opts="-h --listen --bytes --tasks --help"
+            opts="-h --listen --bytes --tasks --ports --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -682,6 +686,10 @@ _tcpmux__bench() {
                     return 0
                     ;;
                 --bytes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ports)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -46,6 +46,7 @@ complete -c tcpmux-bench -n "__fish_tcpmux_bench_needs_command" -f -a "bulk" -d 
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand source" -l listen -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand source" -l bytes -r
+complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand source" -l ports -d 'Listen on this many consecutive ports from --listen\'s (one process as a pool of that many members); implies --tasks' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand source" -l tasks -d 'One task per connection on one thread, instead of a thread each (cheaper per connection, for connection-rate runs)'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand source" -s h -l help -d 'Print help'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand sweep" -l connect -r
@@ -63,6 +64,7 @@ complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l conn
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l duration -d 'Seconds to run' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l label -d 'Label for the report line' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l fast-open -d 'TCP Fast Open (TCP_FASTOPEN_CONNECT): the request rides in the SYN'
+complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l refused -d 'The name is expected to be refused: an exchange succeeds when the answer is a `-` line (the cost of a name the server does not have)'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -l json -d 'Print one JSON object instead of the text line'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand short" -s h -l help -d 'Print help'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand rpc" -l connect -r
@@ -92,6 +94,7 @@ complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle" -l parti
 http-head\t'The first 1,000 bytes of an HTTP request head'"
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle" -l hold -d 'Seconds to hold them open' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle" -l tls-ca -d 'Over TLS (a `tls` listener whose certificate for `localhost` chains to this PEM CA): a full handshake, then --service inside' -r -F
+complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle" -l source -d 'Connect from this address (e.g. 127.0.1.1): one address has about 28,000 ephemeral ports, so 100,000 clients need several' -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand idle" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand sources" -l connect -r
 complete -c tcpmux-bench -n "__fish_tcpmux_bench_using_subcommand sources" -l service -r
