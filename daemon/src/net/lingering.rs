@@ -5,7 +5,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use super::close::DRAIN_LIMIT;
 /// the loop, behind the clients it accepts meanwhile.
 const EVENTS: usize = 64;
 
-/// Slots an empty set keeps: the descriptors of a quiet daemon's clients.
+/// Slots an empty set keeps: a quiet daemon's lingering clients.
 const KEPT_SLOTS: usize = 1024;
 
 /// Sweeps per drain timeout: a socket waits from the whole timeout to a
@@ -43,8 +43,13 @@ struct Waiting<T> {
 /// `T` dropped at its close (its share of the connection limits).
 pub(crate) struct Lingering<T> {
     epoll: AsyncFd<OwnedFd>,
-    /// By descriptor number: the kernel hands out the lowest free ones.
+    /// Dense slots, each event carrying its slot: sized by how many linger
+    /// at once, not by the descriptor numbers, which the daemon's other
+    /// clients push up (20,000 idle sessions made every short connection's
+    /// close grow and free a 20,000-slot table when it was by number).
     waiting: Vec<Option<Waiting<T>>>,
+    /// Empty slots to reuse, the last freed first.
+    free: Vec<usize>,
     count: usize,
 }
 
@@ -58,6 +63,7 @@ impl<T> Lingering<T> {
         Ok(Lingering {
             epoll,
             waiting: Vec::new(),
+            free: Vec::new(),
             count: 0,
         })
     }
@@ -70,23 +76,22 @@ impl<T> Lingering<T> {
     /// it and drops `held`; does so now if it cannot be watched. `since`:
     /// when the connection was accepted, from which the drain timeout runs.
     pub(crate) fn add(&mut self, socket: OwnedFd, held: T, since: Instant) {
-        let Ok(slot) = usize::try_from(socket.as_raw_fd()) else {
-            return;
-        };
+        let slot = self.free.last().copied().unwrap_or(self.waiting.len());
         let data = epoll::EventData::new_u64(slot as u64);
         let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
         if epoll::add(self.epoll.get_ref(), &socket, data, flags).is_err() {
             return;
         }
-        if self.waiting.len() <= slot {
-            self.waiting.resize_with(slot + 1, || None);
-        }
-        self.waiting[slot] = Some(Waiting {
+        let waiting = Some(Waiting {
             socket,
             _held: held,
             drained: 0,
             since,
         });
+        match self.free.pop() {
+            Some(slot) => self.waiting[slot] = waiting,
+            None => self.waiting.push(waiting),
+        }
         self.count += 1;
     }
 
@@ -147,9 +152,11 @@ impl<T> Lingering<T> {
     }
 
     fn close(&mut self, slot: usize) {
-        // Dropping the socket closes it, which takes it out of the set.
+        // Dropping the socket closes it, which takes it out of the set (its
+        // events with it, so the slot can be reused at once).
         if self.waiting.get_mut(slot).and_then(Option::take).is_some() {
             self.count -= 1;
+            self.free.push(slot);
         }
     }
 
@@ -158,6 +165,7 @@ impl<T> Lingering<T> {
     fn shrink_if_empty(&mut self) {
         if self.count == 0 && self.waiting.len() > KEPT_SLOTS {
             self.waiting = Vec::new();
+            self.free = Vec::new();
         }
     }
 }
@@ -299,11 +307,9 @@ mod tests {
         rustix::io::fcntl_dupfd_cloexec(&socket, at as i32).unwrap()
     }
 
-    #[tokio::test]
-    async fn a_sweep_that_empties_a_large_table_gives_it_back_and_goes_on() {
-        // Room for descriptors past the table's kept size.
+    /// Room for descriptors numbered up to `needed`.
+    fn allow_descriptors(needed: u64) {
         let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-        let needed = (KEPT_SLOTS + 100) as u64;
         if limit.current.is_some_and(|soft| soft < needed) {
             let raised = rustix::process::Rlimit {
                 current: Some(needed.max(limit.current.unwrap_or(0))),
@@ -312,23 +318,47 @@ mod tests {
             rustix::process::setrlimit(rustix::process::Resource::Nofile, raised)
                 .expect("room for the test's descriptors");
         }
+    }
+
+    /// The table is as large as the sockets lingering at once, whatever
+    /// their descriptor numbers (other clients' descriptors push them up).
+    #[tokio::test]
+    async fn the_table_is_sized_by_the_sockets_not_their_numbers() {
+        allow_descriptors(2100);
+        let mut closer = Lingering::new().unwrap();
+        let since = Instant::now();
+        for _ in 0..3 {
+            let (ours, mut client) = answered().await;
+            closer.add(renumbered(ours, 2000), Arc::new(()), since);
+            assert_eq!(closer.waiting.len(), 1, "one slot, reused");
+            client.shutdown().await.unwrap();
+            drain_until(&mut closer, Lingering::is_empty).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sweep_that_empties_a_large_table_gives_it_back_and_goes_on() {
+        allow_descriptors((KEPT_SLOTS * 2 + 100) as u64);
         let mut closer = Lingering::new().unwrap();
         let since = Instant::now();
         let drain = Duration::from_secs(2);
-        // Two sockets past KEPT_SLOTS; the higher one's client closes first.
-        let (low, _low_client) = answered().await;
-        let (high, mut high_client) = answered().await;
-        let low = renumbered(low, KEPT_SLOTS + 10);
-        let high = renumbered(high, KEPT_SLOTS + 50);
-        closer.add(low, Arc::new(()), since);
-        closer.add(high, Arc::new(()), since);
-        high_client.shutdown().await.unwrap();
-        drain_until(&mut closer, |c| c.count == 1).await;
-        // The last one goes at the sweep, which must not trip over the
-        // table it gives back.
+        // More lingering at once than the table keeps; the last client
+        // closes first.
+        let mut clients = Vec::new();
+        for _ in 0..=KEPT_SLOTS {
+            let (ours, client) = answered().await;
+            closer.add(ours, Arc::new(()), since);
+            clients.push(client);
+        }
+        let mut last = clients.pop().expect("a client");
+        last.shutdown().await.unwrap();
+        drain_until(&mut closer, |c| c.count == KEPT_SLOTS).await;
+        // The rest go at the sweep, which must not trip over the table it
+        // gives back.
         closer.sweep(since + drain, drain);
         assert!(closer.is_empty());
         assert!(closer.waiting.is_empty(), "the table was kept");
+        assert!(closer.free.is_empty());
     }
 
     #[test]
