@@ -56,6 +56,12 @@ pub(crate) async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) ->
     if seen >= cap {
         return Ok(false);
     }
+    if seen == 0 {
+        if let Some(first) = peek_first(stream, cap) {
+            *buf = first;
+            return Ok(true);
+        }
+    }
     *buf = Vec::new();
     let queued = stream.queued_beyond(seen).await?;
     let mut peeked = vec![0u8; queued.len.min(cap)];
@@ -63,6 +69,23 @@ pub(crate) async fn peek_more(stream: &Stream, buf: &mut Vec<u8>, cap: usize) ->
     peeked.truncate(len);
     *buf = peeked;
     Ok(len > seen)
+}
+
+/// Bytes peeked at first without asking the kernel's count: a whole
+/// ClientHello of a classic key share, an SSH banner or an HTTP head.
+const FIRST_PEEK: usize = 2048;
+
+/// The client's opening when it is queued already and shorter than
+/// [`FIRST_PEEK`] (the common case: it came with or just after the
+/// handshake): one peek, where asking the count first costs a system call
+/// more. `None` (nothing yet, the end, or more than that queued) leaves it
+/// to the count. Not async, so its buffer is never held across a wait.
+fn peek_first(stream: &Stream, cap: usize) -> Option<Vec<u8>> {
+    let mut first = [0u8; FIRST_PEEK];
+    match stream.peek_now(&mut first) {
+        Ok(n) if n > 0 && n < FIRST_PEEK => Some(first[..n.min(cap)].to_vec()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -82,6 +105,22 @@ mod tests {
     async fn seen(stream: &Stream, buf: &mut Vec<u8>, want: usize) {
         while buf.len() < want {
             assert!(peek_more(stream, buf, 64 * 1024).await.unwrap());
+        }
+    }
+
+    /// An opening already queued comes whole from one call, short (the
+    /// first peek alone) or longer than the first peek (then by the count).
+    #[tokio::test]
+    async fn a_queued_opening_comes_whole_short_or_long() {
+        for size in [100, FIRST_PEEK - 1, FIRST_PEEK, 3 * FIRST_PEEK] {
+            let (stream, mut client) = test_pair().await;
+            let opening: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            client.write_all(&opening).await.unwrap();
+            let mut buf = Vec::new();
+            while buf.len() < size {
+                assert!(peek_more(&stream, &mut buf, 64 * 1024).await.unwrap());
+            }
+            assert_eq!(buf, opening, "{size} bytes");
         }
     }
 
