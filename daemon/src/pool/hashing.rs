@@ -56,20 +56,15 @@ pub(crate) fn best(
     candidates: &[usize],
     uniform: bool,
 ) -> Option<usize> {
-    if uniform {
-        // The same 53 bits the score is made of, so ties fall as ranked's do.
-        let mut best: Option<(u64, usize)> = None;
-        for &i in candidates {
-            let drawn = mix(key ^ hashes[i]) >> 11;
-            if best.map_or(true, |(b, j)| drawn > b || (drawn == b && i < j)) {
-                best = Some((drawn, i));
-            }
-        }
-        return best.map(|(_, i)| i);
-    }
+    // Equal weights: the score rises with its 53 drawn bits alone (exact in
+    // an f64), so ties fall as ranked's do and no logarithm is taken.
+    let scored = |i: usize| match uniform {
+        true => (mix(key ^ hashes[i]) >> 11) as f64,
+        false => score(key, hashes[i], weights[i]),
+    };
     let mut best: Option<(f64, usize)> = None;
     for &i in candidates {
-        let s = score(key, hashes[i], weights[i]);
+        let s = scored(i);
         if best.map_or(true, |(b, j)| s > b || (s == b && i < j)) {
             best = Some((s, i));
         }
