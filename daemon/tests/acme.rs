@@ -11,7 +11,7 @@
 //! pebble: a CA that never answers, one that refuses connections, and a
 //! storage directory others may write.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

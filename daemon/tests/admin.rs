@@ -2,7 +2,7 @@
 //! operator uses: draining a backend, maintenance, weights, turning a
 //! service off and on, what survives a reload, and who may connect.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

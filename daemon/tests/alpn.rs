@@ -5,7 +5,7 @@
 //! the protocol the handshake agreed on, are tested against openssl in
 //! tls_peers.rs.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 

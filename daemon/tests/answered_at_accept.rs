@@ -4,7 +4,7 @@
 //! to a session with the bytes already read. `defer_accept` makes sure the
 //! request is in the socket when the loop accepts it.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};

@@ -4,7 +4,7 @@
 //! Needs `openssl`: ignored by a plain `cargo test`, run by
 //! `--include-ignored` (as CI does).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};

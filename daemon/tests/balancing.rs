@@ -2,7 +2,7 @@
 //! least-connections, passive ejection of backends that refuse or reset,
 //! active health checks, and a backend killed under load.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

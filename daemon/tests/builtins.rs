@@ -1,6 +1,6 @@
 //! Every built-in service, over real sockets, checked against its RFC.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::Shutdown;

@@ -1,7 +1,7 @@
 //! The `tcpmux` command against the real daemon: relay, half-close, listing, stats
 //! and exit codes.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};

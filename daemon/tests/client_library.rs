@@ -1,6 +1,6 @@
 //! The `tcpmux` client library against the real daemon.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 

@@ -4,7 +4,7 @@
 //! members and drops one that stopped; without etcd's quorum every instance
 //! keeps serving, refuses fleet changes plainly, and catches up after.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;

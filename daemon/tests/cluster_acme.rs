@@ -4,7 +4,7 @@
 //! orders; all three serve the same certificate; a restart of the whole
 //! fleet, and a new instance with nothing stored, order nothing.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

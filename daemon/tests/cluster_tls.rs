@@ -3,7 +3,7 @@
 //! on another, and etcd holds neither a private key nor a ticket key in
 //! the clear.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

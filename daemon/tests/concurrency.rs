@@ -1,6 +1,6 @@
 //! Many clients at once on the one event-loop thread, every byte checked.
 
-mod common;
+use crate::common;
 
 use common::Daemon;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

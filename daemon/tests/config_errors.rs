@@ -2,7 +2,7 @@
 //! misspelt keys, wrong types, where in which file, and what is valid but odd;
 //! a TLS listener's bad certificates, keys and combinations.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

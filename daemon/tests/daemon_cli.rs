@@ -1,7 +1,7 @@
 //! The `tcpmuxd` command itself: configuration files, --check-config, listen
 //! addresses (TCP and Unix) and start-up errors.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;

@@ -3,7 +3,7 @@
 //! its script, shows the services and counters that move with traffic, and
 //! asks nothing of any other host.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -5,7 +5,7 @@
 //! its web servers need python3: ignored by a plain `cargo test`, run by
 //! `--include-ignored`, as CI does.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

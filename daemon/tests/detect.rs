@@ -2,7 +2,7 @@
 //! clients, and TCPMUX names, all on one port; the chosen service gets the
 //! client's bytes untouched and no status line.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::Shutdown;

@@ -2,7 +2,7 @@
 //! test on loopback, serving A and SRV records that the test changes while
 //! tcpmuxd runs. Backends are real sockets on 127.0.0.0/8.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -1,6 +1,6 @@
 //! exec services: programs run on the client's socket, as inetd did.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::Shutdown;

@@ -2,7 +2,7 @@
 //! the SYN) and TCP_DEFER_ACCEPT, with the client library's Fast Open. The
 //! kernel's Fast Open counters tell whether a SYN carried the name.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::time::Duration;

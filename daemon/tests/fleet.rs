@@ -4,7 +4,7 @@
 //! records (dnsmasq standing in for Consul's DNS interface). Only addresses
 //! are rewritten to loopback ones.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! Handoff: backends register names on the control socket and receive the client
 //! sockets themselves; tcpmuxd leaves the data path.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::Shutdown;

@@ -1,7 +1,7 @@
 //! The handoff control socket is open to every local user; one of them
 //! flooding it must not take the daemon's descriptors from its TCP clients.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

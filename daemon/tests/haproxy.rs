@@ -2,7 +2,7 @@
 //! scales past one machine. Needs `haproxy`: ignored by a plain `cargo test`,
 //! run by `--include-ignored` (as CI does), where a missing haproxy fails.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};

@@ -5,7 +5,7 @@
 //! refused (needs `haproxy`: ignored by a plain `cargo test`, run by
 //! `--include-ignored`, as CI does).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

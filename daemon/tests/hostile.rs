@@ -7,7 +7,7 @@
 //! stops it within `shutdown_grace`. One client that sent `G` and half-closed
 //! once froze the whole daemon; this is the test that would have caught it.
 
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};

@@ -7,7 +7,7 @@
 //! still be served and no file outside the daemon's own may change. Every
 //! test needs root, as CI runs them.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -6,7 +6,7 @@
 //! grace period covers `shutdown_delay` and `shutdown_grace`. Needs python3
 //! with yaml: ignored by a plain `cargo test`, run by `--include-ignored`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! The daemon's log as an operator's tools read it: quoted text values, JSON
 //! lines, and under journald a syslog priority on every line.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;

@@ -2,7 +2,7 @@
 //! once most of the wave has left (glibc alone would keep it for reuse), and
 //! the descriptor table is grown before a wave comes.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

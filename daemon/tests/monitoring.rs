@@ -5,7 +5,7 @@
 //! The second needs `prometheus`: ignored by a plain `cargo test`, run by
 //! `--include-ignored`, as CI does.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! RFC 1078 negotiation against the real daemon: names, case, line ends, HELP,
 //! refusals, pipelined bytes and the negotiation timeout.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::Shutdown;

@@ -4,7 +4,7 @@
 //! routes SSH, HTTP and silent clients. Real peers: curl, openssl's s_server,
 //! OpenSSH and the `tcpmux` client.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};

@@ -1,6 +1,6 @@
 //! Operating the daemon: access control, connection limits, stats and the log.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};

@@ -3,7 +3,7 @@
 //! verifying a certificate end to end through SNI passthrough to openssl's
 //! s_server, OpenSSH through detection and through a ProxyCommand.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};

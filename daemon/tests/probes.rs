@@ -4,7 +4,7 @@
 //! working on the same port; and the real clients (curl through SOCKS, psql,
 //! openvpn) get through.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::Shutdown;

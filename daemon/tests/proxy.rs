@@ -2,7 +2,7 @@
 //! half-close, pipelined bytes, failover, timeouts, Unix backends, the PROXY
 //! protocol in both directions and the /etc/services import.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

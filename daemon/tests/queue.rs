@@ -5,7 +5,7 @@
 //! what the line lets through, and room a reload or an operator makes goes
 //! to the clients already waiting, in order.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};

@@ -2,7 +2,7 @@
 //! running sessions and their counts; SIGTERM stops accepting and lets
 //! sessions finish.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};

@@ -2,7 +2,7 @@
 //! payloads, three reloads in the middle, every byte checked, and no descriptor
 //! left behind. Also: the accept loop under descriptor exhaustion.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};

@@ -2,7 +2,7 @@
 //! keeps its member, clients spread over the members, and taking one member
 //! out moves only that member's clients.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! Running as a system service: dropping root after binding, systemd socket
 //! activation (LISTEN_FDS) and readiness notices (NOTIFY_SOCKET).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpListener};

@@ -3,7 +3,7 @@
 //! through TLS, client certificates, reload, concurrency, and what a TLS
 //! listener does with clients that do not speak TLS.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};

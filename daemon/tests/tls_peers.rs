@@ -2,7 +2,7 @@
 //! and a PROXY v2 backend reading the TLS client's name. Needs `openssl`:
 //! ignored by a plain `cargo test`, run by `--include-ignored` (as CI does).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

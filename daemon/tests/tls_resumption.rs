@@ -3,7 +3,7 @@
 //! whichever worker takes it; `tickets = false` turns it off. Needs
 //! `openssl`: ignored by a plain `cargo test`, run by `--include-ignored`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

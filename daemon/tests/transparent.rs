@@ -5,7 +5,7 @@
 //! one the daemon's; the daemon runs as `nobody`, keeping CAP_NET_ADMIN only.
 //! The same for a UDP listener's flows.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Child, Command, Stdio};

@@ -6,7 +6,7 @@
 //! cost nothing but a drop. Real peers (dig and dnsmasq, OpenVPN) are in
 //! tests/udp_peers.rs, QUIC's in tests/udp_quic.rs.
 
-mod common;
+use crate::common;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! datagrams from thousands of spoofed source addresses, which the flow
 //! limits hold while a real client keeps its flow.
 
-mod common;
+use crate::common;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};

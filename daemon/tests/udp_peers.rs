@@ -1,7 +1,7 @@
 //! Real peers through a UDP listener: dig asking dnsmasq, and an OpenVPN
 //! client and server (TLS mode over UDP) completing their handshake.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::thread;

@@ -4,7 +4,7 @@
 //! moves to new addresses mid-connection and keeps its server, among
 //! several in one service, by its connection ID.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! serves on them, and the old one drains and exits; no client is refused in
 //! between, and a session running on the old daemon finishes there.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpStream};

@@ -1,7 +1,7 @@
 //! What a daemon with several event loops (`--workers N`) does once for all of
 //! them (health checks, DNS), and what it reports for each (event-loop lag).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
