@@ -230,7 +230,10 @@ fn backends(rows: &[BackendRow]) -> String {
         .map(|r| {
             vec![
                 r.service.clone(),
-                r.backend.clone(),
+                match r.udp {
+                    true => format!("{} (udp)", r.backend),
+                    false => r.backend.clone(),
+                },
                 marked(r.state.to_string(), r.set_at_runtime),
                 r.weight.to_string(),
                 r.active.to_string(),

@@ -104,7 +104,6 @@ pub struct DaemonState {
     sessions: Arc<SessionTable>,
     history: Arc<History>,
     quic: Arc<QuicConnections>,
-    udp_health: Arc<UdpHealth>,
     fleet: FleetSlot,
 }
 
@@ -132,32 +131,6 @@ impl QuicConnections {
     }
 }
 
-/// UDP backends seen unreachable (an ICMP port unreachable on a flow's
-/// socket), passed over by new flows for [`UdpHealth::DOWN_FOR`]: passive
-/// health checking, UDP having no handshake to fail. The workers share it.
-#[derive(Default)]
-pub(crate) struct UdpHealth {
-    down: Mutex<HashMap<SocketAddr, std::time::Instant>>,
-}
-
-impl UdpHealth {
-    pub(crate) const DOWN_FOR: Duration = Duration::from_secs(10);
-
-    /// Notes that `backend` failed a flow; `true` when it was up until now.
-    pub(crate) fn failed(&self, backend: SocketAddr) -> bool {
-        let now = std::time::Instant::now();
-        let mut down = self.down.lock().unwrap_or_else(|p| p.into_inner());
-        down.retain(|_, until| *until > now);
-        down.insert(backend, now + Self::DOWN_FOR).is_none()
-    }
-
-    pub(crate) fn is_down(&self, backend: SocketAddr) -> bool {
-        let down = self.down.lock().unwrap_or_else(|p| p.into_inner());
-        down.get(&backend)
-            .is_some_and(|until| *until > std::time::Instant::now())
-    }
-}
-
 /// What every connection of one event loop shares.
 pub(crate) struct Shared {
     settings: RwLock<Arc<Settings>>,
@@ -177,8 +150,6 @@ pub(crate) struct Shared {
     pub history: Arc<History>,
     /// The UDP listeners' QUIC connection IDs.
     pub quic: Arc<QuicConnections>,
-    /// The UDP backends passed over for now.
-    pub udp_health: Arc<UdpHealth>,
     /// Whether an operator may change the run-time state now.
     pub changes: Changes,
     /// The link to the fleet's etcd task, once started (`cluster`).
@@ -269,7 +240,6 @@ impl Shared {
             sessions: counters.sessions,
             history: counters.history,
             quic: counters.quic,
-            udp_health: counters.udp_health,
             fleet: counters.fleet,
             changes: Changes::default(),
         }
@@ -367,6 +337,10 @@ impl Shared {
             if let ServiceKind::Proxy(proxy) = &service.kind {
                 let members = counts.pool.figures(service.name.as_str(), proxy);
                 gauges.backends.extend(members);
+            }
+            if let Some(udp) = &service.udp {
+                let members = counts.udp_pool.figures(service.name.as_str(), udp);
+                gauges.udp_backends.extend(members);
             }
         }
         for slot in &settings.acme {

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{read_all, tagged_echo, Daemon, PATIENCE};
+use common::{admin_ok, read_all, tagged_echo, Daemon, PATIENCE};
 
 /// `tcpmux admin --socket SOCKET WORDS...`.
 fn admin(socket: &Path, words: &str) -> Output {
@@ -20,16 +20,6 @@ fn admin(socket: &Path, words: &str) -> Output {
         .args(words.split_whitespace())
         .output()
         .expect("run tcpmux admin")
-}
-
-fn admin_ok(socket: &Path, words: &str) -> String {
-    let out = admin(socket, words);
-    assert!(
-        out.status.success(),
-        "{words}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The tag of the backend a new client of `web` reaches.

@@ -360,8 +360,8 @@ fn udp_configuration_errors_are_clear() {
             "dns = \"nowhere\" is not a service",
         ),
         (
-            "[service.wg]\nproxy_udp = \"vpn.example:51820\"\n".to_owned(),
-            "UDP backends are IP addresses",
+            "[service.wg]\nproxy_udp = \"unix:/run/wg.sock\"\n".to_owned(),
+            "proxy_udp: unix:/run/wg.sock is a Unix socket; UDP backends are IP:PORT, host:port or srv:NAME",
         ),
         (
             format!("listen = [{{ address = \"127.0.0.1:0\", udp = true, tcp = false, detect = true }}]\n{service}"),
@@ -374,15 +374,31 @@ fn udp_configuration_errors_are_clear() {
         (format!("max_udp_flows = 0\n{service}"), "max_udp_flows must be at least 1"),
         (
             "[service.wg]\nproxy_udp = [{ address = \"127.0.0.1:1\", weight = 0 }]\n".to_owned(),
-            "proxy_udp \"127.0.0.1:1\": weight must be 1 to 1000",
+            "proxy_udp: weight must be a whole number from 1 to 1000",
         ),
         (
             "[service.wg]\nproxy_udp = [{ addr = \"127.0.0.1:1\" }]\n".to_owned(),
-            "proxy_udp: unknown key `addr`",
+            "proxy_udp: unknown key `addr` (address, weight)",
+        ),
+        (
+            "[service.wg]\nproxy_udp = [{ address = \"127.0.0.1:1\", max_connections = 5 }]\n".to_owned(),
+            "proxy_udp: unknown key `max_connections` (address, weight)",
         ),
         (
             "[service.wg]\nproxy_udp = [7]\n".to_owned(),
-            "`proxy_udp` entries are \"IP:PORT\" or { address = \"IP:PORT\", weight = N }",
+            "`proxy_udp` must be \"host:port\", \"srv:NAME\" or a list of those",
+        ),
+        (
+            "[service.wg]\nproxy_udp = \"srv:_wg._udp.example\"\nudp_health_check = { interval = \"1s\" }\n".to_owned(),
+            "udp_health_check: set `send`, the datagram a backend answers (UDP has no connect to check)",
+        ),
+        (
+            "[service.wg]\nproxy_udp = \"127.0.0.1:1\"\nhealth_check = { send = \"x\" }\n".to_owned(),
+            "`health_check` only applies to `proxy` services (proxy_udp's backends are checked by `udp_health_check`)",
+        ),
+        (
+            "[service.web]\nproxy = \"127.0.0.1:1\"\nudp_health_check = { send = \"x\" }\n".to_owned(),
+            "service web: `udp_health_check` only applies to `proxy_udp` services",
         ),
     ] {
         common::assert_config_rejected(&config, words);

@@ -57,6 +57,7 @@ mod transparent;
 mod udp;
 mod udp_netns;
 mod udp_peers;
+mod udp_pool;
 mod udp_quic;
 mod upgrade;
 mod workers;

@@ -9,7 +9,6 @@
 use crate::common;
 
 use std::net::{SocketAddr, UdpSocket};
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -271,8 +270,9 @@ fn replies_leave_from_the_address_the_client_sent_to_on_a_wildcard_bind() {
     assert_eq!(from, to);
 }
 
-/// A backend that answers with ICMP port unreachable fails its flow and is
-/// passed over by new flows, which go to the service's other backend.
+/// A backend that answers with ICMP port unreachable fails its flows; three
+/// in a row eject it (as refused connects do a TCP member), and new flows
+/// go to the service's other backend.
 #[test]
 fn an_unreachable_backend_is_passed_over_by_new_flows() {
     let closed = UdpSocket::bind("127.0.0.1:0")
@@ -290,7 +290,7 @@ fn an_unreachable_backend_is_passed_over_by_new_flows() {
         socket.send_to(b"first", daemon.addr).unwrap();
     }
     daemon
-        .wait_for_log(|l| l.contains("UDP backend unreachable") && l.contains(&closed.to_string()))
+        .wait_for_log(|l| l.contains("backend ejected") && l.contains(&closed.to_string()))
         .expect("the closed backend noticed");
     for n in 2..60u8 {
         let socket = UdpSocket::bind((format!("127.0.0.{n}"), 0)).unwrap();
@@ -483,21 +483,7 @@ fn a_flow_is_a_session_on_the_admin_socket_and_kill_ends_it() {
          admin_socket = \"{}\"\n[service.wg]\nproxy_udp = \"{wg}\"\n",
         socket.display()
     ));
-    let admin = |words: &str| {
-        let out = Command::new(common::sibling_binary("tcpmux"))
-            .arg("admin")
-            .arg("--socket")
-            .arg(&socket)
-            .args(words.split_whitespace())
-            .output()
-            .expect("run tcpmux admin");
-        assert!(
-            out.status.success(),
-            "{words}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let admin = |words: &str| common::admin_ok(&socket, words);
     let flow = client();
     ask(&flow, daemon.addr, &wireguard_initiation(8));
     let reply: serde_json::Value =

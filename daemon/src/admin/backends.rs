@@ -1,5 +1,5 @@
-//! A proxy's members as `show backends` lists them (and the dashboard, and
-//! the answer to `set backend`).
+//! A proxy's members, TCP and UDP, as `show backends` lists them (and the
+//! dashboard, and the answer to `set backend`).
 
 use tcpmux_proto::admin::{BackendRow, Check, MemberStatus, Source};
 
@@ -11,16 +11,22 @@ pub(super) fn backends(settings: &Settings, only: Option<&str>) -> Vec<BackendRo
     let mut services: Vec<&Service> = settings.registry.services().collect();
     services.sort_by(|a, b| a.name.cmp(&b.name));
     for service in services {
-        let (ServiceKind::Proxy(proxy), Some(counts)) =
-            (&service.kind, settings.usage.get(&service.name))
-        else {
+        let Some(counts) = settings.usage.get(&service.name) else {
             continue;
         };
         if only.is_some_and(|name| name != service.name.as_str()) {
             continue;
         }
-        for line in counts.pool.figures(service.name.as_str(), proxy) {
-            rows.push(backend(proxy, &line));
+        let name = service.name.as_str();
+        if let ServiceKind::Proxy(proxy) = &service.kind {
+            for line in counts.pool.figures(name, proxy) {
+                rows.push(backend(proxy, &line, false));
+            }
+        }
+        if let Some(udp) = &service.udp {
+            for line in counts.udp_pool.figures(name, udp) {
+                rows.push(backend(udp, &line, true));
+            }
         }
     }
     rows
@@ -28,7 +34,7 @@ pub(super) fn backends(settings: &Settings, only: Option<&str>) -> Vec<BackendRo
 
 /// One member: `state` is the administrative one, or `down` when health
 /// took a ready member out.
-fn backend(proxy: &Proxy, line: &MemberFigures) -> BackendRow {
+fn backend(proxy: &Proxy, line: &MemberFigures, udp: bool) -> BackendRow {
     let state = match line.admin {
         AdminState::Ready if !line.up => MemberStatus::Down,
         AdminState::Ready => MemberStatus::Ready,
@@ -43,6 +49,7 @@ fn backend(proxy: &Proxy, line: &MemberFigures) -> BackendRow {
     BackendRow {
         service: line.service.clone(),
         backend: line.backend.clone(),
+        udp,
         state,
         weight: line.weight,
         active: line.active,

@@ -129,15 +129,26 @@ pub(super) fn services(shared: &Shared, settings: &Settings) -> Vec<ServiceRow> 
 }
 
 /// The proxy service `name`: the service, its proxy settings, its counts.
+/// The service `name` and its pools (its `proxy`'s, its `proxy_udp`'s),
+/// refused when it has neither.
 fn proxy_of<'s>(settings: &'s Settings, name: &str) -> Result<Proxied<'s>, Refusal> {
     let (service, counts) = counts(settings, name)?;
-    match &service.kind {
-        ServiceKind::Proxy(proxy) => Ok((service, proxy, counts)),
-        _ => Err(NotApplied::NotAProxy(name.to_owned()).into()),
+    let tcp = match &service.kind {
+        ServiceKind::Proxy(proxy) => Some((&counts.pool, proxy)),
+        _ => None,
+    };
+    let udp = service.udp.as_ref().map(|udp| (&counts.udp_pool, udp));
+    let pools: Vec<_> = tcp.into_iter().chain(udp).collect();
+    if pools.is_empty() {
+        return Err(NotApplied::NotAProxy(name.to_owned()).into());
     }
+    Ok((service, pools))
 }
 
-type Proxied<'s> = (&'s Service, &'s Arc<Proxy>, &'s Arc<ServiceCounts>);
+type Proxied<'s> = (
+    &'s Service,
+    Vec<(&'s Arc<crate::pool::Pool>, &'s Arc<Proxy>)>,
+);
 
 pub(super) fn handoff(shared: &Shared) -> Vec<HandoffRow> {
     shared
@@ -172,14 +183,13 @@ fn shutdown_backend(
     service: &str,
     backend: &str,
 ) -> Result<Reply, Refusal> {
-    let (named, proxy, counts) = proxy_of(settings, service)?;
+    let (named, pools) = proxy_of(settings, service)?;
     let service = named.name.as_str();
     let killed = shared.sessions.kill_backend(service, backend);
-    let member = counts
-        .pool
-        .figures(service, proxy)
-        .iter()
-        .any(|l| l.backend == backend);
+    let member = pools.iter().any(|(pool, proxy)| {
+        let figures = pool.figures(service, proxy);
+        figures.iter().any(|l| l.backend == backend)
+    });
     if killed == 0 && !member {
         return Err(Refusal::NothingOnBackend {
             service: service.to_owned(),

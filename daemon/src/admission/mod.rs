@@ -49,6 +49,9 @@ pub(crate) struct ServiceCounts {
     pub instances: Counter,
     /// A proxy service's balancing state.
     pub pool: Arc<crate::pool::Pool>,
+    /// Its UDP backends' (`proxy_udp`): a pool of its own, since a service
+    /// may have both and the same address may serve both.
+    pub udp_pool: Arc<crate::pool::Pool>,
     /// Turned off on the admin socket: new clients are refused, running
     /// sessions go on. Kept by name across reloads, like the counts.
     pub disabled: std::sync::atomic::AtomicBool,
@@ -74,6 +77,9 @@ impl ServiceCounts {
         }
         for endpoint in self.pool.forget(|_| true) {
             tracing::info!(service = %name, backend = %endpoint, "reload removed a service: its backend's run-time state and weight are forgotten");
+        }
+        for endpoint in self.udp_pool.forget(|_| true) {
+            tracing::info!(service = %name, backend = %endpoint, "reload removed a service: its UDP backend's run-time state and weight are forgotten");
         }
     }
 }
@@ -107,6 +113,14 @@ impl UsageTable {
                     for endpoint in counts.pool.configure(proxy) {
                         tracing::info!(service = %service.name, backend = %endpoint, "reload removed a backend: its run-time state and weight are forgotten");
                     }
+                }
+                match &service.udp {
+                    Some(udp) => {
+                        for endpoint in counts.udp_pool.configure(udp) {
+                            tracing::info!(service = %service.name, backend = %endpoint, "reload removed a UDP backend: its run-time state and weight are forgotten");
+                        }
+                    }
+                    None => drop(counts.udp_pool.forget(|_| true)),
                 }
                 // A raised cap serves the clients already waiting first.
                 counts.connections.set_cap(counts.cap(service));

@@ -18,7 +18,7 @@ pub(crate) fn proxy(
     table: &RawService,
     proxy: &Spanned<toml::Value>,
 ) -> Result<Proxy, ConfigError> {
-    let backends = backends(src, proxy)?;
+    let backends = backends(src, "proxy", proxy)?;
     let balance = choice(
         src,
         "balance",
@@ -89,7 +89,7 @@ pub(crate) fn proxy(
         backends,
         balance,
         hash_key: hash_key.unwrap_or_default(),
-        health_check: health_check(src, table)?,
+        health_check: health_check(src, "health_check", table.health_check.as_ref())?,
         connect_timeout,
         idle_timeout,
         send_proxy,
@@ -99,73 +99,49 @@ pub(crate) fn proxy(
     })
 }
 
-/// `"host:port"`, or a list of those and `{ address = "host:port", weight = N }`.
-fn backends(src: Source<'_>, proxy: &Spanned<toml::Value>) -> Result<Vec<Weighted>, ConfigError> {
-    let wrong = || {
-        src.at(
-            proxy.span(),
-            "`proxy` must be \"host:port\", \"srv:NAME\" or a list of those and { address = \"host:port\", weight = N }",
-        )
+/// `"host:port"`, `"srv:NAME"`, or a list of those and `{ address, weight,
+/// max_connections }` tables: the backends of `key` (`proxy`, or
+/// `proxy_udp`, whose backends are neither Unix sockets nor capped: a
+/// datagram holds no connection).
+pub(super) fn backends(
+    src: Source<'_>,
+    key: &str,
+    value: &Spanned<toml::Value>,
+) -> Result<Vec<Weighted>, ConfigError> {
+    let datagrams = key == "proxy_udp";
+    let at = |what: String| src.at(value.span(), what);
+    let shape = || {
+        at(format!(
+            "`{key}` must be \"host:port\", \"srv:NAME\" or a list of those and {{ address = \"host:port\", weight = N }}"
+        ))
     };
-    let entries: Vec<&toml::Value> = match proxy.get_ref() {
+    let entries: Vec<&toml::Value> = match value.get_ref() {
         toml::Value::Array(many) => many.iter().collect(),
         one => vec![one],
     };
     if entries.is_empty() {
-        return Err(src.at(proxy.span(), "`proxy` lists no backend"));
+        return Err(at(format!("`{key}` lists no backend")));
     }
     let mut backends = Vec::new();
     for entry in entries {
-        let mut max_connections = None;
-        let (address, weight) = match entry {
-            toml::Value::String(address) => (address.as_str(), 1),
-            toml::Value::Table(table) => {
-                const KEYS: [&str; 3] = ["address", "weight", "max_connections"];
-                if let Some(key) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
-                    return Err(src.at(
-                        proxy.span(),
-                        format!("proxy: unknown key `{key}` (address, weight, max_connections)"),
-                    ));
-                }
-                max_connections = match table.get("max_connections") {
-                    None => None,
-                    Some(n) => Some(
-                        n.as_integer()
-                            .and_then(|n| usize::try_from(n).ok())
-                            .filter(|n| *n >= 1)
-                            .ok_or_else(|| {
-                                src.at(proxy.span(), "proxy: max_connections must be at least 1")
-                            })?,
-                    ),
-                };
-                let address = table
-                    .get("address")
-                    .and_then(toml::Value::as_str)
-                    .ok_or_else(wrong)?;
-                let weight = backend_weight(table).ok_or_else(|| {
-                    src.at(
-                        proxy.span(),
-                        "proxy: weight must be a whole number from 1 to 1000",
-                    )
-                })?;
-                (address, weight)
-            }
-            _ => return Err(wrong()),
+        let (address, weight, max_connections) = match entry {
+            toml::Value::String(address) => (address.as_str(), 1, None),
+            toml::Value::Table(table) => backend_table(key, table).map_err(at)?,
+            _ => return Err(shape()),
         };
-        let backend = address
-            .parse::<Backend>()
-            .map_err(|e| src.at(proxy.span(), e.to_string()))?;
+        let backend = address.parse::<Backend>().map_err(|e| at(e.to_string()))?;
         if matches!(backend, Backend::Srv(_)) && weight != 1 {
-            return Err(src.at(
-                proxy.span(),
-                format!("proxy: {backend} takes its weights from its SRV records; drop `weight`"),
-            ));
+            return Err(at(format!(
+                "{key}: {backend} takes its weights from its SRV records; drop `weight`"
+            )));
         }
         if max_connections.is_some() && backend.fixed().is_none() {
-            return Err(src.at(
-                proxy.span(),
-                format!("proxy: max_connections needs a fixed address (an IP or unix:), not {backend}, whose members DNS decides"),
-            ));
+            return Err(at(format!("{key}: max_connections needs a fixed address (an IP or unix:), not {backend}, whose members DNS decides")));
+        }
+        if datagrams && matches!(backend, Backend::Unix(_)) {
+            return Err(at(format!(
+                "{key}: {backend} is a Unix socket; UDP backends are IP:PORT, host:port or srv:NAME"
+            )));
         }
         backends.push(Weighted {
             backend,
@@ -176,9 +152,48 @@ fn backends(src: Source<'_>, proxy: &Spanned<toml::Value>) -> Result<Vec<Weighte
     Ok(backends)
 }
 
-/// `health_check = { interval, timeout, rise, fall, send, expect }`.
-fn health_check(src: Source<'_>, table: &RawService) -> Result<Option<HealthCheck>, ConfigError> {
-    let Some(raw) = &table.health_check else {
+/// A backend's table: its address, weight and (TCP only) max_connections.
+fn backend_table<'t>(
+    key: &str,
+    table: &'t toml::Table,
+) -> Result<(&'t str, u32, Option<usize>), String> {
+    let keys: &[&str] = match key {
+        "proxy_udp" => &["address", "weight"],
+        _ => &["address", "weight", "max_connections"],
+    };
+    if let Some(unknown) = table.keys().find(|k| !keys.contains(&k.as_str())) {
+        return Err(format!(
+            "{key}: unknown key `{unknown}` ({})",
+            keys.join(", ")
+        ));
+    }
+    let max_connections = match table.get("max_connections") {
+        None => None,
+        Some(n) => Some(
+            n.as_integer()
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| format!("{key}: max_connections must be at least 1"))?,
+        ),
+    };
+    let address = table
+        .get("address")
+        .and_then(toml::Value::as_str)
+        .ok_or_else(|| format!("{key}: a backend's table needs `address = \"host:port\"`"))?;
+    let weight = backend_weight(table)
+        .ok_or_else(|| format!("{key}: weight must be a whole number from 1 to 1000"))?;
+    Ok((address, weight, max_connections))
+}
+
+/// `health_check` (or `udp_health_check`) `= { interval, timeout, rise,
+/// fall, send, expect }`. A UDP check needs `send`: a datagram backend
+/// answers nothing until asked.
+pub(super) fn health_check(
+    src: Source<'_>,
+    key: &str,
+    raw: Option<&Spanned<super::raw::RawHealthCheck>>,
+) -> Result<Option<HealthCheck>, ConfigError> {
+    let Some(raw) = raw else {
         return Ok(None);
     };
     let span = raw.span();
@@ -194,14 +209,22 @@ fn health_check(src: Source<'_>, table: &RawService) -> Result<Option<HealthChec
     if check.interval.is_zero() || check.timeout.is_zero() {
         return Err(src.at(
             span,
-            "health_check: interval and timeout must be greater than zero",
+            format!("{key}: interval and timeout must be greater than zero"),
         ));
     }
     if check.rise == 0 || check.fall == 0 {
-        return Err(src.at(span, "health_check: rise and fall must be at least 1"));
+        return Err(src.at(span, format!("{key}: rise and fall must be at least 1")));
     }
     if check.expect.as_deref() == Some("") {
-        return Err(src.at(span, "health_check: expect must not be empty"));
+        return Err(src.at(span, format!("{key}: expect must not be empty")));
+    }
+    if key == "udp_health_check" && check.send.as_deref().map_or(true, str::is_empty) {
+        return Err(src.at(
+            span,
+            format!(
+                "{key}: set `send`, the datagram a backend answers (UDP has no connect to check)"
+            ),
+        ));
     }
     Ok(Some(check))
 }

@@ -168,10 +168,7 @@ fn service(
     let udp = table
         .proxy_udp
         .as_ref()
-        .map(|value| {
-            let transparent = table.transparent.as_ref().is_some_and(|t| *t.get_ref());
-            super::udp::proxy_udp(src, value, transparent)
-        })
+        .map(|value| super::udp::proxy_udp(src, table, value))
         .transpose()?
         .map(Arc::new);
     let mut service = Service {
@@ -326,11 +323,18 @@ fn kind(
     let chosen = chosen_kind(src, name, table)?;
     for (key, span, owner) in table.kind_specific_keys() {
         // `transparent` is for a service's datagrams too.
-        let for_udp = key == "transparent" && table.proxy_udp.is_some();
+        let for_udp =
+            matches!(key, "transparent" | "udp_health_check") && table.proxy_udp.is_some();
         if chosen != Some(owner) && !for_udp {
+            let hint = match (key, &table.proxy_udp) {
+                ("health_check", Some(_)) => {
+                    " (proxy_udp's backends are checked by `udp_health_check`)"
+                }
+                _ => "",
+            };
             return Err(src.at(
                 span,
-                format!("service {name}: `{key}` only applies to `{owner}` services"),
+                format!("service {name}: `{key}` only applies to `{owner}` services{hint}"),
             ));
         }
     }

@@ -2,16 +2,15 @@
 //! service's `proxy_udp`, and the top-level `max_udp_flows`,
 //! `max_udp_flows_per_ip` and `udp_idle_timeout`.
 
-use std::net::SocketAddr;
-
 use tcpmux_proto::sniff::datagram::Datagram;
 use toml::Spanned;
 
 use super::checks::{at_least_one, positive_duration};
 use super::error::{ConfigError, Source};
-use super::raw::{RawConfig, RawListenTable};
+use super::raw::{RawConfig, RawListenTable, RawService};
 use crate::model::{
-    ListenAddr, MatchRule, UdpBackend, UdpProxy, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS,
+    Balance, HashKey, ListenAddr, MatchRule, Proxy, RelayMode, UdpRoutes, UdpSettings,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_UDP_FLOWS,
 };
 
 /// The UDP side of a listener table, if `udp = true`; its keys need it.
@@ -62,64 +61,30 @@ pub(super) fn routes(
     }))
 }
 
-/// `proxy_udp = "IP:PORT"`, or a list of them and of `{ address =
-/// "IP:PORT", weight = N }` tables.
+/// `proxy_udp = "host:port"`, or a list of them (names and `srv:` followed
+/// as a TCP proxy's) and of `{ address, weight }` tables, with the service's
+/// `udp_health_check` and `transparent`: a pool balanced by the client's
+/// address.
 pub(super) fn proxy_udp(
     src: Source<'_>,
+    table: &RawService,
     value: &Spanned<toml::Value>,
-    transparent: bool,
-) -> Result<UdpProxy, ConfigError> {
-    let wrong = |what: String| src.at(value.span(), what);
-    let entries: Vec<&toml::Value> = match value.get_ref() {
-        toml::Value::Array(many) => many.iter().collect(),
-        one => vec![one],
-    };
-    if entries.is_empty() {
-        return Err(wrong("`proxy_udp` lists no backend".into()));
-    }
-    let mut backends = Vec::new();
-    for entry in entries {
-        backends.push(udp_backend(entry).map_err(wrong)?);
-    }
-    Ok(UdpProxy {
+) -> Result<Proxy, ConfigError> {
+    let backends = super::proxy::backends(src, "proxy_udp", value)?;
+    let health_check =
+        super::proxy::health_check(src, "udp_health_check", table.udp_health_check.as_ref())?;
+    Ok(Proxy {
         backends,
-        transparent,
+        balance: Balance::Source,
+        hash_key: HashKey::Source,
+        health_check,
+        connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        idle_timeout: None,
+        send_proxy: None,
+        relay: RelayMode::default(),
+        transparent: table.transparent.as_ref().is_some_and(|t| *t.get_ref()),
+        backend_tls: None,
     })
-}
-
-/// One `proxy_udp` entry: `"IP:PORT"` or `{ address = "IP:PORT", weight = N }`.
-fn udp_backend(entry: &toml::Value) -> Result<UdpBackend, String> {
-    let shape = || {
-        "`proxy_udp` entries are \"IP:PORT\" or { address = \"IP:PORT\", weight = N }".to_owned()
-    };
-    let (text, weight) = match entry {
-        toml::Value::String(text) => (text.as_str(), 1),
-        toml::Value::Table(table) => {
-            if let Some(key) = table
-                .keys()
-                .find(|k| !matches!(k.as_str(), "address" | "weight"))
-            {
-                return Err(format!("proxy_udp: unknown key `{key}` ({})", shape()));
-            }
-            let text = table
-                .get("address")
-                .and_then(toml::Value::as_str)
-                .ok_or_else(shape)?;
-            let weight = super::proxy::backend_weight(table)
-                .ok_or_else(|| format!("proxy_udp {text:?}: weight must be 1 to 1000"))?;
-            (text, weight)
-        }
-        _ => return Err(shape()),
-    };
-    let addr = text.parse::<SocketAddr>().map_err(|_| {
-        format!(
-            "proxy_udp {text:?}: expected IP:PORT or [IPv6]:PORT (UDP backends are IP addresses; names are not followed)"
-        )
-    })?;
-    if addr.port() == 0 {
-        return Err(format!("proxy_udp {text:?}: port 0 is no backend"));
-    }
-    Ok(UdpBackend { addr, weight })
 }
 
 /// The top-level flow settings.

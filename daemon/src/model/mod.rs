@@ -47,7 +47,7 @@ pub use tls::{
     TlsClient,
 };
 pub use udp::{
-    UdpBackend, UdpProxy, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT,
+    UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT,
     DEFAULT_UDP_IDLE_TIMEOUT,
 };
 
@@ -76,8 +76,12 @@ pub struct Service {
     /// TLS application protocols it answers to (`alpn`): by the ClientHello on
     /// detecting listeners, by the negotiated protocol on TLS listeners.
     pub alpn: Vec<String>,
-    /// Its UDP backends (`proxy_udp`), for flows a UDP listener routes here.
-    pub udp: Option<Arc<UdpProxy>>,
+    /// Its UDP backends (`proxy_udp`), for flows a UDP listener routes here:
+    /// a pool as a TCP proxy's (DNS names and `srv:` followed, checked by
+    /// `udp_health_check`, listed and set on the admin socket). A flow's
+    /// backend is hashed on its client's address (`balance = "source"`);
+    /// of the relay settings only `transparent` means anything here.
+    pub udp: Option<Arc<Proxy>>,
 }
 
 impl Service {

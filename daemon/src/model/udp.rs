@@ -1,8 +1,7 @@
 //! Datagrams: a UDP listener's routes (which service a flow's first
-//! datagram goes to), a service's UDP backends (`proxy_udp`) and the
-//! daemon-wide flow settings.
+//! datagram goes to) and the daemon-wide flow settings. A service's UDP
+//! backends (`proxy_udp`) are a pool like a TCP proxy's ([`super::Proxy`]).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use tcpmux_proto::sniff::datagram::Datagram;
@@ -62,25 +61,6 @@ impl UdpRoutes {
         let mut routes = self.probes.iter();
         routes.find(|(p, _)| *p == protocol).map(|(_, name)| name)
     }
-}
-
-/// A service's UDP backends (`proxy_udp`): a flow goes to the one its
-/// client's address hashes to, weighted (`udp::route::backend_for`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UdpProxy {
-    pub backends: Vec<UdpBackend>,
-    /// Send from the client's own address (`transparent = true`), so the
-    /// backend sees it; needs CAP_NET_ADMIN and the policy routing that
-    /// brings the replies back (docs/deployment.md).
-    pub transparent: bool,
-}
-
-/// One `proxy_udp` backend and its share of new clients.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UdpBackend {
-    pub addr: SocketAddr,
-    /// 1 to 1000, as a TCP pool member's; 0 takes no new clients.
-    pub weight: u32,
 }
 
 /// The flow settings: `max_udp_flows` (the daemon's), `max_udp_flows_per_ip`

@@ -122,7 +122,10 @@ impl Metrics {
                 escape(service)
             );
         }
-        render_backends(&mut out, &gauges.backends);
+        render_backends(&mut out, &gauges.backends, false);
+        if !gauges.udp_backends.is_empty() {
+            render_backends(&mut out, &gauges.udp_backends, true);
+        }
         render_queues(&mut out, &gauges.queues);
         family(
             &mut out,
@@ -173,6 +176,8 @@ pub(crate) struct Gauges {
     /// Registered handoff backends by service.
     pub handoff: Vec<(String, usize)>,
     pub backends: Vec<MemberFigures>,
+    /// The `proxy_udp` members, as `backends`.
+    pub udp_backends: Vec<MemberFigures>,
     /// The queues of services with `queue_timeout`.
     pub queues: Vec<(String, QueueFigures)>,
     /// Each served certificate's first name and notAfter, the earliest
@@ -242,42 +247,56 @@ fn render_queues(out: &mut String, queues: &[(String, QueueFigures)]) {
     }
 }
 
-fn render_backends(out: &mut String, backends: &[MemberFigures]) {
+/// The per-backend families: `tcpmuxd_backend_*` for `proxy` members,
+/// `tcpmuxd_udp_backend_*` (flows, not connections) for `proxy_udp` ones.
+fn render_backends(out: &mut String, backends: &[MemberFigures], udp: bool) {
     type Value = fn(&MemberFigures) -> Option<u64>;
+    let (prefix, active, total, failures) = match udp {
+        false => (
+            "tcpmuxd_backend",
+            (
+                "active_connections",
+                "Client connections relayed to the backend now.",
+            ),
+            (
+                "connections_total",
+                "Client connections the backend accepted.",
+            ),
+            (
+                "connect_failures_total",
+                "Connects to the backend that failed or timed out.",
+            ),
+        ),
+        true => (
+            "tcpmuxd_udp_backend",
+            ("active_flows", "UDP flows relayed to the backend now."),
+            ("flows_total", "UDP flows sent to the backend."),
+            (
+                "failures_total",
+                "UDP flows the backend failed (an ICMP port unreachable).",
+            ),
+        ),
+    };
     let families: [(&str, &str, &str, Value); 5] = [
         (
-            "tcpmuxd_backend_up",
+            "up",
             "gauge",
             "1 while the backend may be tried (not down by checks nor ejected).",
             |b| Some(u64::from(b.up)),
         ),
+        (active.0, "gauge", active.1, |b| Some(b.active)),
+        (total.0, "counter", total.1, |b| Some(b.connections)),
+        (failures.0, "counter", failures.1, |b| Some(b.failures)),
         (
-            "tcpmuxd_backend_active_connections",
-            "gauge",
-            "Client connections relayed to the backend now.",
-            |b| Some(b.active),
-        ),
-        (
-            "tcpmuxd_backend_connections_total",
-            "counter",
-            "Client connections the backend accepted.",
-            |b| Some(b.connections),
-        ),
-        (
-            "tcpmuxd_backend_connect_failures_total",
-            "counter",
-            "Connects to the backend that failed or timed out.",
-            |b| Some(b.failures),
-        ),
-        (
-            "tcpmuxd_backend_last_check",
+            "last_check",
             "gauge",
             "The last active health check: 1 passed, 0 failed.",
             |b| b.last_check.map(u64::from),
         ),
     ];
-    for (name, kind, help, value) in families {
-        family(out, name, kind, help);
+    for (suffix, kind, help, value) in families {
+        let name = format!("{prefix}_{suffix}");
+        family(out, &name, kind, help);
         for b in backends {
             if let Some(v) = value(b) {
                 let _ = writeln!(
@@ -291,7 +310,7 @@ fn render_backends(out: &mut String, backends: &[MemberFigures]) {
     }
     family(
         out,
-        "tcpmuxd_backend_bytes_total",
+        &format!("{prefix}_bytes_total"),
         "counter",
         "Bytes relayed from clients to the backend (in) and back (out).",
     );
@@ -299,7 +318,7 @@ fn render_backends(out: &mut String, backends: &[MemberFigures]) {
         for (direction, v) in [("in", b.bytes_in), ("out", b.bytes_out)] {
             let _ = writeln!(
                 out,
-                "tcpmuxd_backend_bytes_total{{service=\"{}\",backend=\"{}\",direction=\"{direction}\"}} {v}",
+                "{prefix}_bytes_total{{service=\"{}\",backend=\"{}\",direction=\"{direction}\"}} {v}",
                 escape(&b.service),
                 escape(&b.backend)
             );

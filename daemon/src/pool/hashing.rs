@@ -9,6 +9,7 @@ use crate::model::Endpoint;
 /// The members `candidates` (indexes into `endpoints`/`weights`) in the order
 /// a client whose `sticky` key (its address's bytes, or its SNI) should try
 /// them. Clients with no key (Unix sockets) all hash alike.
+#[cfg(test)]
 pub(crate) fn ranked(
     sticky: &[u8],
     endpoints: &[&Endpoint],

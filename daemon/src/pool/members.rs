@@ -31,6 +31,11 @@ impl Members {
         }
     }
 
+    /// Whether `endpoint` is one of them.
+    pub(crate) fn contains(&self, endpoint: &Endpoint) -> bool {
+        self.endpoints.contains(endpoint)
+    }
+
     /// Whether they are `proxy`'s: the same configuration (a pointer
     /// comparison, each client's case) or one with the same backends.
     pub(super) fn are_for(&self, proxy: &Proxy) -> bool {

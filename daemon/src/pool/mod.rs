@@ -289,6 +289,28 @@ impl Pool {
         });
     }
 
+    /// A finished UDP flow through `endpoint`: its bytes each way. An error
+    /// on its socket (an ICMP port unreachable) fails the backend as a
+    /// refused connect does; a reply shows it serves; silence says nothing.
+    pub(crate) fn flow_ended(
+        &self,
+        service: &str,
+        endpoint: &Endpoint,
+        (bytes_in, bytes_out): (u64, u64),
+        failed: bool,
+    ) {
+        self.update(endpoint, |known| {
+            known.traffic.bytes_in += bytes_in;
+            known.traffic.bytes_out += bytes_out;
+            if failed {
+                known.traffic.connect_failures += 1;
+                known.health.failed(service, endpoint);
+            } else if bytes_out > 0 {
+                known.health.served();
+            }
+        });
+    }
+
     /// Each member's figures, for the metrics and the admin socket.
     pub(crate) fn figures(&self, service: &str, proxy: &Proxy) -> Vec<MemberFigures> {
         let Some(members) = self.current(proxy) else {

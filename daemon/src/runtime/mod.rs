@@ -13,6 +13,7 @@ use tcpmux_proto::ServiceName;
 
 use crate::admission::{ServiceCounts, Usage};
 use crate::model::{Endpoint, ServiceKind};
+use crate::pool::Pool;
 use crate::registry::Registry;
 
 pub(crate) use change::{Change, NotApplied};
@@ -45,14 +46,18 @@ pub(crate) fn apply(
                 by.filter(|_| *disabled);
         }
         Change::State { backend, state, .. } => {
-            let endpoint = member(service, counts, backend)?;
-            counts.pool.set_state(&endpoint, *state, by);
+            let (endpoint, pools) = member(service, counts, backend)?;
+            for pool in pools {
+                pool.set_state(&endpoint, *state, by.clone());
+            }
         }
         Change::Weight {
             backend, weight, ..
         } => {
-            let endpoint = member(service, counts, backend)?;
-            counts.pool.set_weight(&endpoint, *weight, by);
+            let (endpoint, pools) = member(service, counts, backend)?;
+            for pool in pools {
+                pool.set_weight(&endpoint, *weight, by.clone());
+            }
         }
     }
     // A member back in service makes room: the clients in line get it first.
@@ -73,33 +78,51 @@ pub(crate) fn counts<'s>(
     Ok((service, counts))
 }
 
-/// The member of `service`'s pool written `backend`.
-fn member(
+/// The member of `service`'s pools written `backend`, and the pools that
+/// have it: its `proxy`'s, its `proxy_udp`'s, or both (one address may
+/// serve a service over TCP and UDP; an operator's word is for both).
+fn member<'c>(
     service: &crate::model::Service,
-    counts: &ServiceCounts,
+    counts: &'c ServiceCounts,
     backend: &str,
-) -> Result<Endpoint, NotApplied> {
+) -> Result<(Endpoint, Vec<&'c Pool>), NotApplied> {
     let name = service.name.as_str();
-    let ServiceKind::Proxy(proxy) = &service.kind else {
-        return Err(NotApplied::NotAProxy(name.to_owned()));
+    let tcp = match &service.kind {
+        ServiceKind::Proxy(proxy) => Some((&*counts.pool, &**proxy)),
+        _ => None,
     };
-    let members = counts
-        .pool
-        .current(proxy)
-        .ok_or_else(|| NotApplied::MembersNotKnown(name.to_owned()))?;
-    let found = members
-        .list
+    let udp = service.udp.as_deref().map(|udp| (&*counts.udp_pool, udp));
+    let pools: Vec<(&Pool, &crate::model::Proxy)> = tcp.into_iter().chain(udp).collect();
+    if pools.is_empty() {
+        return Err(NotApplied::NotAProxy(name.to_owned()));
+    }
+    let known: Vec<(&Pool, std::sync::Arc<crate::pool::Members>)> = pools
         .iter()
-        .find(|m| m.endpoint.to_string() == backend);
+        .filter_map(|(pool, proxy)| Some((*pool, pool.current(proxy)?)))
+        .collect();
+    if known.is_empty() {
+        return Err(NotApplied::MembersNotKnown(name.to_owned()));
+    }
+    let mut found = None;
+    let mut holding = Vec::new();
+    for (pool, members) in &known {
+        if let Some(member) = members
+            .list
+            .iter()
+            .find(|m| m.endpoint.to_string() == backend)
+        {
+            found = Some(member.endpoint.clone());
+            holding.push(*pool);
+        }
+    }
     match found {
-        Some(member) => Ok(member.endpoint.clone()),
+        Some(endpoint) => Ok((endpoint, holding)),
         None => Err(NotApplied::NoBackend {
             service: name.to_owned(),
             backend: backend.to_owned(),
-            known: members
-                .list
+            known: known
                 .iter()
-                .map(|m| m.endpoint.to_string())
+                .flat_map(|(_, members)| members.list.iter().map(|m| m.endpoint.to_string()))
                 .collect(),
         }),
     }

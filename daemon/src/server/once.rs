@@ -51,40 +51,60 @@ pub(super) fn once_per_daemon(
 }
 
 /// The tasks that keep proxy pools current for the settings in force: one
-/// following DNS for each service with backends that need it, one checking
-/// health for each with `health_check`. Dropping the set stops them.
+/// following DNS for each pool with backends that need it, one checking
+/// health for each with `health_check` (TCP) or `udp_health_check` (UDP).
+/// Dropping the set stops them.
 pub(super) fn pool_tasks(shared: &Shared) -> JoinSet<()> {
     let settings = shared.settings();
     let mut tasks = JoinSet::new();
     let mut resolver = None;
     for service in settings.registry.services() {
-        let crate::model::ServiceKind::Proxy(proxy) = &service.kind else {
-            continue;
-        };
         let Some(counts) = settings.usage.get(&service.name) else {
             continue;
         };
         let name = service.name.to_string();
-        if proxy.follows_dns() {
-            let resolver =
-                resolver.get_or_insert_with(|| Arc::new(discovery::resolver(&settings.dns)));
-            tasks.spawn(discovery::follow(
-                name.clone(),
-                Arc::clone(proxy),
-                Arc::clone(&counts.pool),
-                Arc::clone(resolver),
-                settings.dns.clone(),
-            ));
+        let mut follow = |proxy: &Arc<crate::model::Proxy>, pool: &Arc<crate::pool::Pool>| {
+            if proxy.follows_dns() {
+                let resolver =
+                    resolver.get_or_insert_with(|| Arc::new(discovery::resolver(&settings.dns)));
+                tasks.spawn(discovery::follow(
+                    name.clone(),
+                    Arc::clone(proxy),
+                    Arc::clone(pool),
+                    Arc::clone(resolver),
+                    settings.dns.clone(),
+                ));
+            }
+        };
+        if let crate::model::ServiceKind::Proxy(proxy) = &service.kind {
+            follow(proxy, &counts.pool);
         }
-        if proxy.health_check.is_some() {
-            // Room a member back up makes goes to the clients in line first.
-            let (counted, checked) = (Arc::clone(counts), service.clone());
-            let after_round = move || counted.connections.set_cap(counted.cap(&checked));
+        if let Some(udp) = &service.udp {
+            follow(udp, &counts.udp_pool);
+        }
+        if let crate::model::ServiceKind::Proxy(proxy) = &service.kind {
+            if proxy.health_check.is_some() {
+                // Room a member back up makes goes to the clients in line first.
+                let (counted, checked) = (Arc::clone(counts), service.clone());
+                let after_round = move || counted.connections.set_cap(counted.cap(&checked));
+                tasks.spawn(health::check_loop(
+                    name.clone(),
+                    (Arc::clone(proxy), health::Speaks::Stream),
+                    Arc::clone(&counts.pool),
+                    after_round,
+                ));
+            }
+        }
+        if let Some(udp) = service
+            .udp
+            .as_ref()
+            .filter(|udp| udp.health_check.is_some())
+        {
             tasks.spawn(health::check_loop(
                 name,
-                Arc::clone(proxy),
-                Arc::clone(&counts.pool),
-                after_round,
+                (Arc::clone(udp), health::Speaks::Datagram),
+                Arc::clone(&counts.udp_pool),
+                || {},
             ));
         }
     }

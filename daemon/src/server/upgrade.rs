@@ -160,7 +160,13 @@ fn carried_frames(shared: &Shared) -> Vec<[u8; FRAME]> {
         if counts.disabled.load(Ordering::Acquire) {
             frames.push(upgrade::encode(&Frame::Disabled(name)));
         }
-        for (endpoint, set) in counts.pool.overrides() {
+        // An operator's word for an address holds for both of a service's
+        // pools (runtime::member): one frame each, restored to both.
+        let mut set = counts.pool.overrides();
+        set.extend(counts.udp_pool.overrides());
+        set.sort_by(|a, b| a.0.cmp(&b.0));
+        set.dedup_by(|a, b| a.0 == b.0);
+        for (endpoint, set) in set {
             let backend = endpoint.to_string();
             frames.push(upgrade::encode(&Frame::Member(upgrade::Member {
                 service: name,
@@ -208,8 +214,10 @@ pub(super) fn restore(shared: &Shared, carried: Vec<Carried>) {
                 ..
             } => {
                 // Who set it does not travel: the successor shows it as set.
-                counts.pool.set_state(&backend, state, None);
-                counts.pool.set_weight(&backend, weight, None);
+                for pool in [&counts.pool, &counts.udp_pool] {
+                    pool.set_state(&backend, state, None);
+                    pool.set_weight(&backend, weight, None);
+                }
             }
         }
     }

@@ -14,11 +14,12 @@ use tokio::net::UdpSocket;
 use super::gather::Gathering;
 use super::route::Dropped;
 use super::table::{Activity, FlowTable, Full};
-use crate::model::{ConnectionIds, Owner, UdpSettings};
+use crate::model::{ConnectionIds, Endpoint, Owner, UdpSettings};
 use crate::net::datagram::{send_from, Destination};
 use crate::ops::access_log;
 use crate::ops::session_table::{LiveSession, Registered};
 use crate::ops::udp_metrics::{Direction, UdpCounters};
+use crate::pool::{Held, Pool};
 use crate::state::Shared;
 use tcpmux_proto::sniff::datagram::long_header;
 use tcpmux_proto::ServiceName;
@@ -276,6 +277,9 @@ pub(super) struct About {
     pub(super) service: ServiceName,
     pub(super) routed: &'static str,
     pub(super) backend: SocketAddr,
+    /// The service's UDP pool, told how the flow ended, and the flow's
+    /// place in its backend's count.
+    pub(super) pool: (Arc<Pool>, Held),
     /// A QUIC flow: its server's connection IDs are learned from its
     /// replies.
     pub(super) quic: bool,
@@ -314,12 +318,21 @@ pub(super) async fn run(
             () = &mut told => break Ended::from_u8(flow.ended.load(Ordering::Acquire)),
         }
     };
-    if why == Ended::BackendError && shared.udp_health.failed(about.backend) {
-        tracing::warn!(backend = %about.backend, service = %about.service, "UDP backend unreachable: new flows pass it over for {} s", crate::state::UdpHealth::DOWN_FOR.as_secs());
-    }
     flow.flows.remove(&about.client, about.id);
     flow.flows.cids().forget(about.id);
     let traffic = &flow.session.traffic;
+    let bytes = (
+        traffic.up.load(Ordering::Relaxed),
+        traffic.down.load(Ordering::Relaxed),
+    );
+    // An ICMP port unreachable fails the backend as a refused connect
+    // would: enough in a row eject it (pool/known.rs).
+    let failed = why == Ended::BackendError;
+    let endpoint = Endpoint::Tcp(about.backend);
+    about
+        .pool
+        .0
+        .flow_ended(about.service.as_str(), &endpoint, bytes, failed);
     access_log::write(&access_log::Fields {
         peer: &about.client,
         via: Some("udp"),
@@ -330,8 +343,8 @@ pub(super) async fn run(
         cipher: None,
         cert: None,
         outcome: &why,
-        bytes_in: traffic.up.load(Ordering::Relaxed),
-        bytes_out: traffic.down.load(Ordering::Relaxed),
+        bytes_in: bytes.0,
+        bytes_out: bytes.1,
         elapsed: started.elapsed(),
     });
 }

@@ -153,13 +153,17 @@ fn start_flow(
                 .dropped(route::Dropped::BackendUnavailable.reason());
         }
     };
+    // The backend's count of flows now and in all, as a TCP member's.
+    let endpoint = Endpoint::Tcp(backend_addr);
+    let held = route.pool.hold(&endpoint);
+    route.pool.connected(&endpoint);
     // A row in the live-session table: `show sessions` lists the flow and
     // `kill session` ends it.
     let registered = shared.sessions.open(Peer::Tcp(client), Some(local));
     registered.update(|detail| {
         detail.service = Some(route.service.name.clone());
         detail.routed = Routed::Udp(route.routed);
-        detail.backend = Some(Endpoint::Tcp(backend_addr));
+        detail.backend = Some(endpoint);
     });
     let idle = settings.udp.idle_timeout(route.protocol);
     let flow = Arc::new(Flow::new(
@@ -193,6 +197,7 @@ fn start_flow(
         service: route.service.name.clone(),
         routed: route.routed,
         backend: backend_addr,
+        pool: (Arc::clone(route.pool), held),
         quic,
         reply_from: destination,
     };
@@ -262,9 +267,8 @@ fn decide<'s>(
         Ok(route) => route,
         Err(dropped) => return drop_first(client, dropped, shared),
     };
-    let down = |backend| shared.udp_health.is_down(backend);
-    let Some(backend) = route::backend_for(route.proxy, client.ip(), down) else {
-        return drop_first(client, route::Dropped::NoService, shared);
+    let Some(backend) = route::backend_for(route.proxy, route.pool, client.ip()) else {
+        return drop_first(client, route::Dropped::BackendUnavailable, shared);
     };
     let connection = quic_initial(datagram).map(|initial| initial.dcid.to_vec());
     Some(Decided {

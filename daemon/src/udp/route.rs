@@ -8,17 +8,17 @@ use std::sync::atomic::Ordering;
 use tcpmux_proto::sniff::client_hello::ClientHello;
 use tcpmux_proto::sniff::datagram::{self, Datagram};
 
-#[cfg(test)]
-use crate::model::UdpBackend;
-use crate::model::{ClientInfo, Endpoint, Owner, Peer, Service, UdpProxy, UdpRoutes};
-use crate::pool::hashing::ranked;
+use crate::model::{Balance, ClientInfo, Endpoint, Owner, Peer, Proxy, Service, UdpRoutes};
+use crate::pool::Pool;
 use crate::state::Settings;
 
 /// Where a new flow goes.
 #[derive(Debug)]
 pub(crate) struct Route<'s> {
     pub(crate) service: &'s Service,
-    pub(crate) proxy: &'s UdpProxy,
+    pub(crate) proxy: &'s Proxy,
+    /// The pool of its UDP backends: their health, weights and counts.
+    pub(crate) pool: &'s std::sync::Arc<Pool>,
     /// How it was routed, for the log and the metrics: `sni`, a probe's
     /// name, `match`, `udp_default`, or `connection_id` (a QUIC connection
     /// another flow carries).
@@ -43,7 +43,8 @@ pub(crate) enum Dropped {
     PerIpLimit,
     /// `max_udp_flows`, all held by other listeners or workers.
     FlowLimit,
-    /// The backend socket could not be opened.
+    /// No backend is usable (down, ejected, drained, or DNS has not
+    /// answered yet), or the backend socket could not be opened.
     BackendUnavailable,
     /// A datagram of a flow its backend could not take at once.
     BackendBusy,
@@ -128,7 +129,9 @@ pub(crate) fn by_connection<'s>(
 ) -> Option<Result<(Route<'s>, SocketAddr), Dropped>> {
     let service = settings.registry.lookup(&owner.service)?;
     let proxy = service.udp.as_deref()?;
-    if !proxy.backends.iter().any(|b| b.addr == owner.backend) {
+    let pool = &settings.usage.get(&service.name)?.udp_pool;
+    let members = pool.current(proxy)?;
+    if !members.contains(&Endpoint::Tcp(owner.backend)) {
         return None;
     }
     let route = admit(
@@ -154,51 +157,39 @@ fn admit<'s>(
     if !service.access.permits_client(client) {
         return Err(Dropped::AccessDenied);
     }
-    let disabled = settings
+    let counts = settings
         .usage
         .get(&service.name)
-        .is_some_and(|counts| counts.disabled.load(Ordering::Acquire));
-    if disabled {
+        .ok_or(Dropped::NoService)?;
+    if counts.disabled.load(Ordering::Acquire) {
         return Err(Dropped::Disabled);
     }
     Ok(Route {
         service,
         proxy,
+        pool: &counts.udp_pool,
         routed,
         protocol,
     })
 }
 
 /// The backend of `proxy` for a client at `client`: rendezvous-hashed on
-/// its address with the backends' weights, as `balance = "source"` does for
-/// a TCP pool, so a client whose flow ended comes back to the same backend,
-/// whatever its port, and a backend added moves only its share of clients.
-/// Backends `down` says are down are passed over while any other is up.
-pub(crate) fn backend_for(
-    proxy: &UdpProxy,
-    client: IpAddr,
-    down: impl Fn(SocketAddr) -> bool,
-) -> Option<SocketAddr> {
-    let endpoints: Vec<Endpoint> = proxy
-        .backends
-        .iter()
-        .map(|b| Endpoint::Tcp(b.addr))
-        .collect();
+/// its address with the members' weights (`balance = "source"`), so a
+/// client whose flow ended comes back to the same backend whatever its
+/// port, and a backend added moves only its share of clients. Members that
+/// are down, ejected, drained or in maintenance are passed over; `None`
+/// when none is usable or DNS has not answered yet.
+pub(crate) fn backend_for(proxy: &Proxy, pool: &Pool, client: IpAddr) -> Option<SocketAddr> {
+    let members = pool.current(proxy)?;
     let sticky = match client {
         IpAddr::V4(ip) => ip.octets().to_vec(),
         IpAddr::V6(ip) => ip.octets().to_vec(),
     };
-    let all: Vec<usize> = (0..endpoints.len()).collect();
-    let up: Vec<usize> = all
-        .iter()
-        .copied()
-        .filter(|&i| !down(proxy.backends[i].addr))
-        .collect();
-    let candidates = if up.is_empty() { &all } else { &up };
-    let weights: Vec<u32> = proxy.backends.iter().map(|b| b.weight).collect();
-    let members: Vec<&Endpoint> = endpoints.iter().collect();
-    let first = *ranked(&sticky, &members, &weights, candidates).first()?;
-    proxy.backends.get(first).map(|b| b.addr)
+    let first = pool.order(Balance::Source, &members, &sticky).next()?;
+    match members.list.get(first)?.endpoint {
+        Endpoint::Tcp(addr) => Some(addr),
+        Endpoint::Unix(_) => None,
+    }
 }
 
 /// A datagram's client as the access rules see it.
@@ -215,57 +206,122 @@ pub(crate) fn client_info(client: SocketAddr, local: SocketAddr) -> ClientInfo {
 mod tests {
     use super::*;
 
-    fn proxy(weights: &[u32]) -> UdpProxy {
-        UdpProxy {
-            backends: weights
-                .iter()
-                .enumerate()
-                .map(|(i, &weight)| UdpBackend {
-                    addr: SocketAddr::from(([127, 0, 0, 1], 1 + i as u16)),
-                    weight,
+    fn proxy(weights: &[u32]) -> std::sync::Arc<Proxy> {
+        let backends = weights.iter().enumerate().map(|(i, &weight)| {
+            let host = "127.0.0.1".to_owned();
+            crate::model::Weighted {
+                weight,
+                ..crate::model::Weighted::one(crate::model::Backend::Tcp {
+                    host,
+                    port: 1 + i as u16,
                 })
-                .collect(),
+            }
+        });
+        std::sync::Arc::new(Proxy {
+            backends: backends.collect(),
+            balance: Balance::Source,
+            hash_key: crate::model::HashKey::Source,
+            health_check: None,
+            connect_timeout: std::time::Duration::from_secs(1),
+            idle_timeout: None,
+            send_proxy: None,
+            relay: Default::default(),
             transparent: false,
-        }
+            backend_tls: None,
+        })
+    }
+
+    fn pool(proxy: &std::sync::Arc<Proxy>) -> Pool {
+        let pool = Pool::default();
+        pool.configure(proxy);
+        pool
     }
 
     #[test]
     fn a_client_keeps_its_backend_whatever_its_port_and_clients_spread() {
         let proxy = proxy(&[1, 1, 1]);
-        let up = |_| false;
+        let pool = pool(&proxy);
         let client: IpAddr = "192.0.2.7".parse().unwrap();
         assert_eq!(
-            backend_for(&proxy, client, up),
-            backend_for(&proxy, client, up)
+            backend_for(&proxy, &pool, client),
+            backend_for(&proxy, &pool, client)
         );
         let picked: std::collections::HashSet<_> = (1..=100u8)
-            .map(|n| backend_for(&proxy, IpAddr::from([192, 0, 2, n]), up))
+            .map(|n| backend_for(&proxy, &pool, IpAddr::from([192, 0, 2, n])))
             .collect();
         assert_eq!(picked.len(), 3);
-        assert_eq!(backend_for(&self::proxy(&[]), client, up), None);
     }
 
     #[test]
-    fn weights_share_the_clients_and_a_down_backend_is_passed_over() {
+    fn weights_share_the_clients_and_a_failing_or_drained_backend_is_passed_over() {
         let proxy = proxy(&[1, 3]);
+        let pool = pool(&proxy);
         let clients = (0..4000u32).map(|n| IpAddr::from([10, 1, (n >> 8) as u8, n as u8]));
-        let heavy = proxy.backends[1].addr;
+        let heavy = SocketAddr::from(([127, 0, 0, 1], 2));
         let to_heavy = clients
             .clone()
-            .filter(|&c| backend_for(&proxy, c, |_| false) == Some(heavy))
+            .filter(|&c| backend_for(&proxy, &pool, c) == Some(heavy))
             .count();
         assert!(
             (2800..3200).contains(&to_heavy),
             "{to_heavy} of 4000 to weight 3 of 4"
         );
-        // Down: every client goes to the other, and back when it is up.
+        // Three flows that met an ICMP port unreachable in a row eject it.
+        let endpoint = Endpoint::Tcp(heavy);
+        for _ in 0..3 {
+            assert!(clients
+                .clone()
+                .any(|c| backend_for(&proxy, &pool, c) == Some(heavy)));
+            pool.flow_ended("s", &endpoint, (10, 0), true);
+        }
         assert!(clients
             .clone()
-            .all(|c| backend_for(&proxy, c, |b| b == heavy) != Some(heavy)));
-        let all_down = backend_for(&proxy, IpAddr::from([10, 9, 9, 9]), |_| true);
-        assert!(
-            all_down.is_some(),
-            "with every backend down, one is still tried"
+            .all(|c| backend_for(&proxy, &pool, c) == Some(SocketAddr::from(([127, 0, 0, 1], 1)))));
+        // Drained by an operator: the same.
+        let proxy = self::proxy(&[1, 3]);
+        let pool = self::pool(&proxy);
+        pool.set_state(&endpoint, crate::model::AdminState::Drain, None);
+        assert!(clients
+            .clone()
+            .all(|c| backend_for(&proxy, &pool, c) != Some(heavy)));
+        // None usable: no backend, the datagram is dropped.
+        pool.set_state(
+            &Endpoint::Tcp(SocketAddr::from(([127, 0, 0, 1], 1))),
+            crate::model::AdminState::Maint,
+            None,
+        );
+        assert_eq!(
+            backend_for(&proxy, &pool, IpAddr::from([10, 9, 9, 9])),
+            None
+        );
+    }
+
+    #[test]
+    fn a_named_backend_has_no_member_until_dns_answers() {
+        let host = "backend.test".to_owned();
+        let proxy = std::sync::Arc::new(Proxy {
+            backends: vec![crate::model::Weighted::one(crate::model::Backend::Tcp {
+                host,
+                port: 53,
+            })],
+            ..(*self::proxy(&[])).clone()
+        });
+        let pool = pool(&proxy);
+        assert_eq!(
+            backend_for(&proxy, &pool, IpAddr::from([10, 0, 0, 1])),
+            None
+        );
+        let found = SocketAddr::from(([127, 0, 0, 9], 53));
+        let member = crate::model::Member {
+            endpoint: Endpoint::Tcp(found),
+            weight: 1,
+            priority: 0,
+            max_connections: None,
+        };
+        assert!(pool.publish(&proxy, vec![member]));
+        assert_eq!(
+            backend_for(&proxy, &pool, IpAddr::from([10, 0, 0, 1])),
+            Some(found)
         );
     }
 }

@@ -336,6 +336,23 @@ pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// `tcpmux admin --socket SOCKET WORDS...`, which must succeed: its output.
+pub fn admin_ok(socket: &Path, words: &str) -> String {
+    let out = std::process::Command::new(sibling_binary("tcpmux"))
+        .arg("admin")
+        .arg("--socket")
+        .arg(socket)
+        .args(words.split_whitespace())
+        .output()
+        .expect("run tcpmux admin");
+    assert!(
+        out.status.success(),
+        "{words}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Path of another binary of the workspace, built next to tcpmuxd.
 pub fn sibling_binary(name: &str) -> PathBuf {
     let daemon = Path::new(env!("CARGO_BIN_EXE_tcpmuxd"));

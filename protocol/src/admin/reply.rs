@@ -218,6 +218,7 @@ mod tests {
         BackendRow {
             service: "web".into(),
             backend: "10.0.0.1:80".into(),
+            udp: false,
             state: MemberStatus::Down,
             weight: 5,
             active: 1,

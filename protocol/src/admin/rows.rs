@@ -63,6 +63,10 @@ pub struct BackendRow {
     pub service: String,
     /// The member's address.
     pub backend: String,
+    /// A member of the service's UDP backends (`proxy_udp`), not of its
+    /// `proxy`: its counts are flows, not connections.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub udp: bool,
     /// Its administrative state, or `down` when health took it out.
     pub state: MemberStatus,
     /// The weight in force.

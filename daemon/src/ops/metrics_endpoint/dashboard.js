@@ -98,7 +98,7 @@ function render(status) {
     }));
 
   fill($("backends"), ["service", "member", "state", "weight", "active", "connections", "failures", "check", "source"],
-    status.backends.map((b) => [b.service, b.backend, marked(b.state, b.set_at_runtime), b.weight,
+    status.backends.map((b) => [b.service, b.udp ? b.backend + " (udp)" : b.backend, marked(b.state, b.set_at_runtime), b.weight,
       b.active, b.connections, b.failures,
       { text: b.last_check, cls: b.last_check || "" }, b.source]));
 
