@@ -378,11 +378,11 @@ fn udp_configuration_errors_are_clear() {
         ),
         (
             "[service.wg]\nproxy_udp = [{ addr = \"127.0.0.1:1\" }]\n".to_owned(),
-            "proxy_udp: unknown key `addr` (address, weight)",
+            "proxy_udp: unknown key `addr` (address, weight, quic_server_id)",
         ),
         (
             "[service.wg]\nproxy_udp = [{ address = \"127.0.0.1:1\", max_connections = 5 }]\n".to_owned(),
-            "proxy_udp: unknown key `max_connections` (address, weight)",
+            "proxy_udp: unknown key `max_connections` (address, weight, quic_server_id)",
         ),
         (
             "[service.wg]\nproxy_udp = [7]\n".to_owned(),
@@ -395,6 +395,19 @@ fn udp_configuration_errors_are_clear() {
         (
             "[service.wg]\nproxy_udp = \"127.0.0.1:1\"\nhealth_check = { send = \"x\" }\n".to_owned(),
             "`health_check` only applies to `proxy` services (proxy_udp's backends are checked by `udp_health_check`)",
+        ),
+        (
+            "[service.h3]\nproxy_udp = [{ address = \"127.0.0.1:1\", quic_server_id = \"xyz\" }]\n".to_owned(),
+            "quic_server_id \"xyz\": give 1 to 15 bytes in hex, such as \"0a\"",
+        ),
+        (
+            "[service.h3]\nproxy_udp = [{ address = \"h3.example:443\", quic_server_id = \"0a\" }]\n".to_owned(),
+            "quic_server_id needs a fixed address (IP:PORT), not \"h3.example:443\"",
+        ),
+        (
+            "[service.h3]\nproxy_udp = [{ address = \"127.0.0.1:1\", quic_server_id = \"0a\" }, \
+             { address = \"127.0.0.1:2\", quic_server_id = \"0a0b\" }]\n".to_owned(),
+            "quic_server_id 0a0b: 127.0.0.1:1 of service h3 has 0a, and a connection ID could name either",
         ),
         (
             "[service.web]\nproxy = \"127.0.0.1:1\"\nudp_health_check = { send = \"x\" }\n".to_owned(),

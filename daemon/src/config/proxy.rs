@@ -158,7 +158,7 @@ fn backend_table<'t>(
     table: &'t toml::Table,
 ) -> Result<(&'t str, u32, Option<usize>), String> {
     let keys: &[&str] = match key {
-        "proxy_udp" => &["address", "weight"],
+        "proxy_udp" => &["address", "weight", "quic_server_id"],
         _ => &["address", "weight", "max_connections"],
     };
     if let Some(unknown) = table.keys().find(|k| !keys.contains(&k.as_str())) {

@@ -9,9 +9,10 @@ use super::checks::{at_least_one, positive_duration};
 use super::error::{ConfigError, Source};
 use super::raw::{RawConfig, RawListenTable, RawService};
 use crate::model::{
-    Balance, HashKey, ListenAddr, MatchRule, Proxy, RelayMode, UdpRoutes, UdpSettings,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_UDP_FLOWS,
+    Balance, HashKey, ListenAddr, MatchRule, Proxy, QuicServer, QuicServers, RelayMode, UdpRoutes,
+    UdpSettings, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_UDP_FLOWS, MAX_QUIC_SERVER_ID,
 };
+use tcpmux_proto::ServiceName;
 
 /// The UDP side of a listener table, if `udp = true`; its keys need it.
 pub(super) fn routes(
@@ -98,5 +99,71 @@ pub(super) fn settings(src: Source<'_>, raw: &RawConfig) -> Result<UdpSettings, 
             raw.max_udp_flows_per_ip.as_ref(),
         )?,
         idle_timeout: positive_duration(src, "udp_idle_timeout", raw.udp_idle_timeout.as_ref())?,
+        quic_servers: quic_servers(src, raw)?,
     })
+}
+
+/// Every `quic_server_id` on a `proxy_udp` backend (`{ address =
+/// "IP:PORT", quic_server_id = "HEX" }`), daemon-wide: each a fixed
+/// address's, 1 to 15 bytes, none the beginning of another.
+fn quic_servers(src: Source<'_>, raw: &RawConfig) -> Result<QuicServers, ConfigError> {
+    let mut servers: Vec<QuicServer> = Vec::new();
+    for (key, table) in &raw.service {
+        let (Some(value), false) = (&table.proxy_udp, table.enabled == Some(false)) else {
+            continue;
+        };
+        let at = |what: String| src.at(value.span(), what);
+        let Ok(service) = ServiceName::parse(key.get_ref()) else {
+            continue; // the services' own pass says what is wrong with it
+        };
+        let entries: Vec<&toml::Value> = match value.get_ref() {
+            toml::Value::Array(many) => many.iter().collect(),
+            one => vec![one],
+        };
+        for entry in entries {
+            let Some(hex) = entry.get("quic_server_id") else {
+                continue;
+            };
+            let id = hex.as_str().and_then(server_id).ok_or_else(|| {
+                at(format!("quic_server_id {hex}: give 1 to {MAX_QUIC_SERVER_ID} bytes in hex, such as \"0a\""))
+            })?;
+            let address = entry
+                .get("address")
+                .and_then(toml::Value::as_str)
+                .unwrap_or("");
+            let backend = address.parse::<std::net::SocketAddr>().map_err(|_| {
+                at(format!("quic_server_id needs a fixed address (IP:PORT), not {address:?}, whose members DNS decides"))
+            })?;
+            if let Some(other) = servers
+                .iter()
+                .find(|s| s.id.starts_with(&id) || id.starts_with(&s.id))
+            {
+                return Err(at(format!(
+                    "quic_server_id {}: {} of service {} has {}, and a connection ID could name either",
+                    hex_of(&id), other.backend, other.service, hex_of(&other.id)
+                )));
+            }
+            servers.push(QuicServer {
+                id,
+                service: service.clone(),
+                backend,
+            });
+        }
+    }
+    Ok(QuicServers(servers))
+}
+
+/// `"0a1b"`: the bytes, 1 to 15 of them.
+fn server_id(hex: &str) -> Option<Vec<u8>> {
+    if hex.len() % 2 != 0 || !(2..=2 * MAX_QUIC_SERVER_ID).contains(&hex.len()) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn hex_of(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
 }

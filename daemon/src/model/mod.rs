@@ -15,6 +15,7 @@ mod listen;
 mod pattern;
 mod peer;
 mod proxy;
+mod quic_servers;
 mod routes;
 mod tls;
 mod udp;
@@ -39,6 +40,7 @@ pub use proxy::{
     Backend, BackendError, BackendTls, Balance, Dns, Endpoint, HashKey, HealthCheck, Member, Proxy,
     ProxyVersion, RelayMode, Weighted, DEFAULT_CONNECT_TIMEOUT,
 };
+pub use quic_servers::{QuicServer, QuicServers, MAX_QUIC_SERVER_ID};
 pub use routes::{
     Detect, HostMap, HostPattern, HostPatternError, MatchRule, Routed, DEFAULT_DETECT_TIMEOUT,
 };

@@ -71,6 +71,8 @@ pub struct UdpSettings {
     pub max_flows_per_ip: Option<usize>,
     /// As configured; `None`: 60 s, 30 s for QUIC.
     pub idle_timeout: Option<Duration>,
+    /// The `proxy_udp` backends' `quic_server_id`s, daemon-wide.
+    pub quic_servers: super::QuicServers,
 }
 
 impl Default for UdpSettings {
@@ -79,6 +81,7 @@ impl Default for UdpSettings {
             max_flows: DEFAULT_MAX_UDP_FLOWS,
             max_flows_per_ip: None,
             idle_timeout: None,
+            quic_servers: super::QuicServers::default(),
         }
     }
 }

@@ -231,19 +231,29 @@ fn decide<'s>(
     settings: &'s crate::state::Settings,
     shared: &Shared,
 ) -> Option<Decided<'s>> {
+    // A client that moved: to an ID a flow carries, or to a fresh one that
+    // names its server (`quic_server_id`).
     let moved = {
         let cids = flows.cids();
-        cids.find(datagram)
-            .map(|(id, owner)| (id.to_vec(), owner.clone()))
+        cids.find(datagram).map(|(id, owner)| {
+            (
+                (owner.service.clone(), owner.backend, "connection_id"),
+                Some(id.to_vec()),
+            )
+        })
     };
-    if let Some((id, owner)) = moved {
-        match route::by_connection(&owner, info, settings) {
+    let known = moved.or_else(|| {
+        let server = settings.udp.quic_servers.find(datagram)?;
+        Some(((server.service.clone(), server.backend, "server_id"), None))
+    });
+    if let Some(((service, backend, routed), connection)) = known {
+        match route::by_connection((&service, backend, routed), info, settings) {
             Some(Ok((route, backend))) => {
                 return Some(Decided {
                     route,
                     backend,
                     earlier: Vec::new(),
-                    connection: Some(id),
+                    connection,
                 })
             }
             Some(Err(dropped)) => return drop_first(client, dropped, shared),

@@ -8,9 +8,10 @@ use std::sync::atomic::Ordering;
 use tcpmux_proto::sniff::client_hello::ClientHello;
 use tcpmux_proto::sniff::datagram::{self, Datagram};
 
-use crate::model::{Balance, ClientInfo, Endpoint, Owner, Peer, Proxy, Service, UdpRoutes};
+use crate::model::{Balance, ClientInfo, Endpoint, Peer, Proxy, Service, UdpRoutes};
 use crate::pool::Pool;
 use crate::state::Settings;
+use tcpmux_proto::ServiceName;
 
 /// Where a new flow goes.
 #[derive(Debug)]
@@ -20,8 +21,9 @@ pub(crate) struct Route<'s> {
     /// The pool of its UDP backends: their health, weights and counts.
     pub(crate) pool: &'s std::sync::Arc<Pool>,
     /// How it was routed, for the log and the metrics: `sni`, a probe's
-    /// name, `match`, `udp_default`, or `connection_id` (a QUIC connection
-    /// another flow carries).
+    /// name, `match`, `udp_default`, `connection_id` (a QUIC connection
+    /// another flow carries) or `server_id` (a QUIC connection ID naming
+    /// its server by `quic_server_id`).
     pub(crate) routed: &'static str,
     /// The protocol its first datagram was recognized as, if any.
     pub(crate) protocol: Option<Datagram>,
@@ -119,29 +121,24 @@ pub(crate) fn route<'s>(
 }
 
 /// The route of a flow from a client with no flow whose datagram is
-/// addressed to a QUIC connection another flow carries (`owner`): that
-/// connection's service and backend, if both are still there. `None`
-/// sends the datagram through [`route`] instead.
+/// addressed to a QUIC connection whose server is known: by an ID another
+/// flow carries (`routed = connection_id`) or by the server's own ID in it
+/// (`server_id`). That server's service and backend, if both are still
+/// there; `None` sends the datagram through [`route`] instead.
 pub(crate) fn by_connection<'s>(
-    owner: &Owner,
+    (service, backend, routed): (&ServiceName, SocketAddr, &'static str),
     client: &ClientInfo,
     settings: &'s Settings,
 ) -> Option<Result<(Route<'s>, SocketAddr), Dropped>> {
-    let service = settings.registry.lookup(&owner.service)?;
+    let service = settings.registry.lookup(service)?;
     let proxy = service.udp.as_deref()?;
     let pool = &settings.usage.get(&service.name)?.udp_pool;
     let members = pool.current(proxy)?;
-    if !members.contains(&Endpoint::Tcp(owner.backend)) {
+    if !members.contains(&Endpoint::Tcp(backend)) {
         return None;
     }
-    let route = admit(
-        service,
-        "connection_id",
-        Some(Datagram::Quic),
-        client,
-        settings,
-    );
-    Some(route.map(|route| (route, owner.backend)))
+    let route = admit(service, routed, Some(Datagram::Quic), client, settings);
+    Some(route.map(|route| (route, backend)))
 }
 
 /// `service`'s route, if its access rules and the admin socket let

@@ -1,9 +1,13 @@
 """A real QUIC peer for tests/udp.rs, with aioquic (PyPI).
 
-  quic_peer.py server PORT TAG   an echo server on 127.0.0.1:PORT/udp with a
+  quic_peer.py server PORT TAG [SID]
+                                 an echo server on 127.0.0.1:PORT/udp with a
                                  self-signed certificate: every stream is
                                  answered with TAG, then what it carried;
-                                 prints "ready" once it listens
+                                 prints "ready" once it listens; with SID
+                                 (hex), every connection ID it issues
+                                 carries SID after its first byte (QUIC-LB's
+                                 plaintext layout)
   quic_peer.py client PORT NAME  a client of 127.0.0.1:PORT asking for the
                                  server name NAME: opens a stream, sends
                                  "hello", prints the answer; with
@@ -16,7 +20,10 @@
                                  new address, as a NAT rebinding or a phone
                                  changing networks gives it) and asks again
                                  on the same connection from there: prints
-                                 each answer on a line
+                                 each answer on a line; with FRESH_ID set,
+                                 each move also switches to a connection ID
+                                 the server issued and the client has not
+                                 used (active migration, RFC 9000 9.5)
 Each run ends within 20 s.
 """
 
@@ -67,6 +74,25 @@ def certificate(directory):
             )
         )
     return cert_path, key_path
+
+
+def issue_ids_with(server_id):
+    """Has aioquic's connections make every 8-byte connection ID (its
+    default length) as a QUIC-LB server does: a random first byte, the
+    server's ID, random bytes. Its 8-byte path challenges are made the same
+    way, which leaves them unpredictable enough for a test."""
+    import aioquic.quic.connection as connection
+
+    class Os:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def urandom(self, n):
+            if n == 8:
+                return os.urandom(1) + server_id + os.urandom(n - 1 - len(server_id))
+            return os.urandom(n)
+
+    connection.os = Os()
 
 
 async def server(port, tag):
@@ -131,6 +157,8 @@ async def migrate(port, name, addresses):
             sock.bind(("::ffff:" + address, 0, 0, 0))
             await loop.create_datagram_endpoint(lambda: peer, sock=sock)
             old.close()
+            if os.environ.get("FRESH_ID"):
+                peer._quic.change_connection_id()
             # A PING from the new address first, so the server sees the move.
             await asyncio.wait_for(peer.ping(), 5)
             print(await asyncio.wait_for(ask(peer, address.encode()), 5), flush=True)
@@ -139,6 +167,8 @@ async def migrate(port, name, addresses):
 def main():
     mode, port, word = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if mode == "server":
+        if len(sys.argv) > 4:
+            issue_ids_with(bytes.fromhex(sys.argv[4]))
         run = server(port, word.encode())
     elif mode == "migrate":
         run = migrate(port, word, sys.argv[4:])
