@@ -459,3 +459,68 @@ fn five_upgrades_and_five_reloads_under_load_lose_nothing() {
     drop(last);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A UDP backend that answers each datagram with the address it came from
+/// (the daemon's flow socket) and the datagram.
+fn udp_backend_naming_its_peer() -> std::net::SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = socket.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((len, from)) = socket.recv_from(&mut buf) {
+            let mut reply = format!("{from} ").into_bytes();
+            reply.extend_from_slice(&buf[..len]);
+            let _ = socket.send_to(&reply, from);
+        }
+    });
+    addr
+}
+
+/// A UDP flow goes on in the successor on its own backend socket: the
+/// backend sees the same source port before and after the upgrade (a
+/// WireGuard or OpenVPN server would otherwise see its peer move), the
+/// flow keeps its row in `show sessions`, and the successor does not count
+/// it as a new flow.
+#[test]
+fn udp_flows_keep_their_backend_socket_across_an_upgrade() {
+    let dir = common::scratch_dir();
+    let backend = udp_backend_naming_its_peer();
+    let addr = free_address(104);
+    let mut old = Daemon::binary(&format!(
+        "listen = [{{ address = \"{addr}\", udp = true, udp_default = \"vpn\" }}]\n\
+         upgrade_socket = \"{}\"\nadmin_socket = \"{}\"\n[service.vpn]\nproxy_udp = \"{backend}\"\n",
+        dir.join("upgrade.sock").display(),
+        dir.join("admin.sock").display()
+    ));
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    let ask = |text: &str| {
+        client.send_to(text.as_bytes(), &addr).unwrap();
+        let mut buf = [0u8; 2048];
+        let len = client.recv(&mut buf).expect("a reply");
+        let reply = String::from_utf8_lossy(&buf[..len]).into_owned();
+        let (seen_from, echoed) = reply.split_once(' ').expect("PEER TEXT");
+        assert_eq!(echoed, text);
+        seen_from.to_owned()
+    };
+    let before = ask("before");
+    let successor = Successor::start(&old.config_path());
+    successor.wait_for_log("took over from the running daemon");
+    successor.wait_for_log("UDP flows taken over");
+    let status = old.wait_exit().expect("the old daemon exits");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(ask("after"), before, "the backend saw the flow move");
+    let sessions = common::admin_ok(&dir.join("admin.sock"), "--json show sessions vpn");
+    let reply: serde_json::Value = serde_json::from_str(&sessions).expect("JSON");
+    let rows = reply["sessions"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{reply}");
+    assert_eq!(rows[0]["udp"], true, "{reply}");
+    let mut stats = TcpStream::connect(&addr).unwrap();
+    stats.write_all(b"stats\r\n").unwrap();
+    let stats = String::from_utf8(read_all(&mut stats)).unwrap();
+    assert!(stats.contains("tcpmuxd_udp_flows 1\n"), "{stats}");
+    assert!(
+        !stats.contains("tcpmuxd_udp_flows_total{service=\"vpn\""),
+        "{stats}"
+    );
+}

@@ -55,6 +55,16 @@ impl ConnectionIds {
         self.owners.insert(id.into(), owner);
     }
 
+    /// The IDs `flow` has seen, for a flow handed to a successor.
+    pub fn of_flow(&self, flow: u64) -> Vec<Vec<u8>> {
+        let ids = self
+            .by_flow
+            .get(&flow)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        ids.iter().map(|id| id.to_vec()).collect()
+    }
+
     /// Forgets the IDs `flow` owns still (a later flow may have taken one).
     pub fn forget(&mut self, flow: u64) {
         for id in self.by_flow.remove(&flow).unwrap_or_default() {

@@ -49,7 +49,7 @@ pub use tls::{
     TlsClient,
 };
 pub use udp::{
-    UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT,
+    HandedFlow, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT,
     DEFAULT_UDP_IDLE_TIMEOUT,
 };
 

@@ -2,6 +2,8 @@
 //! datagram goes to) and the daemon-wide flow settings. A service's UDP
 //! backends (`proxy_udp`) are a pool like a TCP proxy's ([`super::Proxy`]).
 
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use tcpmux_proto::sniff::datagram::Datagram;
@@ -61,6 +63,29 @@ impl UdpRoutes {
         let mut routes = self.probes.iter();
         routes.find(|(p, _)| *p == protocol).map(|(_, name)| name)
     }
+}
+
+/// A UDP flow handed from a daemon to its successor in a binary upgrade:
+/// what its task knew, and its backend socket, so that the backend keeps
+/// seeing the same source port.
+#[derive(Debug)]
+pub struct HandedFlow {
+    /// The listener socket's address.
+    pub listener: SocketAddr,
+    pub client: SocketAddr,
+    pub service: ServiceName,
+    pub backend: SocketAddr,
+    /// How it was routed, as the metrics and the log word it.
+    pub routed: String,
+    pub idle: Duration,
+    pub quic: bool,
+    /// Where its replies leave from on a wildcard listener, and the
+    /// interface.
+    pub reply_from: Option<(IpAddr, u32)>,
+    /// The QUIC connection IDs it carries.
+    pub cids: Vec<Vec<u8>>,
+    /// Its backend socket, connected to `backend`.
+    pub socket: OwnedFd,
 }
 
 /// The flow settings: `max_udp_flows` (the daemon's), `max_udp_flows_per_ip`

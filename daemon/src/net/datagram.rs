@@ -105,6 +105,18 @@ pub(crate) struct Destination {
     interface: u32,
 }
 
+impl Destination {
+    /// A local address and the interface index a datagram arrived on, as a
+    /// handed-over flow carries them.
+    pub(crate) fn new(ip: IpAddr, interface: u32) -> Destination {
+        Destination { ip, interface }
+    }
+
+    pub(crate) fn interface(&self) -> u32 {
+        self.interface
+    }
+}
+
 /// One datagram into `buf`, from a socket `bind_udp` bound to a wildcard
 /// address: its length, its sender, and the local address it was sent to.
 pub(crate) fn recv_with_destination(

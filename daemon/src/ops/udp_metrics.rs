@@ -37,6 +37,12 @@ impl UdpCounters {
         *flows.entry((service.to_owned(), routed)).or_insert(0) += 1;
     }
 
+    /// A flow a predecessor started (a binary upgrade): one more now, and
+    /// not counted again among those started.
+    pub(crate) fn flow_adopted(&self) {
+        self.active.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn flow_ended(&self) {
         self.active.fetch_sub(1, Ordering::Relaxed);
     }

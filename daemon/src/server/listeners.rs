@@ -123,6 +123,16 @@ impl Live {
         }
     }
 
+    /// The UDP listeners' flows, for an upgrade to hand over.
+    pub(super) fn udp_handover(&self) -> Arc<crate::udp::Handover> {
+        Arc::clone(&self.udp.handover)
+    }
+
+    /// Flows a predecessor handed over, for the UDP listeners about to serve.
+    pub(super) fn adopt_udp_flows(&self, flows: Vec<crate::model::HandedFlow>) {
+        self.udp.handover.adopt(flows);
+    }
+
     /// Starts serving a UDP socket of the `listen` list.
     pub(super) fn serve_udp(&mut self, bound: BoundUdp, shared: &Arc<Shared>) {
         self.udp.serve(bound, &mut self.accepting, shared);

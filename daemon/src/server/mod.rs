@@ -55,6 +55,8 @@ pub struct Server {
     predecessor: Option<std::os::unix::net::UnixStream>,
     /// Handoff registrations the predecessor handed over.
     adopted: Vec<crate::hub::Adopted>,
+    /// UDP flows the predecessor handed over.
+    udp_flows: Vec<crate::model::HandedFlow>,
     /// Which of the daemon's event loops this is (0 when it has one).
     worker: usize,
     /// One of several workers (`--workers`).
@@ -195,6 +197,7 @@ impl Server {
             chosen_by,
             predecessor,
             adopted: std::mem::take(&mut handed.backends),
+            udp_flows: std::mem::take(&mut handed.udp_flows),
             worker: 0,
             several: false,
             fleet,
@@ -253,6 +256,7 @@ impl Server {
         for (configured, listener, options) in self.listeners {
             live.serve_client(configured, listener, options, &shared, &sessions);
         }
+        live.adopt_udp_flows(self.udp_flows);
         for bound in self.udp {
             live.serve_udp(bound, &shared);
         }
@@ -294,7 +298,7 @@ impl Server {
                     systemd::notify("READY=1");
                 }
                 Some(successor) = upgrades.recv(), if handing.is_none() => {
-                    handing = upgrade::start(successor, live.sockets(), &shared);
+                    handing = upgrade::start(successor, (live.sockets(), live.udp_handover()), &shared);
                 }
                 Some(done) = async { Some(handing.as_mut()?.await) }, if handing.is_some() => {
                     handing = None;

@@ -84,6 +84,9 @@ pub(super) struct UdpListeners {
     /// One of several workers (`--workers`): the sockets were bound before
     /// the workers started, and a reload adds none.
     shared_port: bool,
+    /// Their flows, for a binary upgrade to hand over, and those handed
+    /// to this daemon.
+    pub(super) handover: Arc<crate::udp::Handover>,
 }
 
 impl UdpListeners {
@@ -116,6 +119,7 @@ impl UdpListeners {
             socket,
             Arc::clone(&routes),
             Arc::clone(shared),
+            Arc::clone(&self.handover),
         ));
         self.serving.push(Serving {
             configured: bound.configured,

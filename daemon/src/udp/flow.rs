@@ -2,19 +2,21 @@
 //! the backend's replies to the client until the flow ends (idle, a
 //! backend error, evicted, or its listener closed), then logs it.
 
-use std::fmt;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
 
+pub(super) use super::ended::Ended;
 use super::gather::Gathering;
 use super::route::Dropped;
 use super::table::{Activity, FlowTable, Full};
-use crate::model::{ConnectionIds, Endpoint, Owner, UdpSettings};
+use crate::model::{ConnectionIds, Endpoint, HandedFlow, Owner, UdpSettings};
 use crate::net::datagram::{send_from, Destination};
 use crate::ops::access_log;
 use crate::ops::session_table::{LiveSession, Registered};
@@ -43,13 +45,17 @@ pub(crate) struct Flows {
     /// The QUIC connections the flows carry, by connection ID: the
     /// listener address's, which every worker serving it shares.
     cids: Arc<Mutex<ConnectionIds>>,
+    /// The listener socket's address.
+    pub(super) local: SocketAddr,
+    /// Where flows told to hand themselves over go (an upgrade).
+    pub(super) handing: Mutex<Option<mpsc::UnboundedSender<HandedFlow>>>,
 }
 
 impl Flows {
     /// `first_id` numbers its flows; `cids` is its address's table;
     /// `counters` the daemon's.
     pub(super) fn new(
-        first_id: u64,
+        (first_id, local): (u64, SocketAddr),
         cids: Arc<Mutex<ConnectionIds>>,
         counters: Arc<UdpCounters>,
     ) -> Flows {
@@ -60,6 +66,8 @@ impl Flows {
             replies: Mutex::new(vec![0; MAX_DATAGRAM]),
             gathering: Mutex::new(Gathering::default()),
             cids,
+            local,
+            handing: Mutex::new(None),
         }
     }
 
@@ -104,16 +112,20 @@ impl Flows {
         }
     }
 
-    /// Adds `client`'s flow, of `service` routed by `routed`; its id.
+    /// Adds `client`'s flow, of `service` routed by `routed` (counted as
+    /// started, unless a predecessor started it); its id.
     pub(super) fn insert(
         &self,
         client: SocketAddr,
         flow: &Arc<Flow>,
-        service: &str,
-        routed: &'static str,
+        (service, routed): (&str, &'static str),
+        adopted: bool,
     ) -> u64 {
         let id = self.table().insert(client, Arc::clone(flow));
-        self.counters.flow_started(service, routed);
+        match adopted {
+            true => self.counters.flow_adopted(),
+            false => self.counters.flow_started(service, routed),
+        }
         id
     }
 
@@ -125,54 +137,24 @@ impl Flows {
         }
     }
 
+    /// Tells every flow to end by handing itself to `to` (an upgrade);
+    /// how many were told.
+    pub(super) fn hand_over(&self, to: &mpsc::UnboundedSender<HandedFlow>) -> usize {
+        *self.handing.lock().unwrap_or_else(|p| p.into_inner()) = Some(to.clone());
+        let flows = self.table().drain();
+        for flow in &flows {
+            self.counters.flow_ended();
+            flow.end(Ended::HandedOver);
+        }
+        flows.len()
+    }
+
     /// Tells every flow to end: the listener stops serving.
     pub(super) fn end_all(&self) {
         for flow in self.table().drain() {
             self.counters.flow_ended();
             flow.end(Ended::ListenerClosed);
         }
-    }
-}
-
-/// Why a flow ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum Ended {
-    /// No datagram either way for its idle timeout.
-    Idle = 1,
-    /// Its place was taken by a new flow, the table being full.
-    Evicted = 2,
-    /// Its listener stopped serving.
-    ListenerClosed = 3,
-    /// Its backend socket reported an error (an ICMP port unreachable).
-    BackendError = 4,
-    /// Ended on the admin socket (`kill session`, `shutdown sessions
-    /// backend`).
-    Killed = 5,
-}
-
-impl Ended {
-    /// The reason `end` stored; none (0) is an operator's kill.
-    fn from_u8(value: u8) -> Ended {
-        match value {
-            1 => Ended::Idle,
-            2 => Ended::Evicted,
-            3 => Ended::ListenerClosed,
-            4 => Ended::BackendError,
-            _ => Ended::Killed,
-        }
-    }
-}
-
-impl fmt::Display for Ended {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Ended::Idle => "udp flow ended: idle timeout",
-            Ended::Evicted => "udp flow ended: evicted for a new flow (max_udp_flows)",
-            Ended::ListenerClosed => "udp flow ended: listener closed",
-            Ended::BackendError => "udp flow ended: backend error",
-            Ended::Killed => "udp flow ended: killed",
-        })
     }
 }
 
@@ -194,7 +176,7 @@ pub(crate) struct Flow {
     /// Its idle timeout in milliseconds, which the listener's sweep
     /// checks (sweep.rs).
     idle_ms: u64,
-    flows: Arc<Flows>,
+    pub(super) flows: Arc<Flows>,
 }
 
 impl Flow {
@@ -214,6 +196,11 @@ impl Flow {
             idle_ms: u64::try_from(idle.as_millis()).unwrap_or(u64::MAX),
             flows,
         }
+    }
+
+    /// Its idle timeout.
+    pub(super) fn idle(&self) -> Duration {
+        Duration::from_millis(self.idle_ms)
     }
 
     /// Whether no datagram went either way for its idle timeout, by `now`
@@ -318,6 +305,11 @@ pub(super) async fn run(
             () = &mut told => break Ended::from_u8(flow.ended.load(Ordering::Acquire)),
         }
     };
+    if why == Ended::HandedOver {
+        hand(&flow, &about);
+        flow.flows.cids().forget(about.id);
+        return;
+    }
     flow.flows.remove(&about.client, about.id);
     flow.flows.cids().forget(about.id);
     let traffic = &flow.session.traffic;
@@ -403,4 +395,34 @@ fn relay_replies(flow: &Flow, socket: &UdpSocket, about: &About, shared: &Shared
         }
     }
     true
+}
+
+/// What `flow`'s task gives a successor: what it knew and a second
+/// descriptor of its backend socket. A socket that cannot be duplicated
+/// (the descriptor limit) is not handed; its client's next datagram starts
+/// a new flow in the successor.
+pub(super) fn hand(flow: &Flow, about: &About) {
+    let socket = match flow.backend.as_fd().try_clone_to_owned() {
+        Ok(socket) => socket,
+        Err(e) => {
+            tracing::warn!(peer = %about.client, error = %e, "upgrade: a UDP flow's socket cannot be handed over; its client starts anew");
+            return;
+        }
+    };
+    let handed = HandedFlow {
+        listener: flow.flows.local,
+        client: about.client,
+        service: about.service.clone(),
+        backend: about.backend,
+        routed: about.routed.to_owned(),
+        idle: flow.idle(),
+        quic: about.quic,
+        reply_from: about.reply_from.map(|d| (d.ip, d.interface())),
+        cids: flow.flows.cids().of_flow(about.id),
+        socket,
+    };
+    let handing = flow.flows.handing.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(to) = handing.as_ref() {
+        let _ = to.send(handed);
+    }
 }

@@ -5,8 +5,12 @@
 //! when its backend socket fails, or when a new flow needs its place
 //! (table.rs). The daemon sends a client only what its backend sent.
 
+mod adopt;
+mod ended;
 mod flow;
 mod gather;
+mod handover;
+mod launch;
 mod quic;
 mod route;
 mod sweep;
@@ -18,12 +22,13 @@ use std::sync::{Arc, RwLock};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
-use crate::model::{Endpoint, Owner, Peer, Routed, UdpRoutes};
+use crate::model::{Owner, UdpRoutes};
 use crate::net::datagram::{recv_with_destination, Destination};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
 use flow::{Flow, Flows, MAX_DATAGRAM};
 use gather::Gathered;
+use launch::{launch, Start};
 use tcpmux_proto::sniff::datagram::{quic_initial, Datagram};
 
 /// A UDP listener's routes, which a reload replaces.
@@ -39,18 +44,28 @@ impl Drop for EndAll {
     }
 }
 
-/// Serves `socket` until the task is aborted.
-pub(crate) async fn serve(socket: UdpSocket, routes: SharedRoutes, shared: Arc<Shared>) {
+pub(crate) use handover::Handover;
+
+/// Serves `socket` until the task is aborted; its flows are `handover`'s to
+/// give a successor, and it starts with those a predecessor gave.
+pub(crate) async fn serve(
+    socket: UdpSocket,
+    routes: SharedRoutes,
+    shared: Arc<Shared>,
+    handover: Arc<Handover>,
+) {
     let socket = Arc::new(socket);
     let Ok(local) = socket.local_addr() else {
         return;
     };
     let flows = Arc::new(Flows::new(
-        shared.quic.flow_base(),
+        (shared.quic.flow_base(), local),
         shared.quic.of(local),
         Arc::clone(&shared.udp),
     ));
     let _end_all = EndAll(Arc::clone(&flows));
+    handover.serving(&flows);
+    adopt::flows(handover.adopted_for(local), &socket, &flows, &shared);
     let _sweep = sweep::start(Arc::clone(&flows), Arc::clone(&shared));
     let mut buf = vec![0u8; MAX_DATAGRAM];
     // On a wildcard address each datagram says where it was sent.
@@ -153,27 +168,20 @@ fn start_flow(
                 .dropped(route::Dropped::BackendUnavailable.reason());
         }
     };
-    // The backend's count of flows now and in all, as a TCP member's.
-    let endpoint = Endpoint::Tcp(backend_addr);
-    let held = route.pool.hold(&endpoint);
-    route.pool.connected(&endpoint);
-    // A row in the live-session table: `show sessions` lists the flow and
-    // `kill session` ends it.
-    let registered = shared.sessions.open(Peer::Tcp(client), Some(local));
-    registered.update(|detail| {
-        detail.service = Some(route.service.name.clone());
-        detail.routed = Routed::Udp(route.routed);
-        detail.backend = Some(endpoint);
-    });
-    let idle = settings.udp.idle_timeout(route.protocol);
-    let flow = Arc::new(Flow::new(
-        backend,
-        registered.handle(),
-        Arc::clone(flows),
-        idle,
-    ));
-    let id = flows.insert(client, &flow, route.service.name.as_str(), route.routed);
     let quic = route.protocol == Some(Datagram::Quic);
+    let start = Start {
+        client,
+        local,
+        reply_from: destination,
+        service: &route.service.name,
+        routed: route.routed,
+        backend: (backend_addr, backend),
+        pool: route.pool,
+        idle: settings.udp.idle_timeout(route.protocol),
+        quic,
+        adopted: false,
+    };
+    let (flow, id) = launch(start, socket, flows, shared);
     if let Some(connection) = connection.filter(|_| quic) {
         // The client's own ID for its connection (its Initials'), or the
         // one a migrated client's datagram carries: this flow's now.
@@ -190,23 +198,6 @@ fn start_flow(
         forward(&flow, held, shared);
     }
     forward(&flow, datagram, shared);
-    let about = flow::About {
-        client,
-        id,
-        registered,
-        service: route.service.name.clone(),
-        routed: route.routed,
-        backend: backend_addr,
-        pool: (Arc::clone(route.pool), held),
-        quic,
-        reply_from: destination,
-    };
-    tokio::spawn(flow::run(
-        flow,
-        Arc::clone(socket),
-        about,
-        Arc::clone(shared),
-    ));
 }
 
 /// Where a new flow goes, and what it carries first.

@@ -136,6 +136,20 @@ async def ask(peer, text):
     return (await reader.read()).decode()
 
 
+async def fresh_id(quic):
+    """Switches to a connection ID the server issued and the client has not
+    used, waiting (up to 5 s) for the server's NEW_CONNECTION_ID frames if
+    none is there yet: aioquic's change_connection_id does nothing then."""
+    for _ in range(100):
+        if quic._peer_cid_available:
+            break
+        await asyncio.sleep(0.05)
+    before = quic._peer_cid.cid
+    quic.change_connection_id()
+    if quic._peer_cid.cid == before:
+        raise RuntimeError("no fresh connection ID to move to")
+
+
 async def migrate(port, name, addresses):
     configuration = QuicConfiguration(
         is_client=True,
@@ -158,7 +172,7 @@ async def migrate(port, name, addresses):
             await loop.create_datagram_endpoint(lambda: peer, sock=sock)
             old.close()
             if os.environ.get("FRESH_ID"):
-                peer._quic.change_connection_id()
+                await fresh_id(peer._quic)
             # A PING from the new address first, so the server sees the move.
             await asyncio.wait_for(peer.ping(), 5)
             print(await asyncio.wait_for(ask(peer, address.encode()), 5), flush=True)

@@ -17,7 +17,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::net::{
@@ -30,13 +30,17 @@ use tokio::sync::mpsc;
 
 use tcpmux_proto::upgrade::{self, Frame, FrameError, FRAME, VERSION};
 
+mod carried;
+
 use super::roles::{encoded, Place, Role, Socket};
 use crate::hub::{Adopted, Hub};
-use crate::model::{AdminState, Endpoint, ListenAddr};
+use crate::model::{HandedFlow, ListenAddr};
 use crate::net::accept_errors::AcceptErrors;
 use crate::net::listener::{Accepted, Listener};
 use crate::net::stream::Stream;
 use crate::state::Shared;
+use carried::{carried, carried_frames, flow_frame, handed_flow};
+pub(super) use carried::{restore, Carried};
 
 /// How long a successor may take to ask, and to say it serves.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -70,18 +74,8 @@ pub struct Handed {
     pub(super) backends: Vec<Adopted>,
     /// What an operator set at run time in the running daemon.
     pub(super) carried: Vec<Carried>,
-}
-
-/// One run-time setting that travels with an upgrade.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Carried {
-    Disabled(String),
-    Member {
-        service: String,
-        backend: Endpoint,
-        state: AdminState,
-        weight: Option<u32>,
-    },
+    /// The running daemon's UDP flows, each with its backend socket.
+    pub(super) udp_flows: Vec<HandedFlow>,
 }
 
 /// A successor's side: asks the daemon at `path` for its sockets. The returned
@@ -117,6 +111,7 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
         match frame {
             Frame::Listen(addr) => handed.clients.push((addr.parse().map_err(|_| bad())?, fd)),
             Frame::ListenUdp(addr) => handed.udp.push((addr.parse().map_err(|_| bad())?, fd)),
+            Frame::Flow(flow) => handed.udp_flows.push(handed_flow(flow, fd)?),
             Frame::Backend(r) => handed.backends.push(Adopted {
                 names: r.names.iter().map(|n| (*n).to_owned()).collect(),
                 uid: r.uid,
@@ -130,98 +125,6 @@ pub fn take_over(path: &Path) -> Result<(StdUnixStream, Handed), UpgradeError> {
             Frame::End(_) => return Ok((stream, handed)),
         }
     }
-}
-
-/// The run-time setting a frame carries, if it is one.
-fn carried(frame: &Frame<'_>) -> Result<Option<Carried>, UpgradeError> {
-    let bad = || UpgradeError::Protocol(FrameError::BadState);
-    Ok(match frame {
-        Frame::Disabled(name) => Some(Carried::Disabled((*name).to_owned())),
-        Frame::Member(m) => Some(Carried::Member {
-            service: m.service.to_owned(),
-            backend: m.backend.parse().map_err(|_| bad())?,
-            state: m.state.parse().map_err(|_| bad())?,
-            weight: m.weight,
-        }),
-        _ => None,
-    })
-}
-
-/// The frames for what an operator set at run time: disabled services and
-/// the members with a state or weight of their own.
-fn carried_frames(shared: &Shared) -> Vec<[u8; FRAME]> {
-    let settings = shared.settings();
-    let mut frames = Vec::new();
-    for service in settings.registry.services() {
-        let Some(counts) = settings.usage.get(&service.name) else {
-            continue;
-        };
-        let name = service.name.as_str();
-        if counts.disabled.load(Ordering::Acquire) {
-            frames.push(upgrade::encode(&Frame::Disabled(name)));
-        }
-        // An operator's word for an address holds for both of a service's
-        // pools (runtime::member): one frame each, restored to both.
-        let mut set = counts.pool.overrides();
-        set.extend(counts.udp_pool.overrides());
-        set.sort_by(|a, b| a.0.cmp(&b.0));
-        set.dedup_by(|a, b| a.0 == b.0);
-        for (endpoint, set) in set {
-            let backend = endpoint.to_string();
-            frames.push(upgrade::encode(&Frame::Member(upgrade::Member {
-                service: name,
-                state: set.state.as_str(),
-                weight: set.weight,
-                backend: &backend,
-            })));
-        }
-    }
-    frames
-        .into_iter()
-        .filter_map(|frame| {
-            frame
-                .inspect_err(|e| tracing::warn!(error = %e, "upgrade: a run-time setting that cannot travel; the successor starts without it"))
-                .ok()
-        })
-        .collect()
-}
-
-/// Puts the settings carried from the old daemon back in force; one the new
-/// configuration has no place for is logged and left.
-pub(super) fn restore(shared: &Shared, carried: Vec<Carried>) {
-    if carried.is_empty() {
-        return;
-    }
-    let settings = shared.settings();
-    let count = carried.len();
-    for setting in carried {
-        let name = match &setting {
-            Carried::Disabled(name) | Carried::Member { service: name, .. } => name,
-        };
-        let counts = tcpmux_proto::ServiceName::parse(name)
-            .ok()
-            .and_then(|n| settings.usage.get(&n));
-        let Some(counts) = counts else {
-            tracing::warn!(service = %name, "upgrade: a run-time setting for a service this configuration does not have; left out");
-            continue;
-        };
-        match setting {
-            Carried::Disabled(_) => counts.disabled.store(true, Ordering::Release),
-            Carried::Member {
-                backend,
-                state,
-                weight,
-                ..
-            } => {
-                // Who set it does not travel: the successor shows it as set.
-                for pool in [&counts.pool, &counts.udp_pool] {
-                    pool.set_state(&backend, state, None);
-                    pool.set_weight(&backend, weight, None);
-                }
-            }
-        }
-    }
-    tracing::info!(settings = count, "upgrade: run-time settings carried over");
 }
 
 /// Tells the old daemon that the successor serves.
@@ -295,7 +198,7 @@ pub(super) type Exchange = tokio::task::JoinHandle<io::Result<bool>>;
 /// watchdog ping. `None`, logged, when the sockets cannot be shared.
 pub(super) fn start(
     successor: UnixStream,
-    sockets: io::Result<Vec<Socket>>,
+    (sockets, flows): (io::Result<Vec<Socket>>, Arc<crate::udp::Handover>),
     shared: &Shared,
 ) -> Option<Exchange> {
     let sockets = sockets.and_then(|mut sockets| {
@@ -312,7 +215,7 @@ pub(super) fn start(
                 sockets = sockets.len(),
                 "upgrade: a successor connected; handing over"
             );
-            Some(tokio::spawn(hand_over(successor, sockets, state)))
+            Some(tokio::spawn(hand_over(successor, sockets, (state, flows))))
         }
         Err(e) => {
             tracing::warn!(error = %e, "upgrade failed: cannot share the sockets; still serving");
@@ -372,6 +275,8 @@ fn backend_sockets(hub: &Hub) -> io::Result<Vec<Socket>> {
 /// frame, and the successor's READY (which waits for it to bind and start).
 const REQUEST_WAIT: Duration = Duration::from_secs(5);
 const FRAME_WAIT: Duration = Duration::from_secs(5);
+/// How long the UDP flows' tasks have to hand themselves over.
+const FLOW_WAIT: Duration = Duration::from_secs(1);
 const READY_WAIT: Duration = PATIENCE;
 
 /// The old daemon's side: reads the request, hands `sockets` over, then the
@@ -381,7 +286,7 @@ const READY_WAIT: Duration = PATIENCE;
 pub(super) async fn hand_over(
     mut stream: UnixStream,
     sockets: Vec<Socket>,
-    state: Vec<[u8; FRAME]>,
+    (state, flows): (Vec<[u8; FRAME]>, Arc<crate::udp::Handover>),
 ) -> io::Result<bool> {
     let mut request = [0u8; 8];
     step(
@@ -403,6 +308,25 @@ pub(super) async fn hand_over(
     }
     for frame in &state {
         step(FRAME_WAIT, "a frame", send_frame(&stream, frame, None)).await?;
+    }
+    // Last, so that they stop here as late as can be: from now on, a
+    // client's next datagram starts a new flow here until the successor
+    // serves (if it never does, the clients' next datagrams start anew).
+    let flows = flows.hand_over_all(FLOW_WAIT).await;
+    let count = flows.len();
+    for flow in flows {
+        let Some(frame) = flow_frame(&flow) else {
+            continue;
+        };
+        step(
+            FRAME_WAIT,
+            "a frame",
+            send_frame(&stream, &frame, Some(flow.socket.as_fd())),
+        )
+        .await?;
+    }
+    if count > 0 {
+        tracing::info!(flows = count, "upgrade: UDP flows handed over");
     }
     let end = encoded(&Frame::End(VERSION))?;
     step(FRAME_WAIT, "a frame", send_frame(&stream, &end, None)).await?;

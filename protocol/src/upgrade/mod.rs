@@ -9,7 +9,12 @@
 //! the same frames. What an operator set at run time travels too, as frames
 //! without a socket (`DISABLED`, `MEMBER`); a daemon with none sends none, so
 //! the exchange an older successor reads is unchanged. So do UDP sockets
-//! (`LISTEN_UDP`): only a daemon with UDP listeners sends them.
+//! (`LISTEN_UDP`): only a daemon with UDP listeners sends them, and its
+//! UDP flows (`FLOW`, each with its backend socket; flow.rs).
+
+mod flow;
+
+pub use flow::Flow;
 
 /// Every frame's size, so frames never merge or split ambiguously.
 pub const FRAME: usize = 512;
@@ -43,6 +48,8 @@ pub enum Frame<'a> {
     /// A proxy member's state or weight an operator set at run time (no
     /// socket).
     Member(Member<'a>),
+    /// A UDP flow; its backend socket travels with it.
+    Flow(Flow<'a>),
     /// The last frame: the exchange's version (0 from a daemon before
     /// versions).
     End(u32),
@@ -61,6 +68,7 @@ impl Frame<'_> {
             Frame::Backend(_) => "BACKEND",
             Frame::Disabled(_) => "DISABLED",
             Frame::Member(_) => "MEMBER",
+            Frame::Flow(_) => "FLOW",
             Frame::End(_) => "END",
         }
     }
@@ -122,6 +130,9 @@ pub enum FrameError {
     /// A `MEMBER` or `DISABLED` frame whose fields do not parse.
     #[error("a malformed run-time state upgrade frame")]
     BadState,
+    /// A `FLOW` frame whose fields do not parse.
+    #[error("a malformed FLOW upgrade frame")]
+    BadFlow,
 }
 
 /// The frame's bytes: `KIND VALUE`, spaces, and a newline at the end.
@@ -157,6 +168,7 @@ pub fn encode(frame: &Frame<'_>) -> Result<[u8; FRAME], FrameError> {
             let (service, backend) = (word(m.service)?, checked(m.backend)?);
             format!("{kind} {service} {} {weight} {backend}", m.state)
         }
+        Frame::Flow(flow) => format!("{kind} {}", flow.value()?),
         Frame::End(version) => format!("{kind} {version}"),
     };
     if text.len() > MAX_TEXT {
@@ -205,6 +217,7 @@ pub fn parse(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
         "BACKEND" => Frame::Backend(registration(value?)?),
         "DISABLED" => Frame::Disabled(word(value?).map_err(|_| FrameError::BadState)?),
         "MEMBER" => Frame::Member(member(value?)?),
+        "FLOW" => Frame::Flow(flow::flow(value?)?),
         // `END` alone: a daemon from before versions.
         "END" if value.is_err() => Frame::End(0),
         "END" => Frame::End(value?.parse().map_err(|_| FrameError::Malformed)?),

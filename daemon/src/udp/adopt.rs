@@ -1,0 +1,114 @@
+//! The successor's side of UDP flows across a binary upgrade: each flow the
+//! old daemon handed over starts again here on its own backend socket, with
+//! its service, backend, idle timeout and QUIC connection IDs, as if it had
+//! been routed here. One whose service this configuration no longer has (or
+//! whose backend left its UDP pool) is ended, its client starting anew.
+
+use std::sync::Arc;
+
+use tokio::net::UdpSocket;
+
+use super::flow::Flows;
+use super::launch::{launch, Start};
+use crate::model::{Endpoint, HandedFlow, Owner};
+use crate::net::datagram::Destination;
+use crate::state::Shared;
+
+/// The routings a flow may carry, as the metrics word them; another from a
+/// newer predecessor is counted as `upgrade`.
+const ROUTED: [&str; 11] = [
+    "sni",
+    "quic",
+    "dtls",
+    "wireguard",
+    "dns",
+    "openvpn",
+    "match",
+    "udp_default",
+    "connection_id",
+    "server_id",
+    "upgrade",
+];
+
+/// Starts the flows handed over for the listener `socket`.
+pub(super) fn flows(
+    handed: Vec<HandedFlow>,
+    socket: &Arc<UdpSocket>,
+    flows: &Arc<Flows>,
+    shared: &Arc<Shared>,
+) {
+    if handed.is_empty() {
+        return;
+    }
+    let count = handed.len();
+    let started = handed
+        .into_iter()
+        .map(|flow| one(flow, socket, flows, shared))
+        .filter(|started| *started)
+        .count();
+    tracing::info!(udp = %flows.local, flows = started, ended = count - started, "upgrade: UDP flows taken over");
+}
+
+/// Starts one handed-over flow; `false` when it cannot go on here.
+fn one(
+    handed: HandedFlow,
+    socket: &Arc<UdpSocket>,
+    flows: &Arc<Flows>,
+    shared: &Arc<Shared>,
+) -> bool {
+    let settings = shared.settings();
+    let pool = settings
+        .registry
+        .lookup(&handed.service)
+        .and_then(|service| {
+            let proxy = service.udp.as_deref()?;
+            let pool = &settings.usage.get(&service.name)?.udp_pool;
+            let members = pool.current(proxy)?;
+            members
+                .contains(&Endpoint::Tcp(handed.backend))
+                .then_some(pool)
+        });
+    let Some(pool) = pool else {
+        tracing::info!(peer = %handed.client, service = %handed.service, backend = %handed.backend, "upgrade: a UDP flow whose service or backend this configuration does not have; ended");
+        return false;
+    };
+    let backend = std::net::UdpSocket::from(handed.socket);
+    let backend = match backend
+        .set_nonblocking(true)
+        .and_then(|()| UdpSocket::from_std(backend))
+    {
+        Ok(backend) => backend,
+        Err(e) => {
+            tracing::warn!(peer = %handed.client, error = %e, "upgrade: a handed UDP flow's socket cannot be served; its client starts anew");
+            return false;
+        }
+    };
+    let routed = ROUTED
+        .into_iter()
+        .find(|word| *word == handed.routed)
+        .unwrap_or("upgrade");
+    let start = Start {
+        client: handed.client,
+        local: flows.local,
+        reply_from: handed
+            .reply_from
+            .map(|(ip, interface)| Destination::new(ip, interface)),
+        service: &handed.service,
+        routed,
+        backend: (handed.backend, backend),
+        pool,
+        idle: handed.idle,
+        quic: handed.quic,
+        adopted: true,
+    };
+    let (_, id) = launch(start, socket, flows, shared);
+    for cid in &handed.cids {
+        let owner = Owner {
+            service: handed.service.clone(),
+            backend: handed.backend,
+            flow: id,
+        };
+        flows.cids().learn(cid, owner);
+    }
+    true
+}
