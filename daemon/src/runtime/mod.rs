@@ -120,10 +120,16 @@ fn member<'c>(
         None => Err(NotApplied::NoBackend {
             service: name.to_owned(),
             backend: backend.to_owned(),
-            known: known
-                .iter()
-                .flat_map(|(_, members)| members.list.iter().map(|m| m.endpoint.to_string()))
-                .collect(),
+            known: {
+                let all = known.iter().flat_map(|(_, members)| &members.list);
+                let mut names: Vec<String> = Vec::new();
+                for name in all.map(|m| m.endpoint.to_string()) {
+                    if !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+                names
+            },
         }),
     }
 }

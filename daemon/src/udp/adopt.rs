@@ -13,22 +13,27 @@ use super::launch::{launch, Start};
 use crate::model::{Endpoint, HandedFlow, Owner};
 use crate::net::datagram::Destination;
 use crate::state::Shared;
+use tcpmux_proto::sniff::datagram::Datagram;
 
-/// The routings a flow may carry, as the metrics word them; another from a
-/// newer predecessor is counted as `upgrade`.
-const ROUTED: [&str; 11] = [
+/// How a flow may have been routed besides by a probe, as the metrics word
+/// it; a word from a newer predecessor is counted as `upgrade`.
+const ROUTED: [&str; 6] = [
     "sni",
-    "quic",
-    "dtls",
-    "wireguard",
-    "dns",
-    "openvpn",
     "match",
     "udp_default",
     "connection_id",
     "server_id",
     "upgrade",
 ];
+
+/// `word` as the `&'static` label the metrics keep.
+fn routed(word: &str) -> &'static str {
+    let probes = Datagram::ALL.into_iter().map(Datagram::name);
+    probes
+        .chain(ROUTED)
+        .find(|known| *known == word)
+        .unwrap_or("upgrade")
+}
 
 /// Starts the flows handed over for the listener `socket`.
 pub(super) fn flows(
@@ -83,10 +88,7 @@ fn one(
             return false;
         }
     };
-    let routed = ROUTED
-        .into_iter()
-        .find(|word| *word == handed.routed)
-        .unwrap_or("upgrade");
+    let routed = routed(&handed.routed);
     let start = Start {
         client: handed.client,
         local: flows.local,
@@ -111,4 +113,17 @@ fn one(
         flows.cids().learn(cid, owner);
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::routed;
+
+    #[test]
+    fn a_handed_flows_routing_keeps_its_label_or_becomes_upgrade() {
+        for word in ["wireguard", "quic", "sni", "udp_default", "server_id"] {
+            assert_eq!(routed(word), word);
+        }
+        assert_eq!(routed("teleport"), "upgrade");
+    }
 }
