@@ -134,6 +134,21 @@ fn drop_in_files_add_services_and_their_errors_name_them() {
         "{stderr}"
     );
 
+    // QUIC server IDs are the whole configuration's: one in a drop-in that
+    // begins one in the main file is refused there.
+    let (code, _, stderr) = check(
+        &format!("{main}[service.a]\nproxy_udp = [{{ address = \"127.0.0.1:1\", quic_server_id = \"0a\" }}]\n"),
+        &[(
+            "conf.d/10-b.toml",
+            "[service.b]\nproxy_udp = [{ address = \"127.0.0.1:2\", quic_server_id = \"0a0b\" }]\n",
+        )],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("conf.d/10-b.toml") && stderr.contains("127.0.0.1:1 of service a has 0a"),
+        "{stderr}"
+    );
+
     let (code, _, stderr) = check(
         "include = [\"conf.d/*.toml\"]\n[service.web]\nbuiltin = \"echo\"\n",
         &[("conf.d/web.toml", "[service.WEB]\nbuiltin = \"daytime\"\n")],

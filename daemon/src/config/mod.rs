@@ -187,7 +187,8 @@ impl Config {
         });
         let mut listen = listen::listen(src, listed.as_ref(), keys)?.unwrap_or_else(default_listen);
         let drop_ins = include::read(src, raw.include.as_ref())?;
-        let registry = Registry::new(services::services(src, &raw, &listen, &drop_ins)?);
+        let (services, quic_servers) = services::services(src, &raw, &listen, &drop_ins)?;
+        let registry = Registry::new(services);
         for tls in listen
             .iter_mut()
             .filter_map(|spec| spec.options.tls.as_mut())
@@ -246,7 +247,7 @@ impl Config {
             metrics_listen: metrics::metrics_listen(src, &raw)?,
             metrics_hosts: metrics::metrics_hosts(src, &raw)?,
             dns: dns::dns(src, &raw)?,
-            udp: udp::settings(src, &raw)?,
+            udp: udp::settings(src, &raw, quic_servers)?,
             cluster: cluster::cluster(src, raw.cluster.as_ref())?.map(std::sync::Arc::new),
             warnings,
         })

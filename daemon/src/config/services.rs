@@ -17,12 +17,16 @@ use std::net::IpAddr;
 
 use crate::model::{
     Access, Backend, Builtin, Cidr, HandoffRule, HostPattern, ListenAddr, ListenSpec, Queue,
-    Service, ServiceKind, DEFAULT_QUEUE_MAX,
+    QuicServer, QuicServers, Service, ServiceKind, DEFAULT_QUEUE_MAX,
 };
 use crate::registry::{default_services, loopback};
 
 /// Where a name was first defined: the file and line, for "defined twice".
 type Seen = std::collections::HashMap<ServiceName, (String, usize)>;
+
+/// What the tables of every file add up to beyond their services: where each
+/// name was defined, the names claimed, the QUIC servers' IDs.
+type Gathered = (Seen, Claims, Vec<QuicServer>);
 
 /// Every service the file and its drop-ins (`include`, each `(path, text)`,
 /// in order) define, on top of the built-ins and imports the file keeps.
@@ -31,7 +35,7 @@ pub(crate) fn services(
     raw: &RawConfig,
     listen: &[ListenSpec],
     drop_ins: &[(String, String)],
-) -> Result<BTreeMap<ServiceName, Service>, ConfigError> {
+) -> Result<(BTreeMap<ServiceName, Service>, QuicServers), ConfigError> {
     let mut services = if raw.builtin_services.unwrap_or(true) {
         default_services()
     } else {
@@ -40,14 +44,14 @@ pub(crate) fn services(
     if let Some(import) = &raw.import_etc_services {
         etc_services::import(src, import, &mut services)?;
     }
-    let mut seen = (Seen::new(), Claims::default());
+    let mut seen: Gathered = (Seen::new(), Claims::default(), Vec::new());
     add_tables(src, &raw.service, listen, &mut services, &mut seen)?;
     for (path, text) in drop_ins {
         let src = Source { text, origin: path };
         let drop_in: RawDropIn = toml::from_str(text).map_err(|e| src.toml(&e))?;
         add_tables(src, &drop_in.service, listen, &mut services, &mut seen)?;
     }
-    Ok(services)
+    Ok((services, QuicServers(seen.2)))
 }
 
 /// The `[service.NAME]` tables of one file.
@@ -56,7 +60,7 @@ fn add_tables(
     tables: &BTreeMap<Spanned<String>, Box<RawService>>,
     listen: &[ListenSpec],
     services: &mut BTreeMap<ServiceName, Service>,
-    (seen, claims): &mut (Seen, Claims),
+    (seen, claims, quic_servers): &mut Gathered,
 ) -> Result<(), ConfigError> {
     // In file order, so a name given twice is reported at its second place.
     let mut tables: Vec<_> = tables.iter().collect();
@@ -76,6 +80,7 @@ fn add_tables(
             services.remove(&name);
             continue;
         }
+        super::udp::quic_server_ids(src, &name, table, quic_servers)?;
         let service = service(src, name.clone(), key.span(), table)?;
         if let ServiceKind::Proxy(proxy) = &service.kind {
             if let Some(backend) = proxy

@@ -89,7 +89,11 @@ pub(super) fn proxy_udp(
 }
 
 /// The top-level flow settings.
-pub(super) fn settings(src: Source<'_>, raw: &RawConfig) -> Result<UdpSettings, ConfigError> {
+pub(super) fn settings(
+    src: Source<'_>,
+    raw: &RawConfig,
+    quic_servers: QuicServers,
+) -> Result<UdpSettings, ConfigError> {
     Ok(UdpSettings {
         max_flows: at_least_one(src, "max_udp_flows", raw.max_udp_flows.as_ref())?
             .unwrap_or(DEFAULT_MAX_UDP_FLOWS),
@@ -99,58 +103,63 @@ pub(super) fn settings(src: Source<'_>, raw: &RawConfig) -> Result<UdpSettings, 
             raw.max_udp_flows_per_ip.as_ref(),
         )?,
         idle_timeout: positive_duration(src, "udp_idle_timeout", raw.udp_idle_timeout.as_ref())?,
-        quic_servers: quic_servers(src, raw)?,
+        quic_servers,
     })
 }
 
-/// Every `quic_server_id` on a `proxy_udp` backend (`{ address =
-/// "IP:PORT", quic_server_id = "HEX" }`), daemon-wide: each a fixed
-/// address's, 1 to 15 bytes, none the beginning of another.
-fn quic_servers(src: Source<'_>, raw: &RawConfig) -> Result<QuicServers, ConfigError> {
-    let mut servers: Vec<QuicServer> = Vec::new();
-    for (key, table) in &raw.service {
-        let (Some(value), false) = (&table.proxy_udp, table.enabled == Some(false)) else {
+/// The `quic_server_id`s of the service `name`'s `proxy_udp` backends
+/// (`{ address = "IP:PORT", quic_server_id = "HEX" }`), added to `servers`,
+/// which holds every earlier service's: each a fixed address's, 1 to 15
+/// bytes, none the beginning of another in the whole configuration.
+pub(super) fn quic_server_ids(
+    src: Source<'_>,
+    name: &ServiceName,
+    table: &RawService,
+    servers: &mut Vec<QuicServer>,
+) -> Result<(), ConfigError> {
+    let Some(value) = &table.proxy_udp else {
+        return Ok(());
+    };
+    let at = |what: String| src.at(value.span(), what);
+    let entries: Vec<&toml::Value> = match value.get_ref() {
+        toml::Value::Array(many) => many.iter().collect(),
+        one => vec![one],
+    };
+    for entry in entries {
+        let Some(hex) = entry.get("quic_server_id") else {
             continue;
         };
-        let at = |what: String| src.at(value.span(), what);
-        let Ok(service) = ServiceName::parse(key.get_ref()) else {
-            continue; // the services' own pass says what is wrong with it
-        };
-        let entries: Vec<&toml::Value> = match value.get_ref() {
-            toml::Value::Array(many) => many.iter().collect(),
-            one => vec![one],
-        };
-        for entry in entries {
-            let Some(hex) = entry.get("quic_server_id") else {
-                continue;
-            };
-            let id = hex.as_str().and_then(server_id).ok_or_else(|| {
-                at(format!("quic_server_id {hex}: give 1 to {MAX_QUIC_SERVER_ID} bytes in hex, such as \"0a\""))
-            })?;
-            let address = entry
-                .get("address")
-                .and_then(toml::Value::as_str)
-                .unwrap_or("");
-            let backend = address.parse::<std::net::SocketAddr>().map_err(|_| {
-                at(format!("quic_server_id needs a fixed address (IP:PORT), not {address:?}, whose members DNS decides"))
-            })?;
-            if let Some(other) = servers
-                .iter()
-                .find(|s| s.id.starts_with(&id) || id.starts_with(&s.id))
-            {
-                return Err(at(format!(
-                    "quic_server_id {}: {} of service {} has {}, and a connection ID could name either",
-                    hex_of(&id), other.backend, other.service, hex_of(&other.id)
-                )));
-            }
-            servers.push(QuicServer {
-                id,
-                service: service.clone(),
-                backend,
-            });
+        let id = hex.as_str().and_then(server_id).ok_or_else(|| {
+            at(format!(
+                "quic_server_id {hex}: give 1 to {MAX_QUIC_SERVER_ID} bytes in hex, such as \"0a\""
+            ))
+        })?;
+        let address = entry
+            .get("address")
+            .and_then(toml::Value::as_str)
+            .unwrap_or("");
+        let backend = address.parse::<std::net::SocketAddr>().map_err(|_| {
+            at(format!("quic_server_id needs a fixed address (IP:PORT), not {address:?}, whose members DNS decides"))
+        })?;
+        if let Some(other) = servers
+            .iter()
+            .find(|s| s.id.starts_with(&id) || id.starts_with(&s.id))
+        {
+            return Err(at(format!(
+                "quic_server_id {}: {} of service {} has {}, and a connection ID could name either",
+                hex_of(&id),
+                other.backend,
+                other.service,
+                hex_of(&other.id)
+            )));
         }
+        servers.push(QuicServer {
+            id,
+            service: name.clone(),
+            backend,
+        });
     }
-    Ok(QuicServers(servers))
+    Ok(())
 }
 
 /// `"0a1b"`: the bytes, 1 to 15 of them.
