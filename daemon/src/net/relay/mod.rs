@@ -203,6 +203,12 @@ async fn one_way(
         RelayMode::Copy => copy_one_way(from, to, activity, moved).await?,
     }
     // EOF from `from`: pass it on, while the other direction may still run.
+    // The second direction to end skips it: `to` sent its EOF already and
+    // all it sent was read, so the close that follows the relay sends the
+    // FIN (a shutdown would be one more system call for the same segment).
+    if activity.ended.fetch_add(1, Ordering::AcqRel) > 0 {
+        return Ok(());
+    }
     match to.shutdown_write() {
         Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
         _ => Ok(()),
@@ -341,6 +347,8 @@ struct Activity<'a> {
     before: (u64, u64),
     /// The client's direction reached EOF.
     client_done: AtomicBool,
+    /// Directions that reached EOF (`one_way`).
+    ended: std::sync::atomic::AtomicU8,
     backend_quit: AtomicBool,
     backend_cut: AtomicBool,
 }
@@ -357,6 +365,7 @@ impl<'a> Activity<'a> {
                 traffic.down.load(Ordering::Relaxed),
             ),
             client_done: AtomicBool::new(false),
+            ended: std::sync::atomic::AtomicU8::new(0),
             backend_quit: AtomicBool::new(false),
             backend_cut: AtomicBool::new(false),
         }
