@@ -87,7 +87,7 @@ fn udp_backends_are_checked_listed_drained_and_counted() {
         "admin_socket = \"{}\"\n\
          listen = [{{ address = \"127.0.0.1:0\", udp = true, udp_default = \"pair\" }}]\n\
          [service.pair]\nproxy_udp = [\"{a}\", \"{b}\", \"{c}\"]\n\
-         udp_health_check = {{ interval = \"100ms\", timeout = \"200ms\", rise = 1, fall = 2, \
+         udp_health_check = {{ interval = \"100ms\", timeout = \"2s\", rise = 1, fall = 3, \
          send = \"health\", expect = \"health\" }}\n",
         socket.display()
     ))
@@ -107,7 +107,7 @@ fn udp_backends_are_checked_listed_drained_and_counted() {
     assert!(before.iter().all(|t| t == "A" || t == "B"), "{before:?}");
     assert!(before.contains(&"A".to_owned()) && before.contains(&"B".to_owned()));
 
-    // A falls silent: down after two checks, and its clients' new flows go to B.
+    // A falls silent: down after three checks, and its clients' new flows go to B.
     a_answers.store(false, Ordering::Release);
     daemon
         .wait_for_log(|l| l.contains("backend down") && l.contains(&a.to_string()))
