@@ -131,8 +131,9 @@ fn udp_backends_are_checked_listed_drained_and_counted() {
     let first_on_a = 2 + before.iter().position(|t| t == "A").unwrap() as u8;
     let held = UdpSocket::bind((format!("127.0.0.{first_on_a}"), 0)).unwrap();
     held.set_read_timeout(Some(PATIENCE)).unwrap();
+    let port = daemon.addr;
     let ask = |datagram: &[u8]| {
-        held.send_to(datagram, daemon.addr).unwrap();
+        held.send_to(datagram, port).unwrap();
         let mut buf = [0u8; 256];
         let len = held.recv(&mut buf).expect("a reply");
         buf[..len].to_vec()
@@ -142,12 +143,22 @@ fn udp_backends_are_checked_listed_drained_and_counted() {
     assert_eq!(row(&socket, "pair", a)["state"], "drain");
     assert!((2..40).all(|n| reached(&daemon, n) == "B"));
     assert_eq!(ask(b"two"), b"Atwo", "the running flow stays");
-    // Its flows so far are still open (idle for less than 60 s).
+    // Its flows so far are still open (idle for less than 60 s); shut down
+    // on the admin socket, they end, and the held client's next datagram
+    // starts a new flow, on B while A is drained.
     let drained = row(&socket, "pair", a);
-    assert!(
-        drained["active"].as_u64().is_some_and(|n| n >= 1),
-        "{drained}"
-    );
+    let active = drained["active"].as_u64().unwrap_or(0);
+    assert!(active >= 1, "{drained}");
+    let shut: serde_json::Value = serde_json::from_str(&admin(
+        &socket,
+        &format!("--json shutdown sessions backend pair {a}"),
+    ))
+    .unwrap();
+    assert_eq!(shut["killed"].as_u64(), Some(active), "{shut}");
+    daemon
+        .wait_for_log(|l| l.contains("udp flow ended: killed"))
+        .expect("the flows end");
+    assert_eq!(ask(b"three"), b"Bthree");
     admin(&socket, &format!("set backend pair {a} state ready"));
     eventually("A takes new flows again", || {
         reached(&daemon, first_on_a) == "A"
