@@ -513,3 +513,35 @@ fn a_flow_is_a_session_on_the_admin_socket_and_kill_ends_it() {
     let (reply, _) = ask(&flow, daemon.addr, &wireguard_initiation(9));
     assert!(reply.starts_with(b"wg"));
 }
+
+/// A backend that answers one datagram with 40 (more than one batch of the
+/// daemon's reply path, which reads up to 16 and sends them in one
+/// sendmmsg): every one reaches the client, in order.
+#[test]
+fn a_burst_of_replies_reaches_the_client_whole_and_in_order() {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let backend = socket.local_addr().unwrap();
+    thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((_, from)) = socket.recv_from(&mut buf) {
+            for n in 0..40u32 {
+                let reply = format!("reply {n:02} {}", "x".repeat(1000));
+                let _ = socket.send_to(reply.as_bytes(), from);
+            }
+        }
+    });
+    let daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, udp_default = \"burst\" }}]\n\
+         [service.burst]\nproxy_udp = \"{backend}\"\n"
+    ));
+    let client = client();
+    client.send_to(b"go", daemon.addr).unwrap();
+    let mut buf = [0u8; 2048];
+    for n in 0..40 {
+        let (len, from) = client.recv_from(&mut buf).expect("every reply");
+        assert_eq!(from, daemon.addr);
+        let reply = String::from_utf8_lossy(&buf[..len]);
+        assert!(reply.starts_with(&format!("reply {n:02} ")), "{n}: {reply}");
+        assert_eq!(len, 1009);
+    }
+}

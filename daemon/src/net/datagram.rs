@@ -5,7 +5,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -159,6 +159,35 @@ pub(crate) fn recv_with_destination(
 
 /// Sends `datagram` to `to` from the local address `from` (what a client
 /// sent to, on a wildcard-bound socket).
+/// Sends `datagrams` to `to` in one `sendmmsg`: how many the socket took.
+/// Those after them found its buffer full, and are the caller's to drop, as
+/// UDP would.
+pub(crate) fn send_all_to(
+    socket: &impl AsFd,
+    datagrams: &[&[u8]],
+    to: SocketAddr,
+) -> io::Result<usize> {
+    use rustix::net::addr::SocketAddrArg;
+    use rustix::net::{sendmmsg, MMsgHdr, SendAncillaryBuffer, SendFlags};
+    let to = to.as_any();
+    let iovs: Vec<[io::IoSlice<'_>; 1]> = datagrams.iter().map(|d| [io::IoSlice::new(d)]).collect();
+    let mut controls: Vec<SendAncillaryBuffer<'_, '_, '_>> = datagrams
+        .iter()
+        .map(|_| SendAncillaryBuffer::default())
+        .collect();
+    let mut messages: Vec<MMsgHdr<'_>> = iovs
+        .iter()
+        .zip(controls.iter_mut())
+        .map(|(iov, control)| MMsgHdr::new_with_addr(&to, iov, control))
+        .collect();
+    sendmmsg(
+        socket,
+        &mut messages,
+        SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+    )
+    .map_err(io::Error::from)
+}
+
 pub(crate) fn send_from(
     socket: &impl AsRawFd,
     datagram: &[u8],

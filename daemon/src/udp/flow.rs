@@ -17,7 +17,7 @@ use super::gather::Gathering;
 use super::route::Dropped;
 use super::table::{Activity, FlowTable, Full};
 use crate::model::{ConnectionIds, Endpoint, HandedFlow, Owner, UdpSettings};
-use crate::net::datagram::{send_from, Destination};
+use crate::net::datagram::{send_all_to, send_from, Destination};
 use crate::ops::access_log;
 use crate::ops::session_table::{LiveSession, Registered};
 use crate::ops::udp_metrics::{Direction, UdpCounters};
@@ -36,9 +36,10 @@ pub(crate) struct Flows {
     table: Mutex<FlowTable<Arc<Flow>>>,
     counters: Arc<UdpCounters>,
     started: Instant,
-    /// Where a backend's reply is read before it is sent on: one for the
-    /// listener's flows (their relays run one at a time, each without
-    /// awaiting while it holds it), none per flow.
+    /// Where a backend's replies are read before they are sent on, a batch
+    /// of `REPLY_BATCH` slots: one for the listener's flows (their relays
+    /// run one at a time, each without awaiting while it holds it), none per
+    /// flow. Its pages are touched only as deep as batches go.
     replies: Mutex<Vec<u8>>,
     /// QUIC clients whose ClientHello is still arriving.
     pub(super) gathering: Mutex<Gathering>,
@@ -63,7 +64,7 @@ impl Flows {
             table: Mutex::new(FlowTable::new(1, None).numbered_from(first_id)),
             counters,
             started: Instant::now(),
-            replies: Mutex::new(vec![0; MAX_DATAGRAM]),
+            replies: Mutex::new(vec![0; REPLY_BATCH * MAX_DATAGRAM]),
             gathering: Mutex::new(Gathering::default()),
             cids,
             local,
@@ -358,43 +359,93 @@ fn learn_server_id(flow: &Flow, about: &About, reply: &[u8]) {
     );
 }
 
+/// Replies read from a backend socket before they go on to the client
+/// together, in one `sendmmsg`, at most.
+pub(super) const REPLY_BATCH: usize = 16;
+
 /// Sends the client the datagrams waiting on the backend socket (at most
-/// 64 at a time, so the flow still sees its stop); `false` when the socket
-/// reports an error. A reply the client's socket cannot take at once is
-/// dropped, as on a wire.
+/// 64 at a time, so the flow still sees its stop), a batch at a time;
+/// `false` when the socket reports an error. A reply the client's socket
+/// cannot take at once is dropped, as on a wire.
 fn relay_replies(flow: &Flow, socket: &UdpSocket, about: &About, shared: &Shared) -> bool {
-    let client = about.client;
     let mut buf = flow.flows.replies.lock().unwrap_or_else(|p| p.into_inner());
-    let to = socket2::SockAddr::from(client);
-    for _ in 0..64 {
-        match flow.backend.try_recv(&mut buf) {
-            Ok(len) => {
-                flow.touch();
-                if about.quic {
-                    learn_server_id(flow, about, &buf[..len]);
+    for _ in 0..64 / REPLY_BATCH {
+        let mut lens = [0usize; REPLY_BATCH];
+        let mut read = 0;
+        // Some(true): nothing more waits; Some(false): the socket failed.
+        let mut ended = None;
+        for (slot, len) in buf.chunks_mut(MAX_DATAGRAM).zip(lens.iter_mut()) {
+            match flow.backend.try_recv(slot) {
+                Ok(got) => {
+                    *len = got;
+                    read += 1;
+                    if about.quic {
+                        learn_server_id(flow, about, &slot[..got]);
+                    }
                 }
-                // Straight to the socket, as `udp::forward`: no readiness
-                // to wait for, and nothing awaited while `buf` is held.
-                let sent = match about.reply_from {
-                    Some(from) => send_from(socket, &buf[..len], client, from),
-                    None => socket2::SockRef::from(socket).send_to(&buf[..len], &to),
-                };
-                if sent.is_err() {
-                    shared.udp.dropped(Dropped::ClientUnreachable.reason());
-                    continue;
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    ended = Some(true);
+                    break;
                 }
-                let down = &flow.session.traffic.down;
-                down.fetch_add(len as u64, Ordering::Relaxed);
-                shared.udp.datagram(Direction::Out, len);
+                Err(e) => {
+                    tracing::debug!(peer = %about.client, error = %e, "UDP backend socket error");
+                    ended = Some(false);
+                    break;
+                }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
-            Err(e) => {
-                tracing::debug!(peer = %client, error = %e, "UDP backend socket error");
-                return false;
-            }
+        }
+        if read > 0 {
+            flow.touch();
+            send_replies(flow, (socket, &buf, &lens[..read]), about, shared);
+        }
+        if let Some(fine) = ended {
+            return fine;
         }
     }
     true
+}
+
+/// Sends the replies read into `buf` (one per slot, `lens` long each) to
+/// the client, counting those sent and dropping the rest. Straight to the
+/// socket, as `udp::forward`: no readiness to wait for, and nothing awaited
+/// while `buf` is held.
+fn send_replies(
+    flow: &Flow,
+    (socket, buf, lens): (&UdpSocket, &[u8], &[usize]),
+    about: &About,
+    shared: &Shared,
+) {
+    let client = about.client;
+    let replies = lens
+        .iter()
+        .zip(buf.chunks(MAX_DATAGRAM))
+        .map(|(&len, slot)| &slot[..len]);
+    let sent: Vec<bool> = match (about.reply_from, lens.len()) {
+        // Each needs its source address in a control message of its own.
+        (Some(from), _) => replies
+            .map(|reply| send_from(socket, reply, client, from).is_ok())
+            .collect(),
+        (None, 1) => {
+            let to = socket2::SockAddr::from(client);
+            replies
+                .map(|reply| socket2::SockRef::from(socket).send_to(reply, &to).is_ok())
+                .collect()
+        }
+        (None, n) => {
+            let all: Vec<&[u8]> = replies.collect();
+            let taken = send_all_to(socket, &all, client).unwrap_or(0);
+            (0..n).map(|i| i < taken).collect()
+        }
+    };
+    for (&len, sent) in lens.iter().zip(sent) {
+        if !sent {
+            shared.udp.dropped(Dropped::ClientUnreachable.reason());
+            continue;
+        }
+        let down = &flow.session.traffic.down;
+        down.fetch_add(len as u64, Ordering::Relaxed);
+        shared.udp.datagram(Direction::Out, len);
+    }
 }
 
 /// What `flow`'s task gives a successor: what it knew and a second
