@@ -23,7 +23,7 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
 use crate::model::{Owner, UdpRoutes};
-use crate::net::datagram::{recv_with_destination, Destination};
+use crate::net::datagram::{recv_batch, recv_with_destination, Destination, RECV_BATCH};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
 use flow::{Flow, Flows, MAX_DATAGRAM};
@@ -67,21 +67,30 @@ pub(crate) async fn serve(
     handover.serving(&flows);
     adopt::flows(handover.adopted_for(local), &socket, &flows, &shared);
     let _sweep = sweep::start(Arc::clone(&flows), Arc::clone(&shared));
-    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut buf = vec![0u8; RECV_BATCH * MAX_DATAGRAM];
+    let mut batch = Vec::with_capacity(RECV_BATCH);
     // On a wildcard address each datagram says where it was sent.
     let wildcard = local.ip().is_unspecified();
     loop {
         let received = match wildcard {
             true => {
                 let read = || recv_with_destination(&*socket, &mut buf);
-                socket.async_io(Interest::READABLE, read).await
+                let one = socket.async_io(Interest::READABLE, read).await;
+                one.map(|(len, client, destination)| {
+                    batch.clear();
+                    batch.push((len, client));
+                    destination
+                })
             }
-            false => socket
-                .recv_from(&mut buf)
-                .await
-                .map(|(n, from)| (n, from, None)),
+            false => {
+                let read = || recv_batch(&*socket, &mut buf, MAX_DATAGRAM, &mut batch);
+                socket
+                    .async_io(Interest::READABLE, read)
+                    .await
+                    .map(|()| None)
+            }
         };
-        let (len, client, destination) = match received {
+        let destination = match received {
             Ok(received) => received,
             Err(e) => {
                 // An ICMP error queued on the socket, or memory pressure:
@@ -91,23 +100,25 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let datagram = &buf[..len];
-        let existing = flows.table().get(&client).cloned();
-        match existing {
-            Some(flow) => {
-                // A client's later datagram makes its flow established,
-                // which a full table evicts last; its first does not, so a
-                // spoofed source, which sends one, is the first to go.
-                flow.used_by_client();
-                forward(&flow, datagram, &shared);
+        for (&(len, client), slot) in batch.iter().zip(buf.chunks(MAX_DATAGRAM)) {
+            let datagram = &slot[..len];
+            let existing = flows.table().get(&client).cloned();
+            match existing {
+                Some(flow) => {
+                    // A client's later datagram makes its flow established,
+                    // which a full table evicts last; its first does not, so
+                    // a spoofed source, which sends one, is the first to go.
+                    flow.used_by_client();
+                    forward(&flow, datagram, &shared);
+                }
+                None => start_flow(
+                    (&socket, local, destination),
+                    client,
+                    datagram,
+                    (&flows, &routes),
+                    &shared,
+                ),
             }
-            None => start_flow(
-                (&socket, local, destination),
-                client,
-                datagram,
-                (&flows, &routes),
-                &shared,
-            ),
         }
         // A flood of datagrams must not starve the rest of the event loop.
         tokio::task::consume_budget().await;
