@@ -161,6 +161,10 @@ async def migrate(port, name, addresses):
     async with connect("127.0.0.1", port, configuration=configuration) as peer:
         print(await ask(peer, b"before"), flush=True)
         for address in addresses:
+            if os.environ.get("FRESH_ID"):
+                # Switched before the move, on the old path: anything the
+                # client sends from the new address carries the fresh ID.
+                await fresh_id(peer._quic)
             old = peer._transport
             # The same connection from a new socket: the protocol object
             # takes the new transport; the old socket is closed, so
@@ -171,8 +175,6 @@ async def migrate(port, name, addresses):
             sock.bind(("::ffff:" + address, 0, 0, 0))
             await loop.create_datagram_endpoint(lambda: peer, sock=sock)
             old.close()
-            if os.environ.get("FRESH_ID"):
-                await fresh_id(peer._quic)
             # A PING from the new address first, so the server sees the move.
             await asyncio.wait_for(peer.ping(), 5)
             print(await asyncio.wait_for(ask(peer, address.encode()), 5), flush=True)
