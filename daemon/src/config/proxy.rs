@@ -89,7 +89,7 @@ pub(crate) fn proxy(
         backends,
         balance,
         hash_key: hash_key.unwrap_or_default(),
-        health_check: health_check(src, "health_check", table.health_check.as_ref())?,
+        health_check: health_check(src, "health_check", table.health_check.as_deref())?,
         connect_timeout,
         idle_timeout,
         send_proxy,

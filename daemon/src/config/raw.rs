@@ -164,11 +164,13 @@ pub(crate) struct RawService {
     pub(crate) balance: Option<Spanned<String>>,
     pub(crate) hash_key: Option<Spanned<String>>,
     pub(crate) transparent: Option<Spanned<bool>>,
-    pub(crate) backend_tls: Option<Spanned<super::backend_tls::RawBackendTls>>,
-    pub(crate) health_check: Option<Spanned<RawHealthCheck>>,
-    pub(crate) udp_health_check: Option<Spanned<RawHealthCheck>>,
+    // The rare large tables boxed: a `RawService` per `[service.X]` lives
+    // until the file is read, 100,000 of them for a large one.
+    pub(crate) backend_tls: Option<Box<Spanned<super::backend_tls::RawBackendTls>>>,
+    pub(crate) health_check: Option<Box<Spanned<RawHealthCheck>>>,
+    pub(crate) udp_health_check: Option<Box<Spanned<RawHealthCheck>>>,
     pub(crate) exec: Option<Spanned<Vec<String>>>,
-    pub(crate) handoff: Option<Spanned<RawHandoff>>,
+    pub(crate) handoff: Option<Box<Spanned<RawHandoff>>>,
     pub(crate) reply: Option<Spanned<String>>,
     pub(crate) user: Option<Spanned<String>>,
     pub(crate) group: Option<Spanned<String>>,
@@ -213,7 +215,7 @@ impl RawService {
             ("balance", self.balance.as_ref().map(Spanned::span), "proxy"),
             (
                 "backend_tls",
-                self.backend_tls.as_ref().map(Spanned::span),
+                self.backend_tls.as_deref().map(Spanned::span),
                 "proxy",
             ),
             (
@@ -228,12 +230,12 @@ impl RawService {
             ),
             (
                 "health_check",
-                self.health_check.as_ref().map(Spanned::span),
+                self.health_check.as_deref().map(Spanned::span),
                 "proxy",
             ),
             (
                 "udp_health_check",
-                self.udp_health_check.as_ref().map(Spanned::span),
+                self.udp_health_check.as_deref().map(Spanned::span),
                 "proxy_udp",
             ),
             ("reply", self.reply.as_ref().map(Spanned::span), "exec"),

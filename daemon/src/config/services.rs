@@ -402,7 +402,7 @@ fn chosen_kind(
         ("builtin", table.builtin.as_ref().map(Spanned::span)),
         ("proxy", table.proxy.as_ref().map(Spanned::span)),
         ("exec", table.exec.as_ref().map(Spanned::span)),
-        ("handoff", table.handoff.as_ref().map(Spanned::span)),
+        ("handoff", table.handoff.as_deref().map(Spanned::span)),
     ]
     .into_iter()
     .filter_map(|(kind, span)| Some((kind, span?)))

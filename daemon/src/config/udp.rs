@@ -73,7 +73,7 @@ pub(super) fn proxy_udp(
 ) -> Result<Proxy, ConfigError> {
     let backends = super::proxy::backends(src, "proxy_udp", value)?;
     let health_check =
-        super::proxy::health_check(src, "udp_health_check", table.udp_health_check.as_ref())?;
+        super::proxy::health_check(src, "udp_health_check", table.udp_health_check.as_deref())?;
     Ok(Proxy {
         backends,
         balance: Balance::Source,
