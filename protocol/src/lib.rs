@@ -18,6 +18,7 @@
 #[cfg(feature = "admin")]
 pub mod admin;
 pub mod handoff;
+pub mod hex;
 mod name;
 pub mod proxy_header;
 mod reply;

@@ -147,10 +147,10 @@ pub(super) fn quic_server_ids(
         {
             return Err(at(format!(
                 "quic_server_id {}: {} of service {} has {}, and a connection ID could name either",
-                hex_of(&id),
+                tcpmux_proto::hex::encode(&id),
                 other.backend,
                 other.service,
-                hex_of(&other.id)
+                tcpmux_proto::hex::encode(&other.id)
             )));
         }
         servers.push(QuicServer {
@@ -164,15 +164,5 @@ pub(super) fn quic_server_ids(
 
 /// `"0a1b"`: the bytes, 1 to 15 of them.
 fn server_id(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 || !(2..=2 * MAX_QUIC_SERVER_ID).contains(&hex.len()) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-fn hex_of(id: &[u8]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
+    tcpmux_proto::hex::decode(hex).filter(|id| (1..=MAX_QUIC_SERVER_ID).contains(&id.len()))
 }

@@ -57,7 +57,10 @@ impl TicketKeys {
             return;
         };
         tickets.use_fleet_keys(&set);
-        let newest = set.first().map(|k| hex(&k[..4])).unwrap_or_default();
+        let newest = set
+            .first()
+            .map(|k| tcpmux_proto::hex::encode(&k[..4]))
+            .unwrap_or_default();
         tracing::info!(key = %newest, made, keys = set.len(), "fleet: session-ticket keys in force");
         (self.revision, self.made, self.keys) = (revision, made, set);
     }
@@ -90,7 +93,7 @@ impl TicketKeys {
             .and_then([TxnOp::put(self.at.clone(), sealed, None::<PutOptions>)]);
         let answer = super::deadline::within("rotate the ticket keys", client.txn(txn)).await?;
         if answer.succeeded() {
-            tracing::info!(key = %hex(&fresh[..4]), "fleet: made new session-ticket keys");
+            tracing::info!(key = %tcpmux_proto::hex::encode(&fresh[..4]), "fleet: made new session-ticket keys");
         }
         Ok(())
     }
@@ -108,10 +111,6 @@ fn parse(plain: Vec<u8>) -> Option<(i64, Vec<Key>)> {
         .filter_map(|k| k.try_into().ok())
         .collect();
     Some((made, set))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

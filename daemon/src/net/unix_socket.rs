@@ -158,8 +158,7 @@ impl Drop for Private<'_> {
 pub(crate) fn unguessable(prefix: &str) -> io::Result<String> {
     let mut random = [0u8; 8];
     rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())?;
-    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("{prefix}{hex}"))
+    Ok(format!("{prefix}{}", tcpmux_proto::hex::encode(&random)))
 }
 
 #[cfg(test)]

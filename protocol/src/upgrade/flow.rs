@@ -60,7 +60,7 @@ impl Flow<'_> {
             false => self
                 .cids
                 .iter()
-                .map(|c| hex(c))
+                .map(|c| crate::hex::encode(c))
                 .collect::<Vec<_>>()
                 .join(","),
         };
@@ -100,7 +100,7 @@ pub(super) fn flow(value: &str) -> Result<Flow<'_>, FrameError> {
         "-" => Vec::new(),
         list => list
             .split(',')
-            .map(unhex)
+            .map(crate::hex::decode)
             .collect::<Option<Vec<_>>>()
             .ok_or_else(bad)?,
     };
@@ -134,20 +134,6 @@ pub(super) fn flow(value: &str) -> Result<Flow<'_>, FrameError> {
         return Err(bad());
     }
     Ok(flow)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || !text.is_ascii() {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
 }
 
 #[cfg(test)]
