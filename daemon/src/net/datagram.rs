@@ -227,9 +227,10 @@ fn socket_addr(addr: &nix::sys::socket::SockaddrStorage) -> Option<SocketAddr> {
     }
 }
 
-/// Sends `datagrams` to `to` in one `sendmmsg`: how many the socket took.
-/// Those after them found its buffer full, and are the caller's to drop, as
-/// UDP would.
+/// Sends `datagrams` (at most [`RECV_BATCH`]) to `to` in one `sendmmsg`:
+/// how many the socket took. Those after them found its buffer full, and
+/// are the caller's to drop, as UDP would. The headers live on the stack:
+/// this runs per batch of replies.
 pub(crate) fn send_all_to(
     socket: &impl AsFd,
     datagrams: &[&[u8]],
@@ -237,20 +238,23 @@ pub(crate) fn send_all_to(
 ) -> io::Result<usize> {
     use rustix::net::addr::SocketAddrArg;
     use rustix::net::{sendmmsg, MMsgHdr, SendAncillaryBuffer, SendFlags};
+    let n = datagrams.len().min(RECV_BATCH);
     let to = to.as_any();
-    let iovs: Vec<[io::IoSlice<'_>; 1]> = datagrams.iter().map(|d| [io::IoSlice::new(d)]).collect();
-    let mut controls: Vec<SendAncillaryBuffer<'_, '_, '_>> = datagrams
-        .iter()
-        .map(|_| SendAncillaryBuffer::default())
-        .collect();
-    let mut messages: Vec<MMsgHdr<'_>> = iovs
-        .iter()
-        .zip(controls.iter_mut())
-        .map(|(iov, control)| MMsgHdr::new_with_addr(&to, iov, control))
-        .collect();
+    let iovs: [[io::IoSlice<'_>; 1]; RECV_BATCH] = std::array::from_fn(|i| {
+        [io::IoSlice::new(
+            datagrams.get(i).copied().unwrap_or_default(),
+        )]
+    });
+    let mut controls: [SendAncillaryBuffer<'_, '_, '_>; RECV_BATCH] =
+        std::array::from_fn(|_| SendAncillaryBuffer::default());
+    let mut each = iovs.iter().zip(controls.iter_mut());
+    let mut messages: [MMsgHdr<'_>; RECV_BATCH] = std::array::from_fn(|_| {
+        let (iov, control) = each.next().expect("one per slot");
+        MMsgHdr::new_with_addr(&to, iov, control)
+    });
     sendmmsg(
         socket,
-        &mut messages,
+        &mut messages[..n],
         SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
     )
     .map_err(io::Error::from)

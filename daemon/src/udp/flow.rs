@@ -361,7 +361,7 @@ fn learn_server_id(flow: &Flow, about: &About, reply: &[u8]) {
 
 /// Replies read from a backend socket before they go on to the client
 /// together, in one `sendmmsg`, at most.
-pub(super) const REPLY_BATCH: usize = 16;
+pub(super) const REPLY_BATCH: usize = crate::net::datagram::RECV_BATCH;
 
 /// Sends the client the datagrams waiting on the backend socket (at most
 /// 64 at a time, so the flow still sees its stop), a batch at a time;
@@ -416,27 +416,29 @@ fn send_replies(
     shared: &Shared,
 ) {
     let client = about.client;
-    let replies = lens
-        .iter()
-        .zip(buf.chunks(MAX_DATAGRAM))
-        .map(|(&len, slot)| &slot[..len]);
-    let sent: Vec<bool> = match (about.reply_from, lens.len()) {
+    let mut replies: [&[u8]; REPLY_BATCH] = [&[]; REPLY_BATCH];
+    for ((reply, &len), slot) in replies.iter_mut().zip(lens).zip(buf.chunks(MAX_DATAGRAM)) {
+        *reply = &slot[..len];
+    }
+    let replies = &replies[..lens.len()];
+    // Which were sent, by position.
+    let mut sent = [false; REPLY_BATCH];
+    match (about.reply_from, replies) {
         // Each needs its source address in a control message of its own.
-        (Some(from), _) => replies
-            .map(|reply| send_from(socket, reply, client, from).is_ok())
-            .collect(),
-        (None, 1) => {
+        (Some(from), _) => {
+            for (sent, reply) in sent.iter_mut().zip(replies) {
+                *sent = send_from(socket, reply, client, from).is_ok();
+            }
+        }
+        (None, [reply]) => {
             let to = socket2::SockAddr::from(client);
-            replies
-                .map(|reply| socket2::SockRef::from(socket).send_to(reply, &to).is_ok())
-                .collect()
+            sent[0] = socket2::SockRef::from(socket).send_to(reply, &to).is_ok();
         }
-        (None, n) => {
-            let all: Vec<&[u8]> = replies.collect();
-            let taken = send_all_to(socket, &all, client).unwrap_or(0);
-            (0..n).map(|i| i < taken).collect()
+        (None, _) => {
+            let taken = send_all_to(socket, replies, client).unwrap_or(0);
+            sent[..taken].fill(true);
         }
-    };
+    }
     for (&len, sent) in lens.iter().zip(sent) {
         if !sent {
             shared.udp.dropped(Dropped::ClientUnreachable.reason());
