@@ -15,22 +15,11 @@ use crate::net::datagram::Destination;
 use crate::state::Shared;
 use tcpmux_proto::sniff::datagram::Datagram;
 
-/// How a flow may have been routed besides by a probe, as the metrics word
-/// it; a word from a newer predecessor is counted as `upgrade`.
-const ROUTED: [&str; 6] = [
-    "sni",
-    "match",
-    "udp_default",
-    "connection_id",
-    "server_id",
-    "upgrade",
-];
-
 /// `word` as the `&'static` label the metrics keep.
 fn routed(word: &str) -> &'static str {
     let probes = Datagram::ALL.into_iter().map(Datagram::name);
     probes
-        .chain(ROUTED)
+        .chain(super::route::ROUTED)
         .find(|known| *known == word)
         .unwrap_or("upgrade")
 }

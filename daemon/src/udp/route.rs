@@ -29,6 +29,18 @@ pub(crate) struct Route<'s> {
     pub(crate) protocol: Option<Datagram>,
 }
 
+/// How a flow may be routed besides by a probe's name, as the metrics and
+/// the log word it (`Route::routed`); `upgrade` for a handed-over flow
+/// whose word this daemon does not know.
+pub(crate) const ROUTED: [&str; 6] = [
+    "sni",
+    "match",
+    "udp_default",
+    "connection_id",
+    "server_id",
+    "upgrade",
+];
+
 /// Why a first datagram starts no flow: each a fixed word, the drop
 /// counter's `reason`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
