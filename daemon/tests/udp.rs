@@ -545,3 +545,44 @@ fn a_burst_of_replies_reaches_the_client_whole_and_in_order() {
         assert_eq!(len, 1009);
     }
 }
+
+/// A client that sends 40 datagrams without waiting (more than one of the
+/// listener's receive batches, whose datagrams from one client go to its
+/// backend in one sendmmsg): the backend sees every one, in order, and
+/// its echoes come back the same way.
+#[test]
+fn a_burst_from_a_client_reaches_the_backend_whole_and_in_order() {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let backend = socket.local_addr().unwrap();
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((len, from)) = socket.recv_from(&mut buf) {
+            let _ = seen_tx.send(buf[..len].to_vec());
+            let _ = socket.send_to(&buf[..len], from);
+        }
+    });
+    let daemon = Daemon::binary(&format!(
+        "listen = [{{ address = \"127.0.0.1:0\", udp = true, udp_default = \"burst\" }}]\n\
+         [service.burst]\nproxy_udp = \"{backend}\"\n"
+    ));
+    let client = client();
+    let sent: Vec<Vec<u8>> = (0..40u32)
+        .map(|n| format!("datagram {n:02} {}", "y".repeat(1000)).into_bytes())
+        .collect();
+    for datagram in &sent {
+        client.send_to(datagram, daemon.addr).unwrap();
+    }
+    for (n, datagram) in sent.iter().enumerate() {
+        let got = seen
+            .recv_timeout(PATIENCE)
+            .expect("every datagram at the backend");
+        assert_eq!(&got, datagram, "datagram {n} at the backend");
+    }
+    let mut buf = [0u8; 2048];
+    for (n, datagram) in sent.iter().enumerate() {
+        let (len, from) = client.recv_from(&mut buf).expect("every echo");
+        assert_eq!(from, daemon.addr);
+        assert_eq!(&buf[..len], &datagram[..], "echo {n}");
+    }
+}

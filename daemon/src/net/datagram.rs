@@ -154,8 +154,6 @@ pub(crate) fn recv_with_destination(
     Ok((message.bytes, from, destination))
 }
 
-/// Sends `datagram` to `to` from the local address `from` (what a client
-/// sent to, on a wildcard-bound socket).
 /// Datagrams one `recv_batch` reads at most.
 pub(crate) const RECV_BATCH: usize = 16;
 
@@ -227,19 +225,19 @@ fn socket_addr(addr: &nix::sys::socket::SockaddrStorage) -> Option<SocketAddr> {
     }
 }
 
-/// Sends `datagrams` (at most [`RECV_BATCH`]) to `to` in one `sendmmsg`:
-/// how many the socket took. Those after them found its buffer full, and
-/// are the caller's to drop, as UDP would. The headers live on the stack:
-/// this runs per batch of replies.
-pub(crate) fn send_all_to(
+/// Sends `datagrams` (at most [`RECV_BATCH`]) in one `sendmmsg`, to `to`
+/// or, on a connected socket, to its peer: how many the socket took. Those
+/// after them found its buffer full, and are the caller's to drop, as UDP
+/// would. The headers live on the stack: this runs per batch of datagrams.
+pub(crate) fn send_all(
     socket: &impl AsFd,
     datagrams: &[&[u8]],
-    to: SocketAddr,
+    to: Option<SocketAddr>,
 ) -> io::Result<usize> {
     use rustix::net::addr::SocketAddrArg;
     use rustix::net::{sendmmsg, MMsgHdr, SendAncillaryBuffer, SendFlags};
     let n = datagrams.len().min(RECV_BATCH);
-    let to = to.as_any();
+    let to = to.map(|to| to.as_any());
     let iovs: [[io::IoSlice<'_>; 1]; RECV_BATCH] = std::array::from_fn(|i| {
         [io::IoSlice::new(
             datagrams.get(i).copied().unwrap_or_default(),
@@ -250,7 +248,10 @@ pub(crate) fn send_all_to(
     let mut each = iovs.iter().zip(controls.iter_mut());
     let mut messages: [MMsgHdr<'_>; RECV_BATCH] = std::array::from_fn(|_| {
         let (iov, control) = each.next().expect("one per slot");
-        MMsgHdr::new_with_addr(&to, iov, control)
+        match &to {
+            Some(to) => MMsgHdr::new_with_addr(to, iov, control),
+            None => MMsgHdr::new(iov, control),
+        }
     });
     sendmmsg(
         socket,
@@ -260,6 +261,8 @@ pub(crate) fn send_all_to(
     .map_err(io::Error::from)
 }
 
+/// Sends `datagram` to `to` from the local address `from` (what a client
+/// sent to, on a wildcard-bound socket).
 pub(crate) fn send_from(
     socket: &impl AsRawFd,
     datagram: &[u8],

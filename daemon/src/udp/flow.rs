@@ -17,7 +17,7 @@ use super::gather::Gathering;
 use super::route::Dropped;
 use super::table::{Activity, FlowTable, Full};
 use crate::model::{ConnectionIds, Endpoint, HandedFlow, Owner, UdpSettings};
-use crate::net::datagram::{send_all_to, send_from, Destination};
+use crate::net::datagram::{recv_batch, send_all, send_from, Destination};
 use crate::ops::access_log;
 use crate::ops::session_table::{LiveSession, Registered};
 use crate::ops::udp_metrics::{Direction, UdpCounters};
@@ -40,7 +40,7 @@ pub(crate) struct Flows {
     /// of `REPLY_BATCH` slots: one for the listener's flows (their relays
     /// run one at a time, each without awaiting while it holds it), none per
     /// flow. Its pages are touched only as deep as batches go.
-    replies: Mutex<Vec<u8>>,
+    replies: Mutex<Replies>,
     /// QUIC clients whose ClientHello is still arriving.
     pub(super) gathering: Mutex<Gathering>,
     /// The QUIC connections the flows carry, by connection ID: the
@@ -64,7 +64,10 @@ impl Flows {
             table: Mutex::new(FlowTable::new(1, None).numbered_from(first_id)),
             counters,
             started: Instant::now(),
-            replies: Mutex::new(vec![0; REPLY_BATCH * MAX_DATAGRAM]),
+            replies: Mutex::new(Replies {
+                buf: vec![0; REPLY_BATCH * MAX_DATAGRAM],
+                got: Vec::with_capacity(REPLY_BATCH),
+            }),
             gathering: Mutex::new(Gathering::default()),
             cids,
             local,
@@ -157,6 +160,13 @@ impl Flows {
             flow.end(Ended::ListenerClosed);
         }
     }
+}
+
+/// A batch of replies: `REPLY_BATCH` slots and each one's length and
+/// sender as read.
+struct Replies {
+    buf: Vec<u8>,
+    got: Vec<(usize, SocketAddr)>,
 }
 
 /// What the listener and the flow's task share.
@@ -364,42 +374,40 @@ fn learn_server_id(flow: &Flow, about: &About, reply: &[u8]) {
 pub(super) const REPLY_BATCH: usize = crate::net::datagram::RECV_BATCH;
 
 /// Sends the client the datagrams waiting on the backend socket (at most
-/// 64 at a time, so the flow still sees its stop), a batch at a time;
+/// 64 at a time, so the flow still sees its stop), a batch of up to
+/// `REPLY_BATCH` read in one `recvmmsg` and sent in one `sendmmsg`;
 /// `false` when the socket reports an error. A reply the client's socket
 /// cannot take at once is dropped, as on a wire.
 fn relay_replies(flow: &Flow, socket: &UdpSocket, about: &About, shared: &Shared) -> bool {
-    let mut buf = flow.flows.replies.lock().unwrap_or_else(|p| p.into_inner());
+    let mut replies = flow.flows.replies.lock().unwrap_or_else(|p| p.into_inner());
+    let Replies { buf, got } = &mut *replies;
     for _ in 0..64 / REPLY_BATCH {
-        let mut lens = [0usize; REPLY_BATCH];
-        let mut read = 0;
-        // Some(true): nothing more waits; Some(false): the socket failed.
-        let mut ended = None;
-        for (slot, len) in buf.chunks_mut(MAX_DATAGRAM).zip(lens.iter_mut()) {
-            match flow.backend.try_recv(slot) {
-                Ok(got) => {
-                    *len = got;
-                    read += 1;
-                    if about.quic {
-                        learn_server_id(flow, about, &slot[..got]);
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    ended = Some(true);
-                    break;
-                }
-                Err(e) => {
-                    tracing::debug!(peer = %about.client, error = %e, "UDP backend socket error");
-                    ended = Some(false);
-                    break;
-                }
+        // `try_io` clears the socket's readiness when nothing more waits.
+        let read = flow.backend.try_io(Interest::READABLE, || {
+            recv_batch(&flow.backend, buf, MAX_DATAGRAM, got)
+        });
+        match read {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(e) => {
+                tracing::debug!(peer = %about.client, error = %e, "UDP backend socket error");
+                return false;
             }
         }
-        if read > 0 {
-            flow.touch();
-            send_replies(flow, (socket, &buf, &lens[..read]), about, shared);
+        let mut lens = [0usize; REPLY_BATCH];
+        for ((len, &(got, _)), slot) in lens
+            .iter_mut()
+            .zip(got.iter())
+            .zip(buf.chunks(MAX_DATAGRAM))
+        {
+            *len = got;
+            if about.quic {
+                learn_server_id(flow, about, &slot[..got]);
+            }
         }
-        if let Some(fine) = ended {
-            return fine;
+        if !got.is_empty() {
+            flow.touch();
+            send_replies(flow, (socket, buf, &lens[..got.len()]), about, shared);
         }
     }
     true
@@ -435,7 +443,7 @@ fn send_replies(
             sent[0] = socket2::SockRef::from(socket).send_to(reply, &to).is_ok();
         }
         (None, _) => {
-            let taken = send_all_to(socket, replies, client).unwrap_or(0);
+            let taken = send_all(socket, replies, Some(client)).unwrap_or(0);
             sent[..taken].fill(true);
         }
     }

@@ -23,7 +23,7 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
 use crate::model::{Owner, UdpRoutes};
-use crate::net::datagram::{recv_batch, recv_with_destination, Destination, RECV_BATCH};
+use crate::net::datagram::{recv_batch, recv_with_destination, send_all, Destination, RECV_BATCH};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
 use flow::{Flow, Flows, MAX_DATAGRAM};
@@ -100,24 +100,45 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        for (&(len, client), slot) in batch.iter().zip(buf.chunks(MAX_DATAGRAM)) {
-            let datagram = &slot[..len];
-            let existing = flows.table().get(&client).cloned();
-            match existing {
-                Some(flow) => {
-                    // A client's later datagram makes its flow established,
-                    // which a full table evicts last; its first does not, so
-                    // a spoofed source, which sends one, is the first to go.
-                    flow.used_by_client();
-                    forward(&flow, datagram, &shared);
+        let mut datagrams: [&[u8]; RECV_BATCH] = [&[]; RECV_BATCH];
+        for (datagram, (&(len, _), slot)) in datagrams
+            .iter_mut()
+            .zip(batch.iter().zip(buf.chunks(MAX_DATAGRAM)))
+        {
+            *datagram = &slot[..len];
+        }
+        let mut next = 0;
+        while let Some(&(_, client)) = batch.get(next) {
+            // A client's datagrams next to each other in the batch go to
+            // its backend together (a bulk sender's usually are).
+            let run = batch[next..]
+                .iter()
+                .take_while(|(_, c)| *c == client)
+                .count();
+            let datagrams = &datagrams[next..next + run];
+            next += run;
+            let mut rest = datagrams;
+            while let Some((first, later)) = rest.split_first() {
+                let existing = flows.table().get(&client).cloned();
+                match existing {
+                    Some(flow) => {
+                        // A client's later datagram makes its flow
+                        // established, which a full table evicts last; its
+                        // first does not, so a spoofed source, which sends
+                        // one, is the first to go.
+                        flow.used_by_client();
+                        forward(&flow, rest, &shared);
+                        break;
+                    }
+                    None => start_flow(
+                        (&socket, local, destination),
+                        client,
+                        first,
+                        (&flows, &routes),
+                        &shared,
+                    ),
                 }
-                None => start_flow(
-                    (&socket, local, destination),
-                    client,
-                    datagram,
-                    (&flows, &routes),
-                    &shared,
-                ),
+                rest = later;
             }
         }
         // A flood of datagrams must not starve the rest of the event loop.
@@ -125,18 +146,24 @@ pub(crate) async fn serve(
     }
 }
 
-/// A datagram of a running flow, to its backend.
-fn forward(flow: &Flow, datagram: &[u8], shared: &Shared) {
+/// Datagrams of a running flow, to its backend, in one `sendmmsg`.
+fn forward(flow: &Flow, datagrams: &[&[u8]], shared: &Shared) {
     flow.touch();
     // Straight to the socket: tokio's `try_send` would refuse a socket
     // whose first writable event the reactor has not seen yet.
-    match socket2::SockRef::from(&flow.backend).send(datagram) {
-        Ok(_) => {
-            flow.count_in(datagram.len());
-            shared.udp.datagram(Direction::In, datagram.len());
+    let taken = match datagrams {
+        [one] => usize::from(socket2::SockRef::from(&flow.backend).send(one).is_ok()),
+        _ => send_all(&flow.backend, datagrams, None).unwrap_or(0),
+    };
+    for (i, datagram) in datagrams.iter().enumerate() {
+        match i < taken {
+            true => {
+                flow.count_in(datagram.len());
+                shared.udp.datagram(Direction::In, datagram.len());
+            }
+            // The backend's socket buffer is full: UDP's answer is a drop.
+            false => shared.udp.dropped(route::Dropped::BackendBusy.reason()),
         }
-        // The backend's socket buffer is full: UDP's answer is a drop.
-        Err(_) => shared.udp.dropped(route::Dropped::BackendBusy.reason()),
     }
 }
 
@@ -206,9 +233,9 @@ fn start_flow(
         );
     }
     for held in &earlier {
-        forward(&flow, held, shared);
+        forward(&flow, &[held], shared);
     }
-    forward(&flow, datagram, shared);
+    forward(&flow, &[datagram], shared);
 }
 
 /// Where a new flow goes, and what it carries first.
