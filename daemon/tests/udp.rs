@@ -586,3 +586,27 @@ fn a_burst_from_a_client_reaches_the_backend_whole_and_in_order() {
         assert_eq!(&buf[..len], &datagram[..], "echo {n}");
     }
 }
+
+/// A wave of flows, ended idle, and a second wave from other clients on
+/// the slots they left in the listener's epoll set: every reply reaches
+/// the client that asked, none another's.
+#[test]
+fn flows_that_reuse_ended_flows_places_get_their_own_replies() {
+    let backends = backends();
+    let daemon = Daemon::binary(&config(&backends.all, "udp_idle_timeout = \"300ms\"", ""));
+    let wave = |round: u32| {
+        let sockets: Vec<UdpSocket> = (0..60).map(|_| client()).collect();
+        for (n, socket) in sockets.iter().enumerate() {
+            let asked = format!("PING {round} {n}");
+            socket.send_to(asked.as_bytes(), daemon.addr).unwrap();
+        }
+        let mut buf = [0u8; 256];
+        for (n, socket) in sockets.iter().enumerate() {
+            let len = socket.recv(&mut buf).expect("a reply");
+            assert_eq!(&buf[..len], format!("pingPING {round} {n}").as_bytes());
+        }
+    };
+    wave(1);
+    daemon.wait_for_figure("tcpmuxd_udp_flows", |v| v == 0.0);
+    wave(2);
+}

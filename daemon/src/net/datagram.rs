@@ -68,7 +68,7 @@ pub(crate) fn bind_udp(addr: SocketAddr, reuse_port: bool) -> Result<UdpSocket, 
 pub(crate) fn connect_udp(
     backend: SocketAddr,
     source: Option<SocketAddr>,
-) -> io::Result<tokio::net::UdpSocket> {
+) -> io::Result<std::net::UdpSocket> {
     let any: SocketAddr = match backend {
         SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
@@ -92,7 +92,7 @@ pub(crate) fn connect_udp(
     }
     socket.connect(&backend.into())?;
     socket.set_nonblocking(true)?;
-    tokio::net::UdpSocket::from_std(socket.into())
+    Ok(socket.into())
 }
 
 /// The local address a datagram was sent to, on a wildcard-bound socket:

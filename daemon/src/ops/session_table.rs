@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
@@ -47,6 +47,9 @@ pub struct LiveSession {
     pub traffic: Traffic,
     detail: Mutex<Detail>,
     kill: Notify,
+    /// Whether it was asked to end: what a session without a task of its
+    /// own (a UDP flow) is checked for.
+    killed: AtomicBool,
 }
 
 /// What a session learns as it goes: set by the session, read by `show`.
@@ -94,6 +97,7 @@ impl SessionTable {
                 tls: None,
             }),
             kill: Notify::new(),
+            killed: AtomicBool::new(false),
         });
         self.shard(id).insert(id, Arc::clone(&live));
         Registered {
@@ -203,8 +207,14 @@ impl LiveSession {
     /// Asks the session to end; it closes its client (who sees EOF) and logs
     /// the outcome `killed`.
     pub fn kill(&self) {
+        self.killed.store(true, Ordering::Relaxed);
         // A stored permit: a session not yet waiting still sees it.
         self.kill.notify_one();
+    }
+
+    /// Whether [`LiveSession::kill`] was called.
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Relaxed)
     }
 
     /// Resolves once [`LiveSession::kill`] was called.

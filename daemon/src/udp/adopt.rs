@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use tokio::net::UdpSocket;
-
 use super::flow::Flows;
 use super::launch::{launch, Start};
 use crate::model::{Endpoint, HandedFlow, Owner};
@@ -24,32 +22,22 @@ fn routed(word: &str) -> &'static str {
         .unwrap_or("upgrade")
 }
 
-/// Starts the flows handed over for the listener `socket`.
-pub(super) fn flows(
-    handed: Vec<HandedFlow>,
-    socket: &Arc<UdpSocket>,
-    flows: &Arc<Flows>,
-    shared: &Arc<Shared>,
-) {
+/// Starts the flows handed over for the listener of `flows`.
+pub(super) fn flows(handed: Vec<HandedFlow>, flows: &Arc<Flows>, shared: &Arc<Shared>) {
     if handed.is_empty() {
         return;
     }
     let count = handed.len();
     let started = handed
         .into_iter()
-        .map(|flow| one(flow, socket, flows, shared))
+        .map(|flow| one(flow, flows, shared))
         .filter(|started| *started)
         .count();
     tracing::info!(udp = %flows.local, flows = started, ended = count - started, "upgrade: UDP flows taken over");
 }
 
 /// Starts one handed-over flow; `false` when it cannot go on here.
-fn one(
-    handed: HandedFlow,
-    socket: &Arc<UdpSocket>,
-    flows: &Arc<Flows>,
-    shared: &Arc<Shared>,
-) -> bool {
+fn one(handed: HandedFlow, flows: &Arc<Flows>, shared: &Arc<Shared>) -> bool {
     let settings = shared.settings();
     let pool = settings
         .registry
@@ -67,16 +55,13 @@ fn one(
         return false;
     };
     let backend = std::net::UdpSocket::from(handed.socket);
-    let backend = match backend
-        .set_nonblocking(true)
-        .and_then(|()| UdpSocket::from_std(backend))
-    {
-        Ok(backend) => backend,
+    match backend.set_nonblocking(true) {
+        Ok(()) => {}
         Err(e) => {
             tracing::warn!(peer = %handed.client, error = %e, "upgrade: a handed UDP flow's socket cannot be served; its client starts anew");
             return false;
         }
-    };
+    }
     let routed = routed(&handed.routed);
     let start = Start {
         client: handed.client,
@@ -92,7 +77,7 @@ fn one(
         quic: handed.quic,
         adopted: true,
     };
-    let (_, id) = launch(start, socket, flows, shared);
+    let (_, id) = launch(start, flows, shared);
     for cid in &handed.cids {
         let owner = Owner {
             service: handed.service.clone(),

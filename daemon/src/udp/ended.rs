@@ -1,5 +1,5 @@
-//! Why a UDP flow ended: the word its task's access log line and the
-//! handover to a successor go by.
+//! Why a UDP flow ended: the word its access log line and the handover to
+//! a successor go by.
 
 use std::fmt;
 
@@ -20,20 +20,6 @@ pub(crate) enum Ended {
     Killed = 5,
     /// Handed to a successor (a binary upgrade), which goes on with it.
     HandedOver = 6,
-}
-
-impl Ended {
-    /// The reason `end` stored; none (0) is an operator's kill.
-    pub(super) fn from_u8(value: u8) -> Ended {
-        match value {
-            1 => Ended::Idle,
-            2 => Ended::Evicted,
-            3 => Ended::ListenerClosed,
-            4 => Ended::BackendError,
-            6 => Ended::HandedOver,
-            _ => Ended::Killed,
-        }
-    }
 }
 
 impl fmt::Display for Ended {

@@ -1,15 +1,15 @@
 //! A flow's start, whether its first datagram was routed here or a
 //! predecessor handed it over: its backend's counts, its row in the
-//! live-session table, its place in the listener's table, and its task.
+//! live-session table, its place in the listener's table, and its backend
+//! socket watched for replies.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tcpmux_proto::ServiceName;
-use tokio::net::UdpSocket;
 
-use super::flow::{self, Flow, Flows};
+use super::flow::{Ended, Flow, Flows, Parts};
 use crate::model::{Endpoint, Peer, Routed};
 use crate::net::datagram::Destination;
 use crate::pool::Pool;
@@ -24,7 +24,7 @@ pub(super) struct Start<'a> {
     pub(super) service: &'a ServiceName,
     pub(super) routed: &'static str,
     /// The backend and the socket connected to it.
-    pub(super) backend: (SocketAddr, UdpSocket),
+    pub(super) backend: (SocketAddr, std::net::UdpSocket),
     pub(super) pool: &'a Arc<Pool>,
     pub(super) idle: Duration,
     pub(super) quic: bool,
@@ -33,11 +33,10 @@ pub(super) struct Start<'a> {
 }
 
 /// Registers `start`'s flow (its backend's counts, a row in the
-/// live-session table, its place in the listener's table) and starts its
-/// task: the flow and its number.
+/// live-session table, its place in the listener's table) and watches its
+/// backend socket for replies: the flow and its number.
 pub(super) fn launch(
     start: Start<'_>,
-    socket: &Arc<UdpSocket>,
     flows: &Arc<Flows>,
     shared: &Arc<Shared>,
 ) -> (Arc<Flow>, u64) {
@@ -50,38 +49,40 @@ pub(super) fn launch(
     }
     // A row in the live-session table: `show sessions` lists the flow and
     // `kill session` ends it.
-    let registered = shared
+    let session = shared
         .sessions
         .open(Peer::Tcp(start.client), Some(start.local));
-    registered.update(|detail| {
+    session.update(|detail| {
         detail.service = Some(start.service.clone());
         detail.routed = Routed::Udp(start.routed);
         detail.backend = Some(endpoint);
     });
-    let flow = Arc::new(Flow::new(
-        backend,
-        registered.handle(),
-        Arc::clone(flows),
-        start.idle,
-    ));
-    let started = (start.service.as_str(), start.routed);
-    let id = flows.insert(start.client, &flow, started, start.adopted);
-    let about = flow::About {
+    let parts = Parts {
+        backend: (backend_addr, backend),
         client: start.client,
-        id,
-        registered,
+        session,
         service: start.service.clone(),
         routed: start.routed,
-        backend: backend_addr,
         pool: (Arc::clone(start.pool), held),
+        idle: start.idle,
         quic: start.quic,
         reply_from: start.reply_from,
     };
-    tokio::spawn(flow::run(
-        Arc::clone(&flow),
-        Arc::clone(socket),
-        about,
-        Arc::clone(shared),
-    ));
+    let started = (start.service.as_str(), start.routed);
+    let make = |id| Arc::new(Flow::new(parts, id, Arc::clone(flows)));
+    let flow = flows.insert(start.client, make, started, start.adopted);
+    let keep = |slot| flow.slot.store(slot, std::sync::atomic::Ordering::Relaxed);
+    match flows.backends.watch(&flow.backend, &flow, keep) {
+        // Ended before it was watched (swept, on another thread): its end
+        // found nothing to unwatch.
+        Ok(()) if flow.has_ended() => flow.unwatch(),
+        Ok(()) => {}
+        Err(e) => {
+            // No way to hear its replies (the kernel's epoll_watches limit).
+            tracing::warn!(peer = %start.client, error = %e, "cannot watch a UDP backend socket; the flow ends");
+            flow.end(Ended::BackendError);
+        }
+    }
+    let id = flow.id;
     (flow, id)
 }

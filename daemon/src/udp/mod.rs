@@ -6,12 +6,14 @@
 //! (table.rs). The daemon sends a client only what its backend sent.
 
 mod adopt;
+mod backends;
 mod ended;
 mod flow;
 mod gather;
 mod handover;
 mod launch;
 mod quic;
+mod replies;
 mod route;
 mod sweep;
 mod table;
@@ -54,95 +56,111 @@ pub(crate) async fn serve(
     shared: Arc<Shared>,
     handover: Arc<Handover>,
 ) {
-    let socket = Arc::new(socket);
     let Ok(local) = socket.local_addr() else {
         return;
     };
-    let flows = Arc::new(Flows::new(
+    let flows = Flows::new(
         (shared.quic.flow_base(), local),
         shared.quic.of(local),
         Arc::clone(&shared.udp),
-    ));
+    );
+    let flows = match flows {
+        Ok(flows) => Arc::new(flows),
+        Err(e) => {
+            tracing::error!(address = %local, error = %e, "UDP listener cannot serve: no epoll set for its flows");
+            return;
+        }
+    };
     let _end_all = EndAll(Arc::clone(&flows));
     handover.serving(&flows);
-    adopt::flows(handover.adopted_for(local), &socket, &flows, &shared);
+    adopt::flows(handover.adopted_for(local), &flows, &shared);
     let _sweep = sweep::start(Arc::clone(&flows), Arc::clone(&shared));
+    // One buffer for the datagrams the listener reads and the replies its
+    // flows' backends send: each turn uses it whole, and only one runs at
+    // a time. Its pages are touched only as deep as batches go.
     let mut buf = vec![0u8; RECV_BATCH * MAX_DATAGRAM];
     let mut batch = Vec::with_capacity(RECV_BATCH);
-    // On a wildcard address each datagram says where it was sent.
-    let wildcard = local.ip().is_unspecified();
     loop {
-        let received = match wildcard {
-            true => {
-                let read = || recv_with_destination(&*socket, &mut buf);
-                let one = socket.async_io(Interest::READABLE, read).await;
-                one.map(|(len, client, destination)| {
-                    batch.clear();
-                    batch.push((len, client));
-                    destination
-                })
-            }
-            false => {
-                let read = || recv_batch(&*socket, &mut buf, MAX_DATAGRAM, &mut batch);
-                socket
-                    .async_io(Interest::READABLE, read)
-                    .await
-                    .map(|()| None)
-            }
-        };
-        let destination = match received {
-            Ok(received) => received,
-            Err(e) => {
-                // An ICMP error queued on the socket, or memory pressure:
-                // nothing to do for this datagram; the next one is served.
-                tracing::debug!(address = %local, error = %e, "UDP receive failed");
-                tokio::task::yield_now().await;
-                continue;
-            }
-        };
-        let mut datagrams: [&[u8]; RECV_BATCH] = [&[]; RECV_BATCH];
-        for (datagram, (&(len, _), slot)) in datagrams
-            .iter_mut()
-            .zip(batch.iter().zip(buf.chunks(MAX_DATAGRAM)))
-        {
-            *datagram = &slot[..len];
-        }
-        let mut next = 0;
-        while let Some(&(_, client)) = batch.get(next) {
-            // A client's datagrams next to each other in the batch go to
-            // its backend together (a bulk sender's usually are).
-            let run = batch[next..]
-                .iter()
-                .take_while(|(_, c)| *c == client)
-                .count();
-            let datagrams = &datagrams[next..next + run];
-            next += run;
-            let mut rest = datagrams;
-            while let Some((first, later)) = rest.split_first() {
-                let existing = flows.table().get(&client).cloned();
-                match existing {
-                    Some(flow) => {
-                        // A client's later datagram makes its flow
-                        // established, which a full table evicts last; its
-                        // first does not, so a spoofed source, which sends
-                        // one, is the first to go.
-                        flow.used_by_client();
-                        forward(&flow, rest, &shared);
-                        break;
-                    }
-                    None => start_flow(
-                        (&socket, local, destination),
-                        client,
-                        first,
-                        (&flows, &routes),
-                        &shared,
-                    ),
+        tokio::select! {
+            ready = socket.readable() => {
+                if ready.is_ok() {
+                    let from = (&socket, local);
+                    receive(from, (&mut buf, &mut batch), (&flows, &routes), &shared);
                 }
-                rest = later;
             }
+            () = replies::relay_ready(&flows, &socket, (&mut buf, &mut batch), &shared) => {}
         }
         // A flood of datagrams must not starve the rest of the event loop.
         tokio::task::consume_budget().await;
+    }
+}
+
+/// Reads what waits on the listener's socket, a batch at a time, and sends
+/// each datagram on: to its flow's backend, or to start a flow.
+fn receive(
+    (socket, local): (&UdpSocket, SocketAddr),
+    (buf, batch): (&mut [u8], &mut Vec<(usize, SocketAddr)>),
+    (flows, routes): (&Arc<Flows>, &SharedRoutes),
+    shared: &Arc<Shared>,
+) {
+    // On a wildcard address each datagram says where it was sent.
+    let wildcard = local.ip().is_unspecified();
+    let received = match wildcard {
+        true => socket
+            .try_io(Interest::READABLE, || recv_with_destination(socket, buf))
+            .map(|(len, client, destination)| {
+                batch.clear();
+                batch.push((len, client));
+                destination
+            }),
+        false => socket
+            .try_io(Interest::READABLE, || {
+                recv_batch(socket, buf, MAX_DATAGRAM, batch)
+            })
+            .map(|()| None),
+    };
+    let destination = match received {
+        Ok(received) => received,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+        Err(e) => {
+            // An ICMP error queued on the socket, or memory pressure:
+            // nothing to do for this datagram; the next one is served.
+            tracing::debug!(address = %local, error = %e, "UDP receive failed");
+            return;
+        }
+    };
+    let mut datagrams: [&[u8]; RECV_BATCH] = [&[]; RECV_BATCH];
+    for (datagram, (&(len, _), slot)) in datagrams
+        .iter_mut()
+        .zip(batch.iter().zip(buf.chunks(MAX_DATAGRAM)))
+    {
+        *datagram = &slot[..len];
+    }
+    let mut next = 0;
+    while let Some(&(_, client)) = batch.get(next) {
+        // A client's datagrams next to each other in the batch go to its
+        // backend together (a bulk sender's usually are).
+        let run = batch[next..]
+            .iter()
+            .take_while(|(_, c)| *c == client)
+            .count();
+        let mut rest = &datagrams[next..next + run];
+        next += run;
+        while let Some((first, later)) = rest.split_first() {
+            let existing = flows.table().get(&client).cloned();
+            match existing {
+                Some(flow) => {
+                    // A client's later datagram makes its flow established,
+                    // which a full table evicts last; its first does not, so
+                    // a spoofed source, which sends one, is the first to go.
+                    flow.used_by_client();
+                    forward(&flow, rest, shared);
+                    break;
+                }
+                None => start_flow((local, destination), client, first, (flows, routes), shared),
+            }
+            rest = later;
+        }
     }
 }
 
@@ -170,7 +188,7 @@ fn forward(flow: &Flow, datagrams: &[&[u8]], shared: &Shared) {
 /// A datagram from a client with no flow: routed, given a flow if the
 /// limits allow, and sent on.
 fn start_flow(
-    (socket, local, destination): (&Arc<UdpSocket>, SocketAddr, Option<Destination>),
+    (local, destination): (SocketAddr, Option<Destination>),
     client: SocketAddr,
     datagram: &[u8],
     (flows, routes): (&Arc<Flows>, &SharedRoutes),
@@ -219,7 +237,7 @@ fn start_flow(
         quic,
         adopted: false,
     };
-    let (flow, id) = launch(start, socket, flows, shared);
+    let (flow, id) = launch(start, flows, shared);
     if let Some(connection) = connection.filter(|_| quic) {
         // The client's own ID for its connection (its Initials'), or the
         // one a migrated client's datagram carries: this flow's now.

@@ -1,7 +1,7 @@
-//! Idle flows ended by one timer per listener instead of one per flow: a
-//! sweep over the listener's table every tenth of the shortest idle timeout
-//! (between 50 ms and 1 s), so a flow ends at most that much after its
-//! timeout, and an idle flow costs no timer.
+//! Idle and killed flows ended by one timer per listener instead of a
+//! timer and a task per flow: a sweep over the listener's table every tenth
+//! of the shortest idle timeout (between 50 ms and 1 s), so a flow ends at
+//! most that much after its timeout or an operator's `kill session`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,14 +27,17 @@ pub(super) fn start(flows: Arc<Flows>, shared: Arc<Shared>) -> Sweep {
         loop {
             tokio::time::sleep(period(&shared)).await;
             let now = flows.now();
-            let idle: Vec<_> = flows
+            let ending: Vec<_> = flows
                 .table()
                 .values()
-                .filter(|flow| flow.idle_at(now))
-                .cloned()
+                .filter_map(|flow| match (flow.session.is_killed(), flow.idle_at(now)) {
+                    (true, _) => Some((Arc::clone(flow), Ended::Killed)),
+                    (false, true) => Some((Arc::clone(flow), Ended::Idle)),
+                    (false, false) => None,
+                })
                 .collect();
-            for flow in idle {
-                flow.end(Ended::Idle);
+            for (flow, why) in ending {
+                flow.end(why);
             }
         }
     }))

@@ -154,6 +154,11 @@ impl<V> FlowTable<V> {
         None
     }
 
+    /// The id [`FlowTable::insert`] gives the next flow.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
     /// Adds the flow of `client` (after [`FlowTable::make_room`]); its id,
     /// for [`FlowTable::remove`].
     pub(crate) fn insert(&mut self, client: SocketAddr, value: V) -> u64 {
