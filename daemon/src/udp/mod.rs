@@ -18,6 +18,7 @@ mod route;
 mod sweep;
 mod table;
 
+use std::io::ErrorKind::WouldBlock;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
@@ -113,15 +114,25 @@ fn receive(
                 batch.push((len, client));
                 destination
             }),
-        false => socket
-            .try_io(Interest::READABLE, || {
-                recv_batch(socket, buf, MAX_DATAGRAM, batch)
-            })
-            .map(|()| None),
+        false => {
+            let read = socket.try_io(Interest::READABLE, || {
+                match recv_batch(socket, buf, MAX_DATAGRAM, batch) {
+                    // A short batch found the socket empty: said as
+                    // WouldBlock, its readiness is cleared without a second
+                    // call to be told so.
+                    Ok(()) if batch.len() < RECV_BATCH => Err(WouldBlock.into()),
+                    read => read,
+                }
+            });
+            match read {
+                Err(e) if e.kind() == WouldBlock && !batch.is_empty() => Ok(None),
+                read => read.map(|()| None),
+            }
+        }
     };
     let destination = match received {
         Ok(received) => received,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+        Err(e) if e.kind() == WouldBlock => return,
         Err(e) => {
             // An ICMP error queued on the socket, or memory pressure:
             // nothing to do for this datagram; the next one is served.

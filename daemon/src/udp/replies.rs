@@ -89,6 +89,11 @@ fn relay(
         }
         flow.touch();
         send_replies(flow, (socket, buf, &lens[..got.len()]), shared);
+        if got.len() < RECV_BATCH {
+            // A short batch found the socket empty: no second call to be
+            // told so (the set reports what comes later).
+            return Relayed::Drained;
+        }
     }
     Relayed::More
 }
