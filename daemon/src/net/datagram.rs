@@ -157,17 +157,21 @@ pub(crate) fn recv_with_destination(
 /// Datagrams one `recv_batch` reads at most.
 pub(crate) const RECV_BATCH: usize = 16;
 
+/// What one `recv_batch` read: each datagram's length and sender, in the
+/// order of its slots (a sender that is no IPv4 or IPv6 address, which an
+/// inet socket never reports, is `None` and keeps its place).
+pub(crate) type Batch = Vec<(usize, Option<SocketAddr>)>;
+
 /// Reads the datagrams waiting on `socket` in one `recvmmsg`, one into each
-/// `slot_len` slot of `buf` (a slot of 64 KiB takes any datagram whole):
-/// each one's length and sender, in order, into `into` (at most
-/// [`RECV_BATCH`]). Its headers live on the stack: a heap allocation per
+/// `slot_len` slot of `buf` (a slot of 64 KiB takes any datagram whole),
+/// into `into` (at most [`RECV_BATCH`]). Its headers live on the stack: a heap allocation per
 /// batch, between the flows' long-lived ones, cost 145 bytes per idle flow
 /// in fragments (`bench/udp.sh`).
 pub(crate) fn recv_batch(
     socket: &impl AsRawFd,
     buf: &mut [u8],
     slot_len: usize,
-    into: &mut Vec<(usize, SocketAddr)>,
+    into: &mut Batch,
 ) -> io::Result<()> {
     into.clear();
     let mut names: [socket2::SockAddrStorage; RECV_BATCH] =
@@ -209,11 +213,26 @@ pub(crate) fn recv_batch(
     for (message, name) in messages.iter().zip(names).take(got as usize) {
         // SAFETY: the kernel initialized `msg_namelen` bytes of `name`.
         let addr = unsafe { socket2::SockAddr::new(name, message.msg_hdr.msg_namelen) };
-        if let Some(from) = addr.as_socket() {
-            into.push((message.msg_len as usize, from));
-        }
+        into.push((message.msg_len as usize, addr.as_socket()));
     }
     Ok(())
+}
+
+/// The datagrams `batch` says `recv_batch` read into `buf`'s `slot_len`
+/// slots, in order: the first `batch.len()` are they.
+pub(crate) fn read_into<'b>(
+    buf: &'b [u8],
+    slot_len: usize,
+    batch: &Batch,
+) -> [&'b [u8]; RECV_BATCH] {
+    let mut datagrams: [&[u8]; RECV_BATCH] = [&[]; RECV_BATCH];
+    for (datagram, (&(len, _), slot)) in datagrams
+        .iter_mut()
+        .zip(batch.iter().zip(buf.chunks(slot_len)))
+    {
+        *datagram = &slot[..len];
+    }
+    datagrams
 }
 
 /// A sender's address as nix gives it.

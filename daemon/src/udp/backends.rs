@@ -103,7 +103,7 @@ impl<T> Backends<T> {
     /// Waits for sockets with something to read, then gives each ready
     /// one's owner to `serve` (with whether the socket reported an error):
     /// one turn of at most [`EVENTS`].
-    pub(super) async fn turn(&self, mut serve: impl FnMut(&Arc<T>, bool) -> Turn) {
+    pub(super) async fn turn(&self, mut serve: impl FnMut(&T, bool) -> Turn) {
         let Ok(mut guard) = self.epoll.readable().await else {
             // The runtime is going away: nothing more to serve.
             return std::future::pending().await;
@@ -119,6 +119,8 @@ impl<T> Backends<T> {
         // slot, which a new one may take before this turn is over.
         let mut ready: [(Option<Arc<T>>, bool); EVENTS] = std::array::from_fn(|_| (None, false));
         let mut count = 0;
+        // A failed wait (EINTR) leaves the readiness up, to wait again.
+        let mut drained = false;
         if let Ok((events, _)) = epoll::wait(self.epoll.get_ref(), &mut events, Some(&now)) {
             let slots = self.slots();
             for (event, ready) in events.iter().zip(ready.iter_mut()) {
@@ -128,8 +130,8 @@ impl<T> Backends<T> {
                 *ready = (slots.held.get(slot).cloned().flatten(), error);
                 count += 1;
             }
+            drained = count < EVENTS;
         }
-        let mut drained = count < EVENTS;
         for (owner, error) in &ready[..count] {
             if let Some(owner) = owner {
                 if let Turn::More = serve(owner, *error) {

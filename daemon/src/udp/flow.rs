@@ -8,8 +8,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
-
 use super::backends::Backends;
 pub(super) use super::ended::Ended;
 use super::gather::Gathering;
@@ -42,8 +40,6 @@ pub(crate) struct Flows {
     cids: Arc<Mutex<ConnectionIds>>,
     /// The listener socket's address.
     pub(super) local: SocketAddr,
-    /// Where flows told to hand themselves over go (an upgrade).
-    pub(super) handing: Mutex<Option<mpsc::UnboundedSender<HandedFlow>>>,
 }
 
 impl Flows {
@@ -62,7 +58,6 @@ impl Flows {
             gathering: Mutex::new(Gathering::default()),
             cids,
             local,
-            handing: Mutex::new(None),
         })
     }
 
@@ -138,15 +133,17 @@ impl Flows {
         }
     }
 
-    /// Ends every flow by handing it to `to` (an upgrade); how many were.
-    pub(super) fn hand_over(&self, to: &mpsc::UnboundedSender<HandedFlow>) -> usize {
-        *self.handing.lock().unwrap_or_else(|p| p.into_inner()) = Some(to.clone());
+    /// Ends every flow by handing it over (an upgrade): what each gives a
+    /// successor.
+    pub(super) fn hand_over(&self) -> Vec<HandedFlow> {
         let flows = self.table().drain();
-        for flow in &flows {
-            self.counters.flow_ended();
-            flow.end(Ended::HandedOver);
-        }
-        flows.len()
+        flows
+            .iter()
+            .filter_map(|flow| {
+                self.counters.flow_ended();
+                flow.hand_over()
+            })
+            .collect()
     }
 
     /// Ends every flow: the listener stops serving.
@@ -280,21 +277,24 @@ impl Flow {
         self.flows.backends.unwatch(slot, &self.backend, self);
     }
 
-    /// Ends the flow, for `why`, once: its socket leaves the listener's
-    /// set, its connection IDs are forgotten, and it is handed to a
-    /// successor or else taken out of the table, told to its pool and
-    /// logged. Its socket closes when the last holder lets it go.
-    pub(crate) fn end(&self, why: Ended) {
+    /// Marks the flow ended for `why` and takes its socket out of the
+    /// listener's set: `false` when it had ended already (it ends once).
+    fn finish(&self, why: Ended) -> bool {
         let first = self
             .ended
             .compare_exchange(0, why as u8, Ordering::AcqRel, Ordering::Acquire);
-        if first.is_err() {
-            return;
+        if first.is_ok() {
+            self.unwatch();
         }
-        self.unwatch();
-        if why == Ended::HandedOver {
-            hand(self);
-            self.flows.cids().forget(self.id);
+        first.is_ok()
+    }
+
+    /// Ends the flow, for `why`, once: its socket leaves the listener's
+    /// set, its connection IDs are forgotten, and it is taken out of the
+    /// table, told to its pool and logged. Its socket closes when the last
+    /// holder lets it go.
+    pub(crate) fn end(&self, why: Ended) {
+        if !self.finish(why) {
             return;
         }
         self.flows.cids().forget(self.id);
@@ -325,6 +325,41 @@ impl Flow {
             elapsed: self.started.elapsed(),
         });
     }
+
+    /// Ends the flow by handing it over: what it knew and a second
+    /// descriptor of its backend socket, for a successor. `None` when it had
+    /// ended, or its socket cannot be duplicated (the descriptor limit): its
+    /// client's next datagram starts a new flow in the successor.
+    fn hand_over(&self) -> Option<HandedFlow> {
+        if !self.finish(Ended::HandedOver) {
+            return None;
+        }
+        let cids = {
+            let mut table = self.flows.cids();
+            let cids = table.of_flow(self.id);
+            table.forget(self.id);
+            cids
+        };
+        let socket = match self.backend.as_fd().try_clone_to_owned() {
+            Ok(socket) => socket,
+            Err(e) => {
+                tracing::warn!(peer = %self.client, error = %e, "upgrade: a UDP flow's socket cannot be handed over; its client starts anew");
+                return None;
+            }
+        };
+        Some(HandedFlow {
+            listener: self.flows.local,
+            client: self.client,
+            service: self.service.clone(),
+            backend: self.backend_addr,
+            routed: self.routed.to_owned(),
+            idle: self.idle(),
+            quic: self.quic,
+            reply_from: self.reply_from.map(|d| (d.ip, d.interface())),
+            cids,
+            socket,
+        })
+    }
 }
 
 impl Activity for Arc<Flow> {
@@ -334,35 +369,5 @@ impl Activity for Arc<Flow> {
 
     fn used_since_asked(&self) -> bool {
         self.used.swap(false, Ordering::Relaxed)
-    }
-}
-
-/// What `flow` gives a successor: what it knew and a second descriptor of
-/// its backend socket. A socket that cannot be duplicated (the descriptor
-/// limit) is not handed; its client's next datagram starts a new flow in
-/// the successor.
-fn hand(flow: &Flow) {
-    let socket = match flow.backend.as_fd().try_clone_to_owned() {
-        Ok(socket) => socket,
-        Err(e) => {
-            tracing::warn!(peer = %flow.client, error = %e, "upgrade: a UDP flow's socket cannot be handed over; its client starts anew");
-            return;
-        }
-    };
-    let handed = HandedFlow {
-        listener: flow.flows.local,
-        client: flow.client,
-        service: flow.service.clone(),
-        backend: flow.backend_addr,
-        routed: flow.routed.to_owned(),
-        idle: flow.idle(),
-        quic: flow.quic,
-        reply_from: flow.reply_from.map(|d| (d.ip, d.interface())),
-        cids: flow.flows.cids().of_flow(flow.id),
-        socket,
-    };
-    let handing = flow.flows.handing.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(to) = handing.as_ref() {
-        let _ = to.send(handed);
     }
 }

@@ -1,14 +1,11 @@
 //! UDP flows across a binary upgrade: the old daemon ends each flow by
-//! handing it over (its task gives up its backend socket and what it knew,
-//! as a `HandedFlow`), the upgrade sends them as `FLOW` frames, and the
+//! handing it over (a second descriptor of its backend socket and what it
+//! knew, as a `HandedFlow`), the upgrade sends them as `FLOW` frames, and the
 //! successor's listener starts a flow for each on the same backend socket,
 //! so a WireGuard, OpenVPN or QUIC backend keeps seeing one source port.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
-
-use tokio::sync::mpsc;
 
 use super::flow::Flows;
 use crate::model::HandedFlow;
@@ -33,28 +30,14 @@ impl Handover {
         serving.push(Arc::downgrade(flows));
     }
 
-    /// Ends every flow by handing it over: each one's task gives what it
-    /// knew and a second descriptor of its socket. Waits at most `within`
-    /// for them (each answers at once, from its own task).
-    pub(crate) async fn hand_over_all(&self, within: Duration) -> Vec<HandedFlow> {
-        let (to, mut from) = mpsc::unbounded_channel();
+    /// Ends every flow by handing it over: what each knew and a second
+    /// descriptor of its socket.
+    pub(crate) fn hand_over_all(&self) -> Vec<HandedFlow> {
         let sets: Vec<Arc<Flows>> = lock(&self.serving)
             .iter()
             .filter_map(Weak::upgrade)
             .collect();
-        let expected: usize = sets.iter().map(|flows| flows.hand_over(&to)).sum();
-        drop(to);
-        let mut handed = Vec::with_capacity(expected);
-        let deadline = tokio::time::Instant::now() + within;
-        while handed.len() < expected {
-            match tokio::time::timeout_at(deadline, from.recv()).await {
-                Ok(Some(flow)) => handed.push(flow),
-                // Every flow answered or gave up (a socket it could not
-                // duplicate), or the time is up.
-                Ok(None) | Err(_) => break,
-            }
-        }
-        handed
+        sets.iter().flat_map(|flows| flows.hand_over()).collect()
     }
 
     /// The flows a predecessor handed over, for their listeners to take.

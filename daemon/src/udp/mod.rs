@@ -26,7 +26,9 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
 use crate::model::{Owner, UdpRoutes};
-use crate::net::datagram::{recv_batch, recv_with_destination, send_all, Destination, RECV_BATCH};
+use crate::net::datagram::{
+    read_into, recv_batch, recv_with_destination, send_all, Batch, Destination, RECV_BATCH,
+};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
 use flow::{Flow, Flows, MAX_DATAGRAM};
@@ -100,7 +102,7 @@ pub(crate) async fn serve(
 /// each datagram on: to its flow's backend, or to start a flow.
 fn receive(
     (socket, local): (&UdpSocket, SocketAddr),
-    (buf, batch): (&mut [u8], &mut Vec<(usize, SocketAddr)>),
+    (buf, batch): (&mut [u8], &mut Batch),
     (flows, routes): (&Arc<Flows>, &SharedRoutes),
     shared: &Arc<Shared>,
 ) {
@@ -111,7 +113,7 @@ fn receive(
             .try_io(Interest::READABLE, || recv_with_destination(socket, buf))
             .map(|(len, client, destination)| {
                 batch.clear();
-                batch.push((len, client));
+                batch.push((len, Some(client)));
                 destination
             }),
         false => {
@@ -140,13 +142,7 @@ fn receive(
             return;
         }
     };
-    let mut datagrams: [&[u8]; RECV_BATCH] = [&[]; RECV_BATCH];
-    for (datagram, (&(len, _), slot)) in datagrams
-        .iter_mut()
-        .zip(batch.iter().zip(buf.chunks(MAX_DATAGRAM)))
-    {
-        *datagram = &slot[..len];
-    }
+    let datagrams = read_into(buf, MAX_DATAGRAM, batch);
     let mut next = 0;
     while let Some(&(_, client)) = batch.get(next) {
         // A client's datagrams next to each other in the batch go to its
@@ -157,6 +153,9 @@ fn receive(
             .count();
         let mut rest = &datagrams[next..next + run];
         next += run;
+        let Some(client) = client else {
+            continue; // no address to answer: not an inet sender
+        };
         while let Some((first, later)) = rest.split_first() {
             let existing = flows.table().get(&client).cloned();
             match existing {
@@ -178,12 +177,7 @@ fn receive(
 /// Datagrams of a running flow, to its backend, in one `sendmmsg`.
 fn forward(flow: &Flow, datagrams: &[&[u8]], shared: &Shared) {
     flow.touch();
-    // Straight to the socket: tokio's `try_send` would refuse a socket
-    // whose first writable event the reactor has not seen yet.
-    let taken = match datagrams {
-        [one] => usize::from(socket2::SockRef::from(&flow.backend).send(one).is_ok()),
-        _ => send_all(&flow.backend, datagrams, None).unwrap_or(0),
-    };
+    let taken = send_all(&flow.backend, datagrams, None).unwrap_or(0);
     for (i, datagram) in datagrams.iter().enumerate() {
         match i < taken {
             true => {

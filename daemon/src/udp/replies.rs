@@ -5,7 +5,6 @@
 //! backend sent.
 
 use std::io;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use tokio::net::UdpSocket;
@@ -14,7 +13,7 @@ use super::backends::Turn;
 use super::flow::{Ended, Flow, Flows, MAX_DATAGRAM};
 use super::route::Dropped;
 use crate::model::Owner;
-use crate::net::datagram::{recv_batch, send_all, send_from, RECV_BATCH};
+use crate::net::datagram::{read_into, recv_batch, send_all, send_from, Batch, RECV_BATCH};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
 use tcpmux_proto::sniff::datagram::long_header;
@@ -28,74 +27,51 @@ const REPLIES_PER_TURN: usize = 4 * RECV_BATCH;
 pub(super) async fn relay_ready(
     flows: &Flows,
     socket: &UdpSocket,
-    (buf, got): (&mut [u8], &mut Vec<(usize, SocketAddr)>),
+    (buf, got): (&mut [u8], &mut Batch),
     shared: &Shared,
 ) {
-    flows
-        .backends
-        .turn(
-            |flow, error| match relay(flow, error, (socket, &mut *buf, &mut *got), shared) {
-                Relayed::Drained => Turn::Drained,
-                Relayed::More => Turn::More,
-                Relayed::Failed => {
-                    flow.end(Ended::BackendError);
-                    Turn::Drained
-                }
-            },
-        )
-        .await;
-}
-
-/// How a ready socket's turn ended.
-enum Relayed {
-    /// Every waiting reply went on.
-    Drained,
-    /// Some wait still: its turn was up.
-    More,
-    /// The socket reported an error (an ICMP port unreachable).
-    Failed,
+    let relay = |flow: &Flow, error| relay(flow, error, (socket, &mut *buf, &mut *got), shared);
+    flows.backends.turn(relay).await;
 }
 
 /// Sends the client the datagrams waiting on `flow`'s backend socket, a
 /// batch of up to `RECV_BATCH` read in one `recvmmsg` and sent in one
-/// `sendmmsg`. A reply the client's socket cannot take at once is dropped,
+/// `sendmmsg`; a socket that reports an error (an ICMP port unreachable)
+/// ends the flow. A reply the client's socket cannot take at once is dropped,
 /// as on a wire.
 fn relay(
     flow: &Flow,
     error: bool,
-    (socket, buf, got): (&UdpSocket, &mut [u8], &mut Vec<(usize, SocketAddr)>),
+    (socket, buf, got): (&UdpSocket, &mut [u8], &mut Batch),
     shared: &Shared,
-) -> Relayed {
+) -> Turn {
     for _ in 0..REPLIES_PER_TURN / RECV_BATCH {
         match recv_batch(&flow.backend, buf, MAX_DATAGRAM, got) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !error => return Relayed::Drained,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !error => return Turn::Drained,
             Err(e) => {
                 let e = flow.backend.take_error().ok().flatten().unwrap_or(e);
                 tracing::debug!(peer = %flow.client, backend = %flow.backend_addr, error = %e, "UDP backend error");
-                return Relayed::Failed;
+                flow.end(Ended::BackendError);
+                return Turn::Drained;
             }
         }
-        let mut lens = [0usize; RECV_BATCH];
-        for ((len, &(size, _)), slot) in lens
-            .iter_mut()
-            .zip(got.iter())
-            .zip(buf.chunks(MAX_DATAGRAM))
-        {
-            *len = size;
-            if flow.quic {
-                learn_server_id(flow, &slot[..size]);
+        let replies = read_into(buf, MAX_DATAGRAM, got);
+        let replies = &replies[..got.len()];
+        if flow.quic {
+            for reply in replies {
+                learn_server_id(flow, reply);
             }
         }
         flow.touch();
-        send_replies(flow, (socket, buf, &lens[..got.len()]), shared);
+        send_replies(flow, socket, replies, shared);
         if got.len() < RECV_BATCH {
             // A short batch found the socket empty: no second call to be
             // told so (the set reports what comes later).
-            return Relayed::Drained;
+            return Turn::Drained;
         }
     }
-    Relayed::More
+    Turn::More
 }
 
 /// The connection ID a QUIC server's long header names itself by: its
@@ -115,35 +91,27 @@ fn learn_server_id(flow: &Flow, reply: &[u8]) {
     );
 }
 
-/// Sends the replies read into `buf` (one per slot, `lens` long each) to
-/// the client, counting those sent and dropping the rest. Straight to the
-/// socket, as `udp::forward`: no readiness to wait for.
-fn send_replies(flow: &Flow, (socket, buf, lens): (&UdpSocket, &[u8], &[usize]), shared: &Shared) {
+/// Sends `replies` to the client, counting those sent and dropping the
+/// rest. Straight to the socket, as `udp::forward`: no readiness to wait
+/// for.
+fn send_replies(flow: &Flow, socket: &UdpSocket, replies: &[&[u8]], shared: &Shared) {
     let client = flow.client;
-    let mut replies: [&[u8]; RECV_BATCH] = [&[]; RECV_BATCH];
-    for ((reply, &len), slot) in replies.iter_mut().zip(lens).zip(buf.chunks(MAX_DATAGRAM)) {
-        *reply = &slot[..len];
-    }
-    let replies = &replies[..lens.len()];
     // Which were sent, by position.
     let mut sent = [false; RECV_BATCH];
-    match (flow.reply_from, replies) {
+    match flow.reply_from {
         // Each needs its source address in a control message of its own.
-        (Some(from), _) => {
+        Some(from) => {
             for (sent, reply) in sent.iter_mut().zip(replies) {
                 *sent = send_from(socket, reply, client, from).is_ok();
             }
         }
-        (None, [reply]) => {
-            let to = socket2::SockAddr::from(client);
-            sent[0] = socket2::SockRef::from(socket).send_to(reply, &to).is_ok();
-        }
-        (None, _) => {
+        None => {
             let taken = send_all(socket, replies, Some(client)).unwrap_or(0);
             sent[..taken].fill(true);
         }
     }
-    for (&len, sent) in lens.iter().zip(sent) {
+    for (reply, sent) in replies.iter().zip(sent) {
+        let len = reply.len();
         if !sent {
             shared.udp.dropped(Dropped::ClientUnreachable.reason());
             continue;

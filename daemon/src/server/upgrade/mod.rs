@@ -275,8 +275,6 @@ fn backend_sockets(hub: &Hub) -> io::Result<Vec<Socket>> {
 /// frame, and the successor's READY (which waits for it to bind and start).
 const REQUEST_WAIT: Duration = Duration::from_secs(5);
 const FRAME_WAIT: Duration = Duration::from_secs(5);
-/// How long the UDP flows' tasks have to hand themselves over.
-const FLOW_WAIT: Duration = Duration::from_secs(1);
 const READY_WAIT: Duration = PATIENCE;
 
 /// The old daemon's side: reads the request, hands `sockets` over, then the
@@ -312,7 +310,7 @@ pub(super) async fn hand_over(
     // Last, so that they stop here as late as can be: from now on, a
     // client's next datagram starts a new flow here until the successor
     // serves (if it never does, the clients' next datagrams start anew).
-    let flows = flows.hand_over_all(FLOW_WAIT).await;
+    let flows = flows.hand_over_all();
     let count = flows.len();
     for flow in flows {
         let Some(frame) = flow_frame(&flow) else {
