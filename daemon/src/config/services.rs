@@ -17,7 +17,7 @@ use std::net::IpAddr;
 
 use crate::model::{
     Access, Backend, Builtin, Cidr, HandoffRule, HostPattern, ListenAddr, ListenSpec, Queue,
-    QuicServer, QuicServers, Service, ServiceKind, DEFAULT_QUEUE_MAX,
+    QuicServers, Service, ServiceKind, DEFAULT_QUEUE_MAX,
 };
 use crate::registry::{default_services, loopback};
 
@@ -26,7 +26,7 @@ type Seen = std::collections::HashMap<ServiceName, (String, usize)>;
 
 /// What the tables of every file add up to beyond their services: where each
 /// name was defined, the names claimed, the QUIC servers' IDs.
-type Gathered = (Seen, Claims, Vec<QuicServer>);
+type Gathered = (Seen, Claims, QuicServers);
 
 /// Every service the file and its drop-ins (`include`, each `(path, text)`,
 /// in order) define, on top of the built-ins and imports the file keeps.
@@ -44,14 +44,14 @@ pub(crate) fn services(
     if let Some(import) = &raw.import_etc_services {
         etc_services::import(src, import, &mut services)?;
     }
-    let mut seen: Gathered = (Seen::new(), Claims::default(), Vec::new());
+    let mut seen: Gathered = (Seen::new(), Claims::default(), QuicServers::default());
     add_tables(src, &raw.service, listen, &mut services, &mut seen)?;
     for (path, text) in drop_ins {
         let src = Source { text, origin: path };
         let drop_in: RawDropIn = toml::from_str(text).map_err(|e| src.toml(&e))?;
         add_tables(src, &drop_in.service, listen, &mut services, &mut seen)?;
     }
-    Ok((services, QuicServers(seen.2)))
+    Ok((services, seen.2))
 }
 
 /// The `[service.NAME]` tables of one file.

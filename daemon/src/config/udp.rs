@@ -115,7 +115,7 @@ pub(super) fn quic_server_ids(
     src: Source<'_>,
     name: &ServiceName,
     table: &RawService,
-    servers: &mut Vec<QuicServer>,
+    servers: &mut QuicServers,
 ) -> Result<(), ConfigError> {
     let Some(value) = &table.proxy_udp else {
         return Ok(());
@@ -141,23 +141,20 @@ pub(super) fn quic_server_ids(
         let backend = address.parse::<std::net::SocketAddr>().map_err(|_| {
             at(format!("quic_server_id needs a fixed address (IP:PORT), not {address:?}, whose members DNS decides"))
         })?;
-        if let Some(other) = servers
-            .iter()
-            .find(|s| s.id.starts_with(&id) || id.starts_with(&s.id))
-        {
+        let shown = tcpmux_proto::hex::encode(&id);
+        let server = QuicServer {
+            id,
+            service: name.clone(),
+            backend,
+        };
+        if let Err(other) = servers.add(server) {
             return Err(at(format!(
-                "quic_server_id {}: {} of service {} has {}, and a connection ID could name either",
-                tcpmux_proto::hex::encode(&id),
+                "quic_server_id {shown}: {} of service {} has {}, and a connection ID could name either",
                 other.backend,
                 other.service,
                 tcpmux_proto::hex::encode(&other.id)
             )));
         }
-        servers.push(QuicServer {
-            id,
-            service: name.clone(),
-            backend,
-        });
     }
     Ok(())
 }

@@ -5,7 +5,9 @@
 //! fresh connection ID, which the daemon never saw (active migration, RFC
 //! 9000 §9.5), is still found by its server's ID. Pure data.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::ops::Bound;
 
 use tcpmux_proto::sniff::datagram::short_header_dcid;
 use tcpmux_proto::ServiceName;
@@ -22,20 +24,58 @@ pub struct QuicServer {
     pub backend: SocketAddr,
 }
 
-/// Every `quic_server_id` of the configuration, none the beginning of
-/// another (the config refuses that), so at most one matches a datagram.
+/// Every `quic_server_id` of the configuration by ID, none the beginning of
+/// another (`add` refuses that), so at most one matches a datagram: the
+/// greatest ID not after the datagram's bytes, found in logarithmic time.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct QuicServers(pub Vec<QuicServer>);
+pub struct QuicServers(BTreeMap<Vec<u8>, QuicServer>);
 
 impl QuicServers {
+    /// Adds `server`; the one whose ID begins it or begins with it, if
+    /// there is one (a connection ID could name either).
+    pub fn add(&mut self, server: QuicServer) -> Result<(), &QuicServer> {
+        let id = server.id.as_slice();
+        let before = self
+            .0
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(id)))
+            .next_back();
+        let after = self
+            .0
+            .range::<[u8], _>((Bound::Excluded(id), Bound::Unbounded))
+            .next();
+        // Among prefix-free IDs, one that begins `id` is the greatest not
+        // after it, and one that begins with `id` the least after it.
+        let clash = before
+            .filter(|(other, _)| id.starts_with(other))
+            .or(after.filter(|(other, _)| other.starts_with(id)))
+            .map(|(other, _)| other.clone());
+        if let Some(clash) = clash {
+            return Err(&self.0[&clash]);
+        }
+        self.0.insert(server.id.clone(), server);
+        Ok(())
+    }
+
     /// The server a short-header packet (a connection past its handshake)
     /// is addressed to, by the ID in its destination connection ID. Long
     /// headers are left out: a new client's Initial carries an ID it made
     /// up, which must not pick a server past the routing by name.
     pub fn find(&self, datagram: &[u8]) -> Option<&QuicServer> {
-        self.0.iter().find(|server| {
-            short_header_dcid(datagram, 1 + server.id.len()).is_some_and(|id| id[1..] == server.id)
-        })
+        if self.0.is_empty() {
+            return None;
+        }
+        // The longest ID the packet can hold, after the ID's first byte.
+        let room = datagram
+            .len()
+            .saturating_sub(21)
+            .min(1 + MAX_QUIC_SERVER_ID);
+        let dcid = short_header_dcid(datagram, room)?;
+        let after_first = dcid.get(1..)?;
+        let mut server = self
+            .0
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(after_first)));
+        let (_, server) = server.next_back()?;
+        after_first.starts_with(&server.id).then_some(server)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -53,7 +93,10 @@ mod tests {
             service: ServiceName::parse("h3").unwrap(),
             backend: SocketAddr::from(([127, 0, 0, 1], port)),
         };
-        QuicServers(vec![server(&[0xa1], 1), server(&[0xb2, 0x07], 2)])
+        let mut servers = QuicServers::default();
+        servers.add(server(&[0xa1], 1)).unwrap();
+        servers.add(server(&[0xb2, 0x07], 2)).unwrap();
+        servers
     }
 
     fn short(dcid: &[u8]) -> Vec<u8> {
@@ -76,5 +119,32 @@ mod tests {
         initial[0] = 0xc3;
         assert_eq!(port(&initial), None);
         assert_eq!(port(&[0x41, 0x3f]), None, "too short for a packet");
+    }
+
+    #[test]
+    fn an_id_that_begins_another_is_refused_either_way_round() {
+        let mut servers = servers();
+        let server = |id: &[u8]| QuicServer {
+            id: id.to_vec(),
+            service: ServiceName::parse("h3").unwrap(),
+            backend: SocketAddr::from(([127, 0, 0, 1], 9)),
+        };
+        let clash = |servers: &mut QuicServers, id: &[u8]| {
+            servers.add(server(id)).err().map(|s| s.backend.port())
+        };
+        assert_eq!(
+            clash(&mut servers, &[0xa1, 0x00]),
+            Some(1),
+            "begins with a1"
+        );
+        assert_eq!(clash(&mut servers, &[0xb2]), Some(2), "begins b2 07");
+        assert_eq!(clash(&mut servers, &[0xb2, 0x07]), Some(2), "the same");
+        assert_eq!(clash(&mut servers, &[0xa2]), None);
+        assert_eq!(clash(&mut servers, &[0xb2, 0x06, 0x01]), None);
+        // Among many, each still found by its own ID.
+        let port = |d: &[u8]| servers.find(d).map(|s| s.backend.port());
+        assert_eq!(port(&short(&[0x00, 0xb2, 0x07, 1, 2, 3, 4, 5])), Some(2));
+        assert_eq!(port(&short(&[0x00, 0xb2, 0x06, 1, 2, 3, 4, 5])), Some(9));
+        assert_eq!(port(&short(&[0x00, 0xb2, 0x06, 2, 2, 3, 4, 5])), None);
     }
 }
