@@ -128,17 +128,11 @@ pub(super) fn services(shared: &Shared, settings: &Settings) -> Vec<ServiceRow> 
         .collect()
 }
 
-/// The proxy service `name`: the service, its proxy settings, its counts.
 /// The service `name` and its pools (its `proxy`'s, its `proxy_udp`'s),
 /// refused when it has neither.
 fn proxy_of<'s>(settings: &'s Settings, name: &str) -> Result<Proxied<'s>, Refusal> {
     let (service, counts) = counts(settings, name)?;
-    let tcp = match &service.kind {
-        ServiceKind::Proxy(proxy) => Some((&counts.pool, proxy)),
-        _ => None,
-    };
-    let udp = service.udp.as_ref().map(|udp| (&counts.udp_pool, udp));
-    let pools: Vec<_> = tcp.into_iter().chain(udp).collect();
+    let pools = crate::runtime::pools(service, counts);
     if pools.is_empty() {
         return Err(NotApplied::NotAProxy(name.to_owned()).into());
     }

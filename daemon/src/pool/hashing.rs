@@ -6,20 +6,6 @@
 
 use crate::model::Endpoint;
 
-/// The members `candidates` (indexes into `endpoints`/`weights`) in the order
-/// a client whose `sticky` key (its address's bytes, or its SNI) should try
-/// them. Clients with no key (Unix sockets) all hash alike.
-#[cfg(test)]
-pub(crate) fn ranked(
-    sticky: &[u8],
-    endpoints: &[&Endpoint],
-    weights: &[u32],
-    candidates: &[usize],
-) -> Vec<usize> {
-    let hashes: Vec<u64> = endpoints.iter().map(|e| member_hash(e)).collect();
-    ranked_hashed(client_key(sticky), &hashes, weights, candidates)
-}
-
 /// A client's `sticky` key as the scores take it.
 pub(crate) fn client_key(sticky: &[u8]) -> u64 {
     fnv(sticky)
@@ -31,7 +17,8 @@ pub(crate) fn member_hash(endpoint: &Endpoint) -> u64 {
     mix(fnv(endpoint.to_string().as_bytes()))
 }
 
-/// [`ranked`] with the key and the members' hashes made already.
+/// A client's order of the members (the tests' `ranked`) with the key and
+/// the members' hashes made already.
 pub(crate) fn ranked_hashed(
     key: u64,
     hashes: &[u64],
@@ -100,6 +87,19 @@ fn mix(mut x: u64) -> u64 {
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    /// The members `candidates` (indexes into `endpoints`/`weights`) in the order
+    /// a client whose `sticky` key (its address's bytes, or its SNI) should try
+    /// them. Clients with no key (Unix sockets) all hash alike.
+    fn ranked(
+        sticky: &[u8],
+        endpoints: &[&Endpoint],
+        weights: &[u32],
+        candidates: &[usize],
+    ) -> Vec<usize> {
+        let hashes: Vec<u64> = endpoints.iter().map(|e| member_hash(e)).collect();
+        ranked_hashed(client_key(sticky), &hashes, weights, candidates)
+    }
 
     fn members(n: u16) -> Vec<Endpoint> {
         (0..n)

@@ -7,12 +7,13 @@ mod change;
 mod link;
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use tcpmux_proto::admin::SetBy;
 use tcpmux_proto::ServiceName;
 
 use crate::admission::{ServiceCounts, Usage};
-use crate::model::{Endpoint, ServiceKind};
+use crate::model::{Endpoint, Proxy, Service, ServiceKind};
 use crate::pool::Pool;
 use crate::registry::Registry;
 
@@ -78,27 +79,35 @@ pub(crate) fn counts<'s>(
     Ok((service, counts))
 }
 
+/// `service`'s pools, those it has: its `proxy`'s and its `proxy_udp`'s.
+pub(crate) fn pools<'s>(
+    service: &'s Service,
+    counts: &'s ServiceCounts,
+) -> Vec<(&'s Arc<Pool>, &'s Arc<Proxy>)> {
+    let tcp = match &service.kind {
+        ServiceKind::Proxy(proxy) => Some((&counts.pool, proxy)),
+        _ => None,
+    };
+    let udp = service.udp.as_ref().map(|udp| (&counts.udp_pool, udp));
+    tcp.into_iter().chain(udp).collect()
+}
+
 /// The member of `service`'s pools written `backend`, and the pools that
 /// have it: its `proxy`'s, its `proxy_udp`'s, or both (one address may
 /// serve a service over TCP and UDP; an operator's word is for both).
 fn member<'c>(
-    service: &crate::model::Service,
+    service: &'c Service,
     counts: &'c ServiceCounts,
     backend: &str,
 ) -> Result<(Endpoint, Vec<&'c Pool>), NotApplied> {
     let name = service.name.as_str();
-    let tcp = match &service.kind {
-        ServiceKind::Proxy(proxy) => Some((&*counts.pool, &**proxy)),
-        _ => None,
-    };
-    let udp = service.udp.as_deref().map(|udp| (&*counts.udp_pool, udp));
-    let pools: Vec<(&Pool, &crate::model::Proxy)> = tcp.into_iter().chain(udp).collect();
+    let pools = pools(service, counts);
     if pools.is_empty() {
         return Err(NotApplied::NotAProxy(name.to_owned()));
     }
-    let known: Vec<(&Pool, std::sync::Arc<crate::pool::Members>)> = pools
+    let known: Vec<(&Pool, Arc<crate::pool::Members>)> = pools
         .iter()
-        .filter_map(|(pool, proxy)| Some((*pool, pool.current(proxy)?)))
+        .filter_map(|(pool, proxy)| Some((&***pool, pool.current(proxy)?)))
         .collect();
     if known.is_empty() {
         return Err(NotApplied::MembersNotKnown(name.to_owned()));

@@ -7,7 +7,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::pipe::{splice, SpliceFlags};
@@ -348,7 +348,7 @@ struct Activity<'a> {
     /// The client's direction reached EOF.
     client_done: AtomicBool,
     /// Directions that reached EOF (`one_way`).
-    ended: std::sync::atomic::AtomicU8,
+    ended: AtomicU8,
     backend_quit: AtomicBool,
     backend_cut: AtomicBool,
 }
@@ -365,7 +365,7 @@ impl<'a> Activity<'a> {
                 traffic.down.load(Ordering::Relaxed),
             ),
             client_done: AtomicBool::new(false),
-            ended: std::sync::atomic::AtomicU8::new(0),
+            ended: AtomicU8::new(0),
             backend_quit: AtomicBool::new(false),
             backend_cut: AtomicBool::new(false),
         }
