@@ -63,7 +63,15 @@ pub(super) fn pool_tasks(shared: &Shared) -> JoinSet<()> {
             continue;
         };
         let name = service.name.to_string();
-        let mut follow = |proxy: &Arc<crate::model::Proxy>, pool: &Arc<crate::pool::Pool>| {
+        let tcp = match &service.kind {
+            crate::model::ServiceKind::Proxy(proxy) => {
+                Some((proxy, &counts.pool, health::Speaks::Stream))
+            }
+            _ => None,
+        };
+        let udp =
+            (service.udp.as_ref()).map(|udp| (udp, &counts.udp_pool, health::Speaks::Datagram));
+        for (proxy, pool, speaks) in tcp.into_iter().chain(udp) {
             if proxy.follows_dns() {
                 let resolver =
                     resolver.get_or_insert_with(|| Arc::new(discovery::resolver(&settings.dns)));
@@ -75,37 +83,23 @@ pub(super) fn pool_tasks(shared: &Shared) -> JoinSet<()> {
                     settings.dns.clone(),
                 ));
             }
-        };
-        if let crate::model::ServiceKind::Proxy(proxy) = &service.kind {
-            follow(proxy, &counts.pool);
-        }
-        if let Some(udp) = &service.udp {
-            follow(udp, &counts.udp_pool);
-        }
-        if let crate::model::ServiceKind::Proxy(proxy) = &service.kind {
             if proxy.health_check.is_some() {
-                // Room a member back up makes goes to the clients in line first.
-                let (counted, checked) = (Arc::clone(counts), service.clone());
-                let after_round = move || counted.connections.set_cap(counted.cap(&checked));
+                // Room a TCP member back up makes goes to the clients in
+                // line first (a datagram waits in no line).
+                let queued = (speaks == health::Speaks::Stream)
+                    .then(|| (Arc::clone(counts), service.clone()));
+                let after_round = move || {
+                    if let Some((counted, checked)) = &queued {
+                        counted.connections.set_cap(counted.cap(checked));
+                    }
+                };
                 tasks.spawn(health::check_loop(
                     name.clone(),
-                    (Arc::clone(proxy), health::Speaks::Stream),
-                    Arc::clone(&counts.pool),
+                    (Arc::clone(proxy), speaks),
+                    Arc::clone(pool),
                     after_round,
                 ));
             }
-        }
-        if let Some(udp) = service
-            .udp
-            .as_ref()
-            .filter(|udp| udp.health_check.is_some())
-        {
-            tasks.spawn(health::check_loop(
-                name,
-                (Arc::clone(udp), health::Speaks::Datagram),
-                Arc::clone(&counts.udp_pool),
-                || {},
-            ));
         }
     }
     tasks
