@@ -6,21 +6,10 @@ use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Command;
 
-use common::{admin_ok, read_all, tagged_echo, Daemon, PATIENCE};
-
-/// `tcpmux admin --socket SOCKET WORDS...`.
-fn admin(socket: &Path, words: &str) -> Output {
-    Command::new(common::sibling_binary("tcpmux"))
-        .arg("admin")
-        .arg("--socket")
-        .arg(socket)
-        .args(words.split_whitespace())
-        .output()
-        .expect("run tcpmux admin")
-}
+use common::{admin, admin_ok, read_all, tagged_echo, Daemon, PATIENCE};
 
 /// The tag of the backend a new client of `web` reaches.
 fn reached(daemon: &Daemon) -> String {

@@ -9,7 +9,7 @@ use crate::common;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Instant;
 
 use common::etcd::{secret, Etcd};
@@ -51,13 +51,7 @@ fn socket(dir: &Path, node: &str) -> PathBuf {
 
 /// `tcpmux admin` on `node`'s socket.
 fn admin(dir: &Path, node: &str, words: &str) -> Output {
-    Command::new(common::sibling_binary("tcpmux"))
-        .arg("admin")
-        .arg("--socket")
-        .arg(socket(dir, node))
-        .args(words.split_whitespace())
-        .output()
-        .expect("run tcpmux admin")
+    common::admin(&socket(dir, node), words)
 }
 
 fn admin_ok(dir: &Path, node: &str, words: &str) -> String {

@@ -230,13 +230,7 @@ fn a_drained_member_adds_nothing_to_what_the_queue_lets_through() {
         socket.display()
     ))
     .keeping(dir);
-    let out = std::process::Command::new(common::sibling_binary("tcpmux"))
-        .args(["admin", "--socket"])
-        .arg(&socket)
-        .args(["set", "backend", "line", &a.to_string(), "state", "drain"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    common::admin_ok(&socket, &format!("set backend line {a} state drain"));
     // B alone takes clients: one at a time, the others wait their turn
     // (the drained A's place was counted, and the second client refused
     // with "every backend is full", passing its place down the line).

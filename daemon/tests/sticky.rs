@@ -6,7 +6,6 @@ use crate::common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::Command;
 
 use common::{tagged_echo, Daemon, PATIENCE};
 
@@ -54,20 +53,8 @@ fn a_client_keeps_its_member_and_only_a_removed_members_clients_move() {
         assert!((4..=40).contains(&on), "{} of 60 on {}", on, tag as char);
     }
     // B out for maintenance: its clients move, no one else does.
-    let out = Command::new(common::sibling_binary("tcpmux"))
-        .args(["admin", "--socket"])
-        .arg(&socket)
-        .args([
-            "set",
-            "backend",
-            "web",
-            &members[1].to_string(),
-            "state",
-            "maint",
-        ])
-        .output()
-        .expect("run tcpmux admin");
-    assert!(out.status.success());
+    let maint = format!("set backend web {} state maint", members[1]);
+    common::admin_ok(&socket, &maint);
     for (client, before) in clients.iter().zip(&first) {
         let now = reached_as(&daemon, client);
         if *before == b'B' {

@@ -107,19 +107,7 @@ fn workers_share_one_metrics_endpoint_admin_socket_and_session_table() {
         .filter(|l| l.contains("reload failed"))
         .collect();
     assert!(failed.is_empty(), "{failed:#?}");
-    let out = std::process::Command::new(common::sibling_binary("tcpmux"))
-        .arg("admin")
-        .arg("--socket")
-        .arg(&socket)
-        .args(["show", "services"])
-        .output()
-        .expect("run tcpmux admin");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("daytime"));
+    assert!(common::admin_ok(&socket, "show services").contains("daytime"));
     // The session table is the daemon's: sessions on either worker are listed
     // (the kernel spreads eight connections over both; worker 0 answers).
     let mut held = Vec::new();
@@ -130,14 +118,8 @@ fn workers_share_one_metrics_endpoint_admin_socket_and_session_table() {
         stream.read_exact(&mut plus).expect("the + line");
         held.push(stream);
     }
-    let out = std::process::Command::new(common::sibling_binary("tcpmux"))
-        .arg("admin")
-        .arg("--socket")
-        .arg(&socket)
-        .args(["--json", "show", "sessions", "echo"])
-        .output()
-        .expect("run tcpmux admin");
-    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let out = common::admin_ok(&socket, "--json show sessions echo");
+    let reply: serde_json::Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(
         reply["sessions"].as_array().map(Vec::len),
         Some(8),

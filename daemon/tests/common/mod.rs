@@ -336,15 +336,20 @@ pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// `tcpmux admin --socket SOCKET WORDS...`, which must succeed: its output.
-pub fn admin_ok(socket: &Path, words: &str) -> String {
-    let out = std::process::Command::new(sibling_binary("tcpmux"))
+/// `tcpmux admin --socket SOCKET WORDS...`.
+pub fn admin(socket: &Path, words: &str) -> std::process::Output {
+    std::process::Command::new(sibling_binary("tcpmux"))
         .arg("admin")
         .arg("--socket")
         .arg(socket)
         .args(words.split_whitespace())
         .output()
-        .expect("run tcpmux admin");
+        .expect("run tcpmux admin")
+}
+
+/// [`admin`], which must succeed: its output.
+pub fn admin_ok(socket: &Path, words: &str) -> String {
+    let out = admin(socket, words);
     assert!(
         out.status.success(),
         "{words}: {}",
