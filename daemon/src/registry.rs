@@ -7,10 +7,14 @@ use tcpmux_proto::ServiceName;
 
 use crate::model::{Builtin, Cidr, HostMap, Service, ServiceKind};
 
+/// Services by name, each boxed: a map of 100,000 is built and searched
+/// without moving 320-byte values through the tree's nodes.
+pub(crate) type Services = BTreeMap<ServiceName, Box<Service>>;
+
 /// Names to services.
 #[derive(Clone, Debug)]
 pub struct Registry {
-    services: BTreeMap<ServiceName, Service>,
+    services: Services,
     help_text: Vec<u8>,
     /// Host names to services, for detecting listeners; a TLS name may have
     /// several services, one per `alpn` set.
@@ -33,7 +37,7 @@ pub enum TlsMatch {
 
 impl Registry {
     /// Builds a registry; names are already unique because they are map keys.
-    pub fn new(services: BTreeMap<ServiceName, Service>) -> Self {
+    pub fn new(services: Services) -> Self {
         // HELP lists what a TCPMUX client can ask for.
         let streams = services.values().filter(|s| s.kind != ServiceKind::UdpOnly);
         let help_text = render_help(streams.map(|s| s.name.as_str()));
@@ -73,7 +77,7 @@ impl Registry {
     }
 
     pub fn lookup(&self, name: &ServiceName) -> Option<&Service> {
-        self.services.get(name)
+        self.services.get(name).map(|s| &**s)
     }
 
     /// The service whose `sni` matches `server_name` (lower case) for a
@@ -98,7 +102,7 @@ impl Registry {
             .flat_map(|name| self.sni.matches(name));
         // Looked up, not collected: this runs for every ClientHello.
         for names in named {
-            let candidates = || names.iter().filter_map(|n| self.services.get(n));
+            let candidates = || names.iter().filter_map(|n| self.lookup(n));
             let with_protocol = alpn
                 .iter()
                 .find_map(|p| candidates().find(|s| s.alpn.iter().any(|a| a == p.as_ref())));
@@ -110,7 +114,7 @@ impl Registry {
             }
         }
         let by_protocol = alpn.iter().find_map(|p| self.alpn_only.get(p.as_ref()))?;
-        Some((self.services.get(by_protocol)?, TlsMatch::Alpn))
+        Some((self.lookup(by_protocol)?, TlsMatch::Alpn))
     }
 
     /// On a TLS listener, the service for the protocol the handshake agreed
@@ -126,7 +130,7 @@ impl Registry {
     /// On a TLS listener, the service whose `sni_terminate` matches the
     /// name the client asked for: an exact name before a wildcard.
     pub fn by_terminated_sni(&self, server_name: &str) -> Option<&Service> {
-        self.services.get(self.terminated.get(server_name)?)
+        self.lookup(self.terminated.get(server_name)?)
     }
 
     /// Whether `server_name` (lower case) is an exact `sni_terminate` name
@@ -149,12 +153,12 @@ impl Registry {
 
     /// The service whose `http_host` is `host` (lower case, no port).
     pub fn by_http_host(&self, host: &str) -> Option<&Service> {
-        self.services.get(self.http_hosts.get(host)?)
+        self.lookup(self.http_hosts.get(host)?)
     }
 
     /// Every service, in HELP order.
     pub fn services(&self) -> impl Iterator<Item = &Service> {
-        self.services.values()
+        self.services.values().map(|s| &**s)
     }
 
     /// Whether any service is a handoff, whose HELP entry depends on live backends.
@@ -210,7 +214,7 @@ pub(crate) fn render_help<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<u
 }
 
 /// The built-ins keyed by their own names, to start a configuration from.
-pub(crate) fn default_services() -> BTreeMap<ServiceName, Service> {
+pub(crate) fn default_services() -> Services {
     Builtin::ALL
         .into_iter()
         .filter_map(|builtin| {
@@ -220,7 +224,7 @@ pub(crate) fn default_services() -> BTreeMap<ServiceName, Service> {
                 // Counters say what runs here: not for everyone by default.
                 service.access.allow = loopback();
             }
-            Some((name, service))
+            Some((name, Box::new(service)))
         })
         .collect()
 }
@@ -239,7 +243,7 @@ mod tests {
             let name = ServiceName::parse(name).unwrap();
             let mut service = Service::new(name.clone(), ServiceKind::Builtin(Builtin::Echo));
             service.sni_terminate = patterns.iter().map(|p| p.parse().unwrap()).collect();
-            services.insert(name, service);
+            services.insert(name, Box::new(service));
         }
         let registry = Registry::new(services);
         let found = |n: &str| registry.by_terminated_sni(n).map(|s| s.name.to_string());

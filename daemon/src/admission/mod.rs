@@ -69,6 +69,26 @@ impl ServiceCounts {
         }
     }
 
+    /// Takes `service`'s settings from a (re)load: its members' weights and
+    /// its cap.
+    fn configure(&self, service: &crate::model::Service) {
+        if let ServiceKind::Proxy(proxy) = &service.kind {
+            for endpoint in self.pool.configure(proxy) {
+                tracing::info!(service = %service.name, backend = %endpoint, "reload removed a backend: its run-time state and weight are forgotten");
+            }
+        }
+        match &service.udp {
+            Some(udp) => {
+                for endpoint in self.udp_pool.configure(udp) {
+                    tracing::info!(service = %service.name, backend = %endpoint, "reload removed a UDP backend: its run-time state and weight are forgotten");
+                }
+            }
+            None => drop(self.udp_pool.forget(|_| true)),
+        }
+        // A raised cap serves the clients already waiting first.
+        self.connections.set_cap(self.cap(service));
+    }
+
     /// Forgets what an operator set for `name`, a service a reload removed.
     fn forget(&self, name: &ServiceName) {
         *lock(&self.disabled_by) = None;
@@ -100,33 +120,23 @@ impl UsageTable {
     /// it starts from its configuration.
     pub(crate) fn for_registry(&self, registry: &Registry) -> Usage {
         let mut table = lock(&self.0);
-        for (name, counts) in table.iter() {
-            if registry.lookup(name).is_none() {
-                counts.forget(name);
-            }
-        }
-        registry
+        // Each name taken out of the old table as the registry goes by (a
+        // hash each, not an ordered lookup per old name): what is left
+        // after is what the reload removed.
+        let mut before = std::mem::take(&mut *table);
+        let usage: Usage = registry
             .services()
             .map(|service| {
-                let counts = table.entry(service.name.clone()).or_default();
-                if let ServiceKind::Proxy(proxy) = &service.kind {
-                    for endpoint in counts.pool.configure(proxy) {
-                        tracing::info!(service = %service.name, backend = %endpoint, "reload removed a backend: its run-time state and weight are forgotten");
-                    }
-                }
-                match &service.udp {
-                    Some(udp) => {
-                        for endpoint in counts.udp_pool.configure(udp) {
-                            tracing::info!(service = %service.name, backend = %endpoint, "reload removed a UDP backend: its run-time state and weight are forgotten");
-                        }
-                    }
-                    None => drop(counts.udp_pool.forget(|_| true)),
-                }
-                // A raised cap serves the clients already waiting first.
-                counts.connections.set_cap(counts.cap(service));
-                (service.name.clone(), Arc::clone(counts))
+                let counts = before.remove(&service.name).unwrap_or_default();
+                counts.configure(service);
+                (service.name.clone(), counts)
             })
-            .collect()
+            .collect();
+        for (name, counts) in before {
+            counts.forget(&name);
+        }
+        *table = usage.clone();
+        usage
     }
 }
 

@@ -17,7 +17,7 @@ use crate::model::{
 pub(crate) fn import(
     src: Source<'_>,
     import: &RawImport,
-    services: &mut BTreeMap<ServiceName, Service>,
+    services: &mut crate::registry::Services,
 ) -> Result<(), ConfigError> {
     let file = import.file.as_deref().unwrap_or("/etc/services");
     let text = std::fs::read_to_string(file)
@@ -53,7 +53,7 @@ pub(crate) fn import(
             backend_tls: None,
         };
         let kind = ServiceKind::Proxy(Arc::new(proxy));
-        services.insert(name.clone(), Service::new(name, kind));
+        services.insert(name.clone(), Box::new(Service::new(name, kind)));
     }
     Ok(())
 }

@@ -48,6 +48,23 @@ message = "the time follows"
 }
 
 #[test]
+fn a_table_replaces_the_builtin_of_its_name_and_names_stay_sorted() {
+    let config =
+        parse("[service.zz]\nbuiltin = \"echo\"\n[service.daytime]\nbuiltin = \"isotime\"\n[service.aa]\nbuiltin = \"echo\"\n").unwrap();
+    let names: Vec<_> = config.registry.names().collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(names, sorted, "sorted, each name once");
+    assert!(names.contains(&"aa") && names.contains(&"zz") && names.contains(&"echo"));
+    let daytime = config
+        .registry
+        .lookup(&ServiceName::parse("daytime").unwrap())
+        .unwrap();
+    assert_eq!(daytime.kind, ServiceKind::Builtin(Builtin::Isotime));
+}
+
+#[test]
 fn disabling_a_builtin_removes_it() {
     let config = parse("[service.chargen]\nenabled = false\n").unwrap();
     assert!(!config.registry.names().any(|n| n == "chargen"));
