@@ -11,6 +11,8 @@
 # IDLE flows that sent one datagram each and were answered, held, against
 # the front's RSS before.
 #   bench/udp.sh [SECONDS] [ROUNDS] [FLOWS] [IDLE]
+# TCPMUXD_BIN (default target/release/tcpmuxd) runs another build, for a
+# before/after in one run.
 # sslh: Debian 12's sslh (1.20) has no UDP; UDP came in 2.0. Point SSLH_DIR
 # at a build of sslh >= 2.0 (its sslh-select and sslh-ev; `./configure &&
 # make sslh-select sslh-ev` in its source needs libconfig-dev, libpcre2-dev,
@@ -66,7 +68,7 @@ CFG
 start() {
   case $1 in
     tcpmuxd) tcpmuxd_config $TCPMUXD
-      RUST_LOG=warn target/release/tcpmuxd --config "$WORK/tcpmuxd.toml" 2>"$WORK/tcpmuxd.err" & PID=$! ;;
+      RUST_LOG=warn "${TCPMUXD_BIN:-target/release/tcpmuxd}" --config "$WORK/tcpmuxd.toml" 2>"$WORK/tcpmuxd.err" & PID=$! ;;
     nginx) nginx_config $NGINX
       nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PID=$! ;;
     sslh-select|sslh-ev) local port=$SELECT; [ "$1" = sslh-ev ] && port=$EV

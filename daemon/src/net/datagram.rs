@@ -253,10 +253,33 @@ pub(crate) fn send_all(
     datagrams: &[&[u8]],
     to: Option<SocketAddr>,
 ) -> io::Result<usize> {
+    sendmmsg_to(socket, datagrams, |_| to)
+}
+
+/// Sends each of `datagrams` (at most [`RECV_BATCH`]) to its own address,
+/// `to` in the same order, in one `sendmmsg`: how many the socket took. The
+/// one after them failed (the next call says why); those after it were not
+/// tried.
+pub(crate) fn send_each(
+    socket: &impl AsFd,
+    datagrams: &[&[u8]],
+    to: &[SocketAddr],
+) -> io::Result<usize> {
+    let n = datagrams.len().min(to.len());
+    sendmmsg_to(socket, &datagrams[..n], |i| to.get(i).copied())
+}
+
+/// `sendmmsg` of `datagrams`, the i-th to `to(i)` (`None`: the socket's peer).
+fn sendmmsg_to(
+    socket: &impl AsFd,
+    datagrams: &[&[u8]],
+    to: impl Fn(usize) -> Option<SocketAddr>,
+) -> io::Result<usize> {
     use rustix::net::addr::SocketAddrArg;
     use rustix::net::{sendmmsg, MMsgHdr, SendAncillaryBuffer, SendFlags};
     let n = datagrams.len().min(RECV_BATCH);
-    let to = to.map(|to| to.as_any());
+    let to: [_; RECV_BATCH] =
+        std::array::from_fn(|i| (i < n).then(|| to(i)).flatten().map(|to| to.as_any()));
     let iovs: [[io::IoSlice<'_>; 1]; RECV_BATCH] = std::array::from_fn(|i| {
         [io::IoSlice::new(
             datagrams.get(i).copied().unwrap_or_default(),
@@ -264,10 +287,10 @@ pub(crate) fn send_all(
     });
     let mut controls: [SendAncillaryBuffer<'_, '_, '_>; RECV_BATCH] =
         std::array::from_fn(|_| SendAncillaryBuffer::default());
-    let mut each = iovs.iter().zip(controls.iter_mut());
+    let mut each = to.iter().zip(iovs.iter().zip(controls.iter_mut()));
     let mut messages: [MMsgHdr<'_>; RECV_BATCH] = std::array::from_fn(|_| {
-        let (iov, control) = each.next().expect("one per slot");
-        match &to {
+        let (to, (iov, control)) = each.next().expect("one per slot");
+        match to {
             Some(to) => MMsgHdr::new_with_addr(to, iov, control),
             None => MMsgHdr::new(iov, control),
         }

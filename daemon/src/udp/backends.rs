@@ -103,7 +103,7 @@ impl<T> Backends<T> {
     /// Waits for sockets with something to read, then gives each ready
     /// one's owner to `serve` (with whether the socket reported an error):
     /// one turn of at most [`EVENTS`].
-    pub(super) async fn turn(&self, mut serve: impl FnMut(&T, bool) -> Turn) {
+    pub(super) async fn turn(&self, mut serve: impl FnMut(&Arc<T>, bool) -> Turn) {
         let Ok(mut guard) = self.epoll.readable().await else {
             // The runtime is going away: nothing more to serve.
             return std::future::pending().await;

@@ -12,6 +12,7 @@ mod flow;
 mod gather;
 mod handover;
 mod launch;
+mod outbox;
 mod quic;
 mod replies;
 mod route;

@@ -1,20 +1,19 @@
 //! The backends' replies to the clients: a flow's backend socket, when its
 //! listener's epoll set says it has some (backends.rs), is read up to 16
-//! datagrams per `recvmmsg` and they go to the client in one `sendmmsg`,
-//! from the listener's socket. The daemon sends a client only what its
-//! backend sent.
+//! datagrams per `recvmmsg`, and the turn's replies of every ready flow go
+//! to their clients 16 per `sendmmsg` (outbox.rs), from the listener's
+//! socket. The daemon sends a client only what its backend sent.
 
 use std::io;
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use tokio::net::UdpSocket;
 
 use super::backends::Turn;
 use super::flow::{Ended, Flow, Flows, MAX_DATAGRAM};
-use super::route::Dropped;
+use super::outbox::{count_reply, Outbox};
 use crate::model::Owner;
-use crate::net::datagram::{read_into, recv_batch, send_all, send_from, Batch, RECV_BATCH};
-use crate::ops::udp_metrics::Direction;
+use crate::net::datagram::{read_into, recv_batch, send_from, Batch, RECV_BATCH};
 use crate::state::Shared;
 use tcpmux_proto::sniff::datagram::long_header;
 
@@ -30,23 +29,37 @@ pub(super) async fn relay_ready(
     (buf, got): (&mut [u8], &mut Batch),
     shared: &Shared,
 ) {
-    let relay = |flow: &Flow, error| relay(flow, error, (socket, &mut *buf, &mut *got), shared);
+    let mut outbox = Outbox::default();
+    let relay = |flow: &Arc<Flow>, error| {
+        relay(
+            flow,
+            error,
+            (socket, &mut *buf, &mut *got, &mut outbox),
+            shared,
+        )
+    };
     flows.backends.turn(relay).await;
+    // After the wait, nothing here yields: what the turn read goes out now.
+    outbox.flush(socket, buf, shared);
 }
 
-/// Sends the client the datagrams waiting on `flow`'s backend socket, a
-/// batch of up to `RECV_BATCH` read in one `recvmmsg` and sent in one
-/// `sendmmsg`; a socket that reports an error (an ICMP port unreachable)
-/// ends the flow. A reply the client's socket cannot take at once is dropped,
-/// as on a wire.
+/// Reads the datagrams waiting on `flow`'s backend socket into the free
+/// slots of the listener's buffer, a batch per `recvmmsg`, for the client
+/// (the outbox sends them with other flows' replies); a socket that reports
+/// an error (an ICMP port unreachable) ends the flow. A reply the client's
+/// socket cannot take at once is dropped, as on a wire.
 fn relay(
-    flow: &Flow,
+    flow: &Arc<Flow>,
     error: bool,
-    (socket, buf, got): (&UdpSocket, &mut [u8], &mut Batch),
+    (socket, buf, got, outbox): (&UdpSocket, &mut [u8], &mut Batch, &mut Outbox),
     shared: &Shared,
 ) -> Turn {
     for _ in 0..REPLIES_PER_TURN / RECV_BATCH {
-        match recv_batch(&flow.backend, buf, MAX_DATAGRAM, got) {
+        if outbox.is_full() {
+            outbox.flush(socket, buf, shared);
+        }
+        let (free, start) = (RECV_BATCH - outbox.len(), outbox.len() * MAX_DATAGRAM);
+        match recv_batch(&flow.backend, &mut buf[start..], MAX_DATAGRAM, got) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !error => return Turn::Drained,
             Err(e) => {
@@ -56,7 +69,7 @@ fn relay(
                 return Turn::Drained;
             }
         }
-        let replies = read_into(buf, MAX_DATAGRAM, got);
+        let replies = read_into(&buf[start..], MAX_DATAGRAM, got);
         let replies = &replies[..got.len()];
         if flow.quic {
             for reply in replies {
@@ -64,8 +77,21 @@ fn relay(
             }
         }
         flow.touch();
-        send_replies(flow, socket, replies, shared);
-        if got.len() < RECV_BATCH {
+        match flow.reply_from {
+            // Each needs its source address in a control message of its own.
+            Some(from) => {
+                for reply in replies {
+                    let sent = send_from(socket, reply, flow.client, from).is_ok();
+                    count_reply(flow, reply.len(), sent, shared);
+                }
+            }
+            None => {
+                for reply in replies {
+                    outbox.push(reply.len(), flow);
+                }
+            }
+        }
+        if got.len() < free {
             // A short batch found the socket empty: no second call to be
             // told so (the set reports what comes later).
             return Turn::Drained;
@@ -89,35 +115,4 @@ fn learn_server_id(flow: &Flow, reply: &[u8]) {
             flow: flow.id,
         },
     );
-}
-
-/// Sends `replies` to the client, counting those sent and dropping the
-/// rest. Straight to the socket, as `udp::forward`: no readiness to wait
-/// for.
-fn send_replies(flow: &Flow, socket: &UdpSocket, replies: &[&[u8]], shared: &Shared) {
-    let client = flow.client;
-    // Which were sent, by position.
-    let mut sent = [false; RECV_BATCH];
-    match flow.reply_from {
-        // Each needs its source address in a control message of its own.
-        Some(from) => {
-            for (sent, reply) in sent.iter_mut().zip(replies) {
-                *sent = send_from(socket, reply, client, from).is_ok();
-            }
-        }
-        None => {
-            let taken = send_all(socket, replies, Some(client)).unwrap_or(0);
-            sent[..taken].fill(true);
-        }
-    }
-    for (reply, sent) in replies.iter().zip(sent) {
-        let len = reply.len();
-        if !sent {
-            shared.udp.dropped(Dropped::ClientUnreachable.reason());
-            continue;
-        }
-        let down = &flow.session.traffic.down;
-        down.fetch_add(len as u64, Ordering::Relaxed);
-        shared.udp.datagram(Direction::Out, len);
-    }
 }
