@@ -122,7 +122,8 @@ impl UsageTable {
         let mut table = lock(&self.0);
         // Each name taken out of the old table as the registry goes by (a
         // hash each, not an ordered lookup per old name): what is left
-        // after is what the reload removed.
+        // after is what the reload removed, forgotten but kept (its
+        // sessions still count, should the name come back).
         let mut before = std::mem::take(&mut *table);
         let usage: Usage = registry
             .services()
@@ -132,10 +133,11 @@ impl UsageTable {
                 (service.name.clone(), counts)
             })
             .collect();
-        for (name, counts) in before {
-            counts.forget(&name);
+        for (name, counts) in &before {
+            counts.forget(name);
         }
         *table = usage.clone();
+        table.extend(before);
         usage
     }
 }
@@ -353,6 +355,23 @@ mod tests {
         assert!(!after.contains_key(&ServiceName::parse("chargen").unwrap()));
         drop(held);
         assert_eq!(after[&echo].connections.get(), 0);
+    }
+
+    #[test]
+    fn a_name_removed_and_brought_back_still_counts_its_running_sessions() {
+        let table = UsageTable::default();
+        let chargen = ServiceName::parse("chargen").unwrap();
+        let usage = table.for_registry(&Registry::builtins());
+        let held = usage[&chargen].connections.acquire(None).unwrap();
+        let mut services = crate::registry::default_services();
+        services.remove(&chargen);
+        assert!(!table
+            .for_registry(&Registry::new(services))
+            .contains_key(&chargen));
+        let back = table.for_registry(&Registry::builtins());
+        assert_eq!(back[&chargen].connections.get(), 1);
+        drop(held);
+        assert_eq!(back[&chargen].connections.get(), 0);
     }
 
     #[test]
