@@ -3,7 +3,8 @@
 //! WireGuard peers (wireguard-go, userspace, so no kernel module is needed)
 //! whose tunnel runs through the daemon's `wireguard` probe, and a flood of
 //! datagrams from thousands of spoofed source addresses, which the flow
-//! limits hold while a real client keeps its flow.
+//! limits hold while a real client keeps its flow; and a backend behind a
+//! link whose MTU refuses the daemon's GSO sends, which it sends one by one.
 
 use crate::common;
 
@@ -350,6 +351,91 @@ fn a_spoofed_source_flood_from_a_namespace_stays_within_the_flow_limits() {
         "the flood started flows, and they were evicted: {started}"
     );
 }
+
+/// A client's bursts of 1,400-byte datagrams reach a backend in a namespace
+/// whose link has an MTU of 1,280: the kernel refuses a GSO message whose
+/// segments do not fit (they cannot be fragmented), and the daemon sends the
+/// run again one datagram at a time, fragmented as plain UDP is. No burst
+/// loses a datagram, the one that found GSO refused included.
+#[test]
+#[ignore = "needs root and python3 (a network namespace; CI runs it)"]
+fn datagrams_too_big_for_gso_on_their_link_go_one_by_one_and_all_arrive() {
+    common::require_root();
+    let ns = Joined::new(14);
+    let inside = run(&["ip", "-n", &ns.name, "-o", "link", "show", "type", "veth"]);
+    let inside = String::from_utf8_lossy(&inside.stdout);
+    let inside = inside
+        .split(['@', ':'])
+        .nth(1)
+        .expect("the inside veth")
+        .trim();
+    run(&["ip", "link", "set", &ns.outside, "mtu", "1280"]);
+    run(&["ip", "-n", &ns.name, "link", "set", inside, "mtu", "1280"]);
+    let echo = ns.exec(&["python3", "-c", ECHO, &ns.inside_addr]);
+    let mut echo = Command::new(echo[0])
+        .args(&echo[1..])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the echo backend");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(echo.stdout.take().expect("piped")),
+        &mut ready,
+    )
+    .unwrap();
+    let _echo = Started(echo);
+    let backend = ready.trim().strip_prefix("ready ").expect("its port");
+    let mut daemon = Daemon::binary(&format!(
+        "listen = [\"127.0.0.1:0\", {{ address = \"127.0.0.1:0\", udp = true, tcp = false, udp_default = \"big\" }}]\n\
+         [service.big]\nproxy_udp = \"{}:{backend}\"\n",
+        ns.inside_addr
+    ));
+    let target = udp_addr(&mut daemon);
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.set_read_timeout(Some(PATIENCE)).unwrap();
+    let refused = |daemon: &Daemon| daemon.logs().iter().any(|l| l.contains("UDP GSO refused"));
+    let deadline = Instant::now() + PATIENCE;
+    let mut bursts = 0u32;
+    // Bursts until one held a run the daemon tried as one GSO message
+    // (datagrams sent back to back are read in one batch), then one more.
+    while !refused(&daemon) || bursts < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no run was ever tried with GSO in {bursts} bursts"
+        );
+        let sent: Vec<Vec<u8>> = (0..8u8)
+            .map(|i| {
+                let mut datagram = vec![i; 1400];
+                datagram[..4].copy_from_slice(&bursts.to_be_bytes());
+                datagram
+            })
+            .collect();
+        for datagram in &sent {
+            client.send_to(datagram, target).unwrap();
+        }
+        let mut buf = [0u8; 2048];
+        let mut echoed: Vec<Vec<u8>> = (0..8)
+            .map(|_| {
+                let len = client.recv(&mut buf).expect("every datagram echoed");
+                buf[..len].to_vec()
+            })
+            .collect();
+        echoed.sort();
+        assert_eq!(echoed, sent, "burst {bursts} came back whole");
+        bursts += 1;
+    }
+}
+
+/// An echo backend on the address given, any port: says `ready PORT`.
+const ECHO: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 0))
+print("ready %d" % s.getsockname()[1], flush=True)
+while True:
+    data, peer = s.recvfrom(65535)
+    s.sendto(data, peer)
+"#;
 
 /// Removes a route of this namespace on drop.
 struct RouteGuard(&'static str);
