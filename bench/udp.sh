@@ -12,7 +12,10 @@
 # the front's RSS before.
 #   bench/udp.sh [SECONDS] [ROUNDS] [FLOWS] [IDLE]
 # TCPMUXD_BIN (default target/release/tcpmuxd) runs another build, for a
-# before/after in one run.
+# before/after in one run. LISTEN_IP=0.0.0.0 binds every front to the
+# wildcard address (a deployment's usual `0.0.0.0:443`), where each reply
+# must leave from the address its client sent to; clients still send to
+# 127.0.0.1.
 # sslh: Debian 12's sslh (1.20) has no UDP; UDP came in 2.0. Point SSLH_DIR
 # at a build of sslh >= 2.0 (its sslh-select and sslh-ev; `./configure &&
 # make sslh-select sslh-ev` in its source needs libconfig-dev, libpcre2-dev,
@@ -25,6 +28,7 @@ ROUNDS=${2:-3}
 FLOWS=${3:-64}
 IDLE=${4:-5000}
 BASE=${BASE_PORT:-27400}
+LISTEN_IP=${LISTEN_IP:-127.0.0.1}
 cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
 . bench/lib.sh
 ulimit -n "$(ulimit -Hn)"
@@ -34,8 +38,8 @@ ECHO=$BASE TCPMUXD=$((BASE + 1)) NGINX=$((BASE + 2)) SELECT=$((BASE + 3)) EV=$((
 $BENCH udp-echo --listen 127.0.0.1:$ECHO & PIDS+=($!)
 
 tcpmuxd_config() { # PORT
-  printf 'listen = [{ address = "127.0.0.1:%s", udp = true, tcp = false, udp_default = "bench" }]\nmax_udp_flows = %s\n[service.bench]\nproxy_udp = "127.0.0.1:%s"\n' \
-    "$1" $((IDLE + 1000)) $ECHO > "$WORK/tcpmuxd.toml"
+  printf 'listen = [{ address = "%s:%s", udp = true, tcp = false, udp_default = "bench" }]\nmax_udp_flows = %s\n[service.bench]\nproxy_udp = "127.0.0.1:%s"\n' \
+    "$LISTEN_IP" "$1" $((IDLE + 1000)) $ECHO > "$WORK/tcpmuxd.toml"
 }
 nginx_config() { # PORT
   cat > "$WORK/nginx.conf" <<CFG
@@ -48,7 +52,7 @@ error_log $WORK/nginx.err;
 events { worker_connections $((2 * IDLE + 1000)); }
 stream {
   server {
-    listen 127.0.0.1:$1 udp;
+    listen $LISTEN_IP:$1 udp;
     proxy_pass 127.0.0.1:$ECHO;
     proxy_timeout 60s;
   }
@@ -59,7 +63,7 @@ sslh_config() { # PORT
   cat > "$WORK/sslh-$1.cfg" <<CFG
 foreground: true;
 udp_max_connections: $((IDLE + 1000));
-listen: ( { host: "127.0.0.1"; port: "$1"; is_udp: true; } );
+listen: ( { host: "$LISTEN_IP"; port: "$1"; is_udp: true; } );
 protocols: ( { name: "anyprot"; host: "127.0.0.1"; port: "$ECHO"; is_udp: true; } );
 CFG
 }

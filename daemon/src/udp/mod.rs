@@ -28,7 +28,7 @@ use tokio::net::UdpSocket;
 
 use crate::model::{Owner, UdpRoutes};
 use crate::net::datagram::{
-    read_into, recv_batch, recv_with_destination, send_all, Batch, Destination, RECV_BATCH,
+    read_into, recv_batch, send_all, Batch, Destination, Received, RECV_BATCH,
 };
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
@@ -107,57 +107,47 @@ fn receive(
     (flows, routes): (&Arc<Flows>, &SharedRoutes),
     shared: &Arc<Shared>,
 ) {
-    // On a wildcard address each datagram says where it was sent.
-    let wildcard = local.ip().is_unspecified();
-    let received = match wildcard {
-        true => socket
-            .try_io(Interest::READABLE, || recv_with_destination(socket, buf))
-            .map(|(len, client, destination)| {
-                batch.clear();
-                batch.push((len, Some(client)));
-                destination
-            }),
-        false => {
-            let read = socket.try_io(Interest::READABLE, || {
-                match recv_batch(socket, buf, MAX_DATAGRAM, batch) {
-                    // A short batch found the socket empty: said as
-                    // WouldBlock, its readiness is cleared without a second
-                    // call to be told so.
-                    Ok(()) if batch.len() < RECV_BATCH => Err(WouldBlock.into()),
-                    read => read,
-                }
-            });
-            match read {
-                Err(e) if e.kind() == WouldBlock && !batch.is_empty() => Ok(None),
-                read => read.map(|()| None),
+    let read = socket.try_io(Interest::READABLE, || {
+        match recv_batch(socket, buf, MAX_DATAGRAM, batch) {
+            // A short batch found the socket empty: said as WouldBlock, its
+            // readiness is cleared without a second call to be told so.
+            Ok(()) if batch.len() < RECV_BATCH => Err(WouldBlock.into()),
+            read => read,
+        }
+    });
+    match read {
+        Ok(()) => {}
+        Err(e) if e.kind() == WouldBlock => {
+            if batch.is_empty() {
+                return;
             }
         }
-    };
-    let destination = match received {
-        Ok(received) => received,
-        Err(e) if e.kind() == WouldBlock => return,
         Err(e) => {
             // An ICMP error queued on the socket, or memory pressure:
             // nothing to do for this datagram; the next one is served.
             tracing::debug!(address = %local, error = %e, "UDP receive failed");
             return;
         }
-    };
+    }
     let datagrams = read_into(buf, MAX_DATAGRAM, batch);
     let mut next = 0;
-    while let Some(&(_, client)) = batch.get(next) {
+    while let Some(&Received { from: client, .. }) = batch.get(next) {
         // A client's datagrams next to each other in the batch go to its
         // backend together (a bulk sender's usually are).
         let run = batch[next..]
             .iter()
-            .take_while(|(_, c)| *c == client)
+            .take_while(|r| r.from == client)
             .count();
         let mut rest = &datagrams[next..next + run];
+        let mut sent_to = batch[next..next + run].iter().map(|r| r.to);
         next += run;
         let Some(client) = client else {
             continue; // no address to answer: not an inet sender
         };
         while let Some((first, later)) = rest.split_first() {
+            // Where this datagram was sent: on a wildcard address, where its
+            // flow's replies are to leave from.
+            let destination = sent_to.next().flatten();
             let existing = flows.table().get(&client).cloned();
             match existing {
                 Some(flow) => {

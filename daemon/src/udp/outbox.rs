@@ -1,6 +1,7 @@
 //! The replies of one turn, from any number of flows, waiting in the
 //! listener's buffer to go to their clients together: one `sendmmsg` for up
-//! to 16, each to its own address, where a `sendmmsg` per flow sent one or
+//! to 16, each to its own address (and on a wildcard-bound listener from
+//! the address its client sent to), where a `sendmmsg` per flow sent one or
 //! two (a request/response client has one reply in flight).
 
 use std::io;
@@ -11,7 +12,7 @@ use tokio::net::UdpSocket;
 
 use super::flow::{Flow, MAX_DATAGRAM};
 use super::route::Dropped;
-use crate::net::datagram::{send_each, RECV_BATCH};
+use crate::net::datagram::{send_each, Addressed, RECV_BATCH};
 use crate::ops::udp_metrics::Direction;
 use crate::state::Shared;
 
@@ -47,7 +48,7 @@ impl Outbox {
             return;
         }
         let mut datagrams: [&[u8]; RECV_BATCH] = [&[]; RECV_BATCH];
-        let mut to = [std::net::SocketAddr::from(([0, 0, 0, 0], 0)); RECV_BATCH];
+        let mut to = [Addressed::default(); RECV_BATCH];
         for (i, ((len, flow), slot)) in self
             .waiting
             .iter()
@@ -55,7 +56,10 @@ impl Outbox {
             .enumerate()
         {
             datagrams[i] = &slot[..*len];
-            to[i] = flow.client;
+            to[i] = Addressed {
+                to: Some(flow.client),
+                from: flow.reply_from,
+            };
         }
         let mut sent = [false; RECV_BATCH];
         let mut at = 0;

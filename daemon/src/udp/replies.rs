@@ -11,9 +11,9 @@ use tokio::net::UdpSocket;
 
 use super::backends::Turn;
 use super::flow::{Ended, Flow, Flows, MAX_DATAGRAM};
-use super::outbox::{count_reply, Outbox};
+use super::outbox::Outbox;
 use crate::model::Owner;
-use crate::net::datagram::{read_into, recv_batch, send_from, Batch, RECV_BATCH};
+use crate::net::datagram::{read_into, recv_batch, Batch, RECV_BATCH};
 use crate::state::Shared;
 use tcpmux_proto::sniff::datagram::long_header;
 
@@ -77,19 +77,8 @@ fn relay(
             }
         }
         flow.touch();
-        match flow.reply_from {
-            // Each needs its source address in a control message of its own.
-            Some(from) => {
-                for reply in replies {
-                    let sent = send_from(socket, reply, flow.client, from).is_ok();
-                    count_reply(flow, reply.len(), sent, shared);
-                }
-            }
-            None => {
-                for reply in replies {
-                    outbox.push(reply.len(), flow);
-                }
-            }
+        for reply in replies {
+            outbox.push(reply.len(), flow);
         }
         if got.len() < free {
             // A short batch found the socket empty: no second call to be

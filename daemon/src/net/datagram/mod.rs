@@ -14,10 +14,8 @@ use crate::model::ListenAddr;
 
 mod recv;
 mod send;
-pub(crate) use recv::{
-    read_into, recv_batch, recv_with_destination, Batch, Destination, RECV_BATCH,
-};
-pub(crate) use send::{send_all, send_each, send_from};
+pub(crate) use recv::{read_into, recv_batch, Batch, Destination, Received, RECV_BATCH};
+pub(crate) use send::{send_all, send_each, Addressed};
 
 /// What a UDP listener asks for its receive buffer.
 const RECEIVE_BUFFER: usize = 4 << 20;

@@ -1,9 +1,9 @@
-//! Receiving datagrams: one with the local address it was sent to (a
-//! wildcard-bound listener's replies must leave from it), or a batch of up
-//! to 16 with their senders in one `recvmmsg`.
+//! Receiving datagrams: a batch of up to 16 in one `recvmmsg`, each with
+//! its sender and, on a wildcard-bound socket, the local address it was
+//! sent to (where its replies must leave from).
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 
 /// The local address a datagram was sent to, on a wildcard-bound socket:
@@ -28,50 +28,27 @@ impl Destination {
     }
 }
 
-/// One datagram into `buf`, from a socket `bind_udp` bound to a wildcard
-/// address: its length, its sender, and the local address it was sent to.
-pub(crate) fn recv_with_destination(
-    socket: &impl AsRawFd,
-    buf: &mut [u8],
-) -> io::Result<(usize, SocketAddr, Option<Destination>)> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrStorage};
-    let mut control = nix::cmsg_space!(libc::in6_pktinfo);
-    let mut iov = [io::IoSliceMut::new(buf)];
-    let message = recvmsg::<SockaddrStorage>(
-        socket.as_raw_fd(),
-        &mut iov,
-        Some(&mut control),
-        MsgFlags::empty(),
-    )?;
-    let from = message
-        .address
-        .as_ref()
-        .and_then(socket_addr)
-        .ok_or_else(|| io::Error::other("a datagram without a sender's address"))?;
-    let mut destination = None;
-    for cmsg in message.cmsgs()? {
-        destination = match cmsg {
-            ControlMessageOwned::Ipv4PacketInfo(info) => Some(Destination {
-                ip: IpAddr::from(info.ipi_addr.s_addr.to_ne_bytes()),
-                interface: 0,
-            }),
-            ControlMessageOwned::Ipv6PacketInfo(info) => Some(Destination {
-                ip: IpAddr::from(info.ipi6_addr.s6_addr),
-                interface: info.ipi6_ifindex,
-            }),
-            _ => destination,
-        };
-    }
-    Ok((message.bytes, from, destination))
-}
-
 /// Datagrams one `recv_batch` reads at most.
 pub(crate) const RECV_BATCH: usize = 16;
 
-/// What one `recv_batch` read: each datagram's length and sender, in the
-/// order of its slots (a sender that is no IPv4 or IPv6 address, which an
-/// inet socket never reports, is `None` and keeps its place).
-pub(crate) type Batch = Vec<(usize, Option<SocketAddr>)>;
+/// One datagram a `recv_batch` read, in the order of its slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Received {
+    pub(crate) len: usize,
+    /// Its sender: `None` for one that is no IPv4 or IPv6 address, which an
+    /// inet socket never reports (it keeps its place all the same).
+    pub(crate) from: Option<SocketAddr>,
+    /// On a wildcard-bound socket (IP_PKTINFO, IPV6_RECVPKTINFO), the local
+    /// address it was sent to.
+    pub(crate) to: Option<Destination>,
+}
+
+/// What one `recv_batch` read.
+pub(crate) type Batch = Vec<Received>;
+
+/// Room for one message's control data: an `in6_pktinfo` (the larger).
+#[repr(C, align(8))]
+struct Control([u8; 64]);
 
 /// Reads the datagrams waiting on `socket` in one `recvmmsg`, one into each
 /// `slot_len` slot of `buf` (a slot of 64 KiB takes any datagram whole),
@@ -90,11 +67,13 @@ pub(crate) fn recv_batch(
     // SAFETY: plain C structs, for which all zeroes is a valid value.
     let mut iovs: [libc::iovec; RECV_BATCH] = unsafe { std::mem::zeroed() };
     let mut messages: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
+    let mut controls: [Control; RECV_BATCH] = std::array::from_fn(|_| Control([0; 64]));
     let mut count = 0;
-    for ((slot, iov), (message, name)) in buf
+    for (((slot, iov), (message, name)), control) in buf
         .chunks_mut(slot_len)
         .zip(iovs.iter_mut())
         .zip(messages.iter_mut().zip(names.iter_mut()))
+        .zip(controls.iter_mut())
     {
         *iov = libc::iovec {
             iov_base: slot.as_mut_ptr().cast(),
@@ -104,11 +83,14 @@ pub(crate) fn recv_batch(
         message.msg_hdr.msg_name = (name as *mut socket2::SockAddrStorage).cast();
         message.msg_hdr.msg_iov = iov;
         message.msg_hdr.msg_iovlen = 1;
+        message.msg_hdr.msg_control = control.0.as_mut_ptr().cast();
+        message.msg_hdr.msg_controllen = control.0.len() as _;
         count += 1;
     }
-    // SAFETY: each of the first `count` headers points at its own name and
-    // iovec, which point into `names` and `buf`, all alive and unaliased
-    // for the call; the kernel writes no more than their lengths.
+    // SAFETY: each of the first `count` headers points at its own name,
+    // control buffer and iovec, which point into `names`, `controls` and
+    // `buf`, all alive and unaliased for the call; the kernel writes no
+    // more than their lengths.
     let got = unsafe {
         libc::recvmmsg(
             socket.as_raw_fd(),
@@ -124,9 +106,48 @@ pub(crate) fn recv_batch(
     for (message, name) in messages.iter().zip(names).take(got as usize) {
         // SAFETY: the kernel initialized `msg_namelen` bytes of `name`.
         let addr = unsafe { socket2::SockAddr::new(name, message.msg_hdr.msg_namelen) };
-        into.push((message.msg_len as usize, addr.as_socket()));
+        into.push(Received {
+            len: message.msg_len as usize,
+            from: addr.as_socket(),
+            to: destination(&message.msg_hdr),
+        });
     }
     Ok(())
+}
+
+/// The local address in a received message's IP_PKTINFO or IPV6_PKTINFO.
+fn destination(header: &libc::msghdr) -> Option<Destination> {
+    let mut found = None;
+    // SAFETY: `header` is one recvmmsg filled in: its control pointer and
+    // the length the kernel set describe control messages it wrote into a
+    // buffer still alive; CMSG_FIRSTHDR/NXTHDR stay within that length and
+    // each message's data is at least as long as its type's struct (read
+    // unaligned, as the buffer promises no more than 8).
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(header);
+        while !cmsg.is_null() {
+            let data = libc::CMSG_DATA(cmsg);
+            found = match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
+                (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                    let info = std::ptr::read_unaligned(data as *const libc::in_pktinfo);
+                    Some(Destination {
+                        ip: IpAddr::from(info.ipi_addr.s_addr.to_ne_bytes()),
+                        interface: 0,
+                    })
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                    let info = std::ptr::read_unaligned(data as *const libc::in6_pktinfo);
+                    Some(Destination {
+                        ip: IpAddr::from(info.ipi6_addr.s6_addr),
+                        interface: info.ipi6_ifindex,
+                    })
+                }
+                _ => found,
+            };
+            cmsg = libc::CMSG_NXTHDR(header, cmsg);
+        }
+    }
+    found
 }
 
 /// The datagrams `batch` says `recv_batch` read into `buf`'s `slot_len`
@@ -137,7 +158,7 @@ pub(crate) fn read_into<'b>(
     batch: &Batch,
 ) -> [&'b [u8]; RECV_BATCH] {
     let mut datagrams: [&[u8]; RECV_BATCH] = [&[]; RECV_BATCH];
-    for (datagram, (&(len, _), slot)) in datagrams
+    for (datagram, (&Received { len, .. }, slot)) in datagrams
         .iter_mut()
         .zip(batch.iter().zip(buf.chunks(slot_len)))
     {
@@ -146,11 +167,33 @@ pub(crate) fn read_into<'b>(
     datagrams
 }
 
-/// A sender's address as nix gives it.
-fn socket_addr(addr: &nix::sys::socket::SockaddrStorage) -> Option<SocketAddr> {
-    match (addr.as_sockaddr_in(), addr.as_sockaddr_in6()) {
-        (Some(v4), _) => Some(SocketAddr::from(SocketAddrV4::from(*v4))),
-        (_, Some(v6)) => Some(SocketAddr::from(SocketAddrV6::from(*v6))),
-        _ => None,
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+
+    /// On a wildcard-bound socket each datagram of a batch says which local
+    /// address it was sent to; on a specific one, none does.
+    #[test]
+    fn a_batch_says_where_each_datagram_was_sent_on_a_wildcard_bind() {
+        let wildcard = super::super::bind_udp(SocketAddr::from(([0, 0, 0, 0], 0)), false).unwrap();
+        let port = wildcard.local_addr().unwrap().port();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for last in [2u8, 3, 2] {
+            client
+                .send_to(&[last], SocketAddr::from(([127, 0, 0, last], port)))
+                .unwrap();
+        }
+        let (mut buf, mut batch) = (vec![0u8; RECV_BATCH * 64], Batch::new());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut seen = Vec::new();
+        while seen.len() < 3 && std::time::Instant::now() < deadline {
+            if recv_batch(&wildcard, &mut buf, 64, &mut batch).is_ok() {
+                seen.extend(batch.iter().map(|r| (r.from, r.to.map(|d| d.ip))));
+            }
+        }
+        let client = client.local_addr().ok();
+        let to = |last: u8| Some(IpAddr::from([127, 0, 0, last]));
+        assert_eq!(seen, [(client, to(2)), (client, to(3)), (client, to(2))]);
     }
 }

@@ -24,6 +24,14 @@ const MAX_GSO_BYTES: usize = 65_000;
 /// sets it to 0.
 static GSO_BELOW: AtomicUsize = AtomicUsize::new(usize::MAX);
 
+/// Where a datagram goes (`None`: a connected socket's peer) and, from a
+/// wildcard-bound socket, the local address it leaves from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Addressed {
+    pub(crate) to: Option<SocketAddr>,
+    pub(crate) from: Option<Destination>,
+}
+
 /// Sends `datagrams` (at most [`RECV_BATCH`]) in one `sendmmsg`, to `to`
 /// or, on a connected socket, to its peer: how many the socket took. Those
 /// after them found its buffer full, and are the caller's to drop, as UDP
@@ -33,45 +41,41 @@ pub(crate) fn send_all(
     datagrams: &[&[u8]],
     to: Option<SocketAddr>,
 ) -> io::Result<usize> {
-    sendmmsg_to(socket, datagrams, &[to; RECV_BATCH])
+    sendmmsg_to(
+        socket,
+        datagrams,
+        &[Addressed { to, from: None }; RECV_BATCH],
+    )
 }
 
-/// Sends each of `datagrams` (at most [`RECV_BATCH`]) to its own address,
-/// `to` in the same order, in one `sendmmsg`: how many the socket took. The
-/// one after them failed (the next call says why); those after it were not
-/// tried.
+/// Sends each of `datagrams` (at most [`RECV_BATCH`]) as its `addressed`
+/// says, in the same order, in one `sendmmsg`: how many the socket took.
+/// The one after them failed (the next call says why); those after it were
+/// not tried.
 pub(crate) fn send_each(
     socket: &impl AsRawFd,
     datagrams: &[&[u8]],
-    to: &[SocketAddr],
+    addressed: &[Addressed],
 ) -> io::Result<usize> {
-    let to: [Option<SocketAddr>; RECV_BATCH] = std::array::from_fn(|i| to.get(i).copied());
-    sendmmsg_to(socket, datagrams, &to)
+    sendmmsg_to(socket, datagrams, addressed)
 }
 
-/// A `UDP_SEGMENT` control message: the size a GSO message is cut into.
-#[repr(C)]
-struct Segment {
-    header: libc::cmsghdr,
-    size: u16,
-    _pad: [u8; 6],
-}
+/// Room for one message's control data: a source address (an
+/// `in6_pktinfo`, the larger) and a GSO segment size.
+#[repr(C, align(8))]
+struct Control([u8; 64]);
 
-/// `sendmmsg` of `datagrams`, the i-th to `to[i]` (`None`: the socket's
-/// peer), runs of them as GSO messages: how many datagrams were taken.
-fn sendmmsg_to(
-    socket: &impl AsRawFd,
-    datagrams: &[&[u8]],
-    to: &[Option<SocketAddr>],
-) -> io::Result<usize> {
+/// `sendmmsg` of `datagrams`, the i-th as `to[i]` says, runs of them as
+/// GSO messages: how many datagrams were taken.
+fn sendmmsg_to(socket: &impl AsRawFd, datagrams: &[&[u8]], to: &[Addressed]) -> io::Result<usize> {
     let n = datagrams.len().min(to.len()).min(RECV_BATCH);
     let (datagrams, to) = (&datagrams[..n], &to[..n]);
     let names: [Option<socket2::SockAddr>; RECV_BATCH] =
-        std::array::from_fn(|i| to.get(i).copied().flatten().map(socket2::SockAddr::from));
+        std::array::from_fn(|i| to.get(i).and_then(|a| a.to).map(socket2::SockAddr::from));
     // SAFETY: plain C structs, for which all zeroes is a valid value.
     let mut iovs: [libc::iovec; RECV_BATCH] = unsafe { std::mem::zeroed() };
     let mut messages: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
-    let mut controls: [Segment; RECV_BATCH] = unsafe { std::mem::zeroed() };
+    let mut controls: [Control; RECV_BATCH] = std::array::from_fn(|_| Control([0; 64]));
     for (iov, datagram) in iovs.iter_mut().zip(datagrams) {
         *iov = libc::iovec {
             iov_base: datagram.as_ptr() as *mut libc::c_void,
@@ -90,22 +94,15 @@ fn sendmmsg_to(
         }
         header.msg_iov = &mut iovs[first];
         header.msg_iovlen = run as _;
-        if run > 1 {
-            let control = &mut controls[count];
-            control.header.cmsg_len = (std::mem::size_of::<libc::cmsghdr>() + 2) as _;
-            control.header.cmsg_level = libc::SOL_UDP;
-            control.header.cmsg_type = libc::UDP_SEGMENT;
-            // run_len keeps sizes under MAX_GSO_BYTES.
-            control.size = datagrams[first].len() as u16;
-            header.msg_control = (control as *mut Segment).cast();
-            header.msg_controllen = std::mem::size_of::<Segment>() as _;
-        }
+        // run_len keeps sizes under MAX_GSO_BYTES.
+        let segment = (run > 1).then_some(datagrams[first].len() as u16);
+        control(header, &mut controls[count], to[first].from, segment);
         runs[count] = run;
         count += 1;
         first += run;
     }
     // SAFETY: each of the first `count` headers points at its own name,
-    // control message and a range of `iovs`, which point into `datagrams`;
+    // control messages and a range of `iovs`, which point into `datagrams`;
     // all alive and unchanged for the call, which only reads them.
     let sent = unsafe {
         libc::sendmmsg(
@@ -140,9 +137,9 @@ fn sendmmsg_to(
     Ok(taken)
 }
 
-/// How many of `datagrams`, from the first, go as one message: those to the
-/// first's address of its size, and one shorter to end the run.
-fn run_len(datagrams: &[&[u8]], to: &[Option<SocketAddr>]) -> usize {
+/// How many of `datagrams`, from the first, go as one message: those
+/// addressed as the first, of its size, and one shorter to end the run.
+fn run_len(datagrams: &[&[u8]], to: &[Addressed]) -> usize {
     let size = datagrams.first().map_or(0, |d| d.len());
     if size == 0 || size >= GSO_BELOW.load(Ordering::Relaxed) {
         return 1;
@@ -162,21 +159,23 @@ fn run_len(datagrams: &[&[u8]], to: &[Option<SocketAddr>]) -> usize {
     run
 }
 
-/// Sends `datagram` to `to` from the local address `from` (what a client
-/// sent to, on a wildcard-bound socket).
-pub(crate) fn send_from(
-    socket: &impl AsRawFd,
-    datagram: &[u8],
-    to: SocketAddr,
-    from: Destination,
-) -> io::Result<usize> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrStorage};
-    let iov = [io::IoSlice::new(datagram)];
-    let to = SockaddrStorage::from(to);
-    // Each arm's control message borrows its own info.
+/// Sets `header`'s control messages, written into `buf`: the local address
+/// the message leaves from (IP_PKTINFO, IPV6_PKTINFO) and the size a GSO
+/// message is cut into (UDP_SEGMENT), each if given.
+fn control(
+    header: &mut libc::msghdr,
+    buf: &mut Control,
+    from: Option<Destination>,
+    segment: Option<u16>,
+) {
+    if from.is_none() && segment.is_none() {
+        return;
+    }
     let (v4, v6);
-    let cmsg = match from.ip {
-        IpAddr::V4(ip) => {
+    let source: Option<(libc::c_int, libc::c_int, &[u8])> = match from {
+        Some(Destination {
+            ip: IpAddr::V4(ip), ..
+        }) => {
             v4 = libc::in_pktinfo {
                 ipi_ifindex: 0,
                 ipi_spec_dst: libc::in_addr {
@@ -184,26 +183,55 @@ pub(crate) fn send_from(
                 },
                 ipi_addr: libc::in_addr { s_addr: 0 },
             };
-            ControlMessage::Ipv4PacketInfo(&v4)
+            Some((libc::IPPROTO_IP, libc::IP_PKTINFO, bytes_of(&v4)))
         }
-        IpAddr::V6(ip) => {
+        Some(Destination {
+            ip: IpAddr::V6(ip),
+            interface,
+        }) => {
             v6 = libc::in6_pktinfo {
                 ipi6_addr: libc::in6_addr {
                     s6_addr: ip.octets(),
                 },
-                ipi6_ifindex: from.interface,
+                ipi6_ifindex: interface,
             };
-            ControlMessage::Ipv6PacketInfo(&v6)
+            Some((libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, bytes_of(&v6)))
         }
+        None => None,
     };
-    let flags = MsgFlags::MSG_DONTWAIT;
-    Ok(sendmsg(
-        socket.as_raw_fd(),
-        &iov,
-        &[cmsg],
-        flags,
-        Some(&to),
-    )?)
+    let size = segment.map(u16::to_ne_bytes);
+    let gso = size
+        .as_ref()
+        .map(|s| (libc::SOL_UDP, libc::UDP_SEGMENT, &s[..]));
+    header.msg_control = buf.0.as_mut_ptr().cast();
+    header.msg_controllen = buf.0.len() as _;
+    let mut used = 0;
+    // SAFETY: `header` points at `buf` (64 bytes, 8-aligned) with that
+    // length; CMSG_FIRSTHDR/NXTHDR give headers inside it or null, and the
+    // messages written (a pktinfo of at most 20 bytes, a u16) fit in it:
+    // 40 + 24 bytes at most.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(header);
+        for (level, kind, data) in [source, gso].into_iter().flatten() {
+            if cmsg.is_null() {
+                break;
+            }
+            (*cmsg).cmsg_level = level;
+            (*cmsg).cmsg_type = kind;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(data.len() as _) as _;
+            std::ptr::copy_nonoverlapping(data.as_ptr(), libc::CMSG_DATA(cmsg), data.len());
+            used += libc::CMSG_SPACE(data.len() as _) as usize;
+            cmsg = libc::CMSG_NXTHDR(header, cmsg);
+        }
+    }
+    header.msg_controllen = used as _;
+}
+
+/// A pktinfo struct's bytes.
+fn bytes_of<T: Copy>(value: &T) -> &[u8] {
+    // SAFETY: `T` is a pktinfo struct: integers without padding, all of
+    // whose bytes are initialized, read for its size.
+    unsafe { std::slice::from_raw_parts((value as *const T).cast(), std::mem::size_of::<T>()) }
 }
 
 #[cfg(test)]
@@ -211,8 +239,11 @@ mod tests {
     use super::*;
     use std::net::UdpSocket;
 
-    fn addr(port: u16) -> Option<SocketAddr> {
-        Some(SocketAddr::from(([127, 0, 0, 1], port)))
+    fn addr(port: u16) -> Addressed {
+        Addressed {
+            to: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+            from: None,
+        }
     }
 
     #[test]
@@ -227,6 +258,15 @@ mod tests {
             1,
             "another address"
         );
+        let elsewhere = Addressed {
+            from: Some(Destination::new([127, 0, 0, 2].into(), 0)),
+            ..addr(1)
+        };
+        assert_eq!(
+            run_len(&[&big, &big], &[addr(1), elsewhere]),
+            1,
+            "another source"
+        );
         assert_eq!(
             run_len(&[&[], &[]], &same),
             1,
@@ -240,12 +280,18 @@ mod tests {
         );
     }
 
+    fn receiver() -> (UdpSocket, SocketAddr) {
+        let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        receiver
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let addr = receiver.local_addr().unwrap();
+        (receiver, addr)
+    }
+
     #[test]
     fn runs_arrive_as_the_datagrams_they_were_to_each_address() {
-        let receivers: Vec<UdpSocket> = (0..2)
-            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
-            .collect();
-        let to: Vec<SocketAddr> = receivers.iter().map(|r| r.local_addr().unwrap()).collect();
+        let (first, second) = (receiver(), receiver());
         let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
         let payloads: Vec<Vec<u8>> = (0..7u8)
             .map(|i| vec![i; if i == 3 { 10 } else { 50 }])
@@ -253,7 +299,14 @@ mod tests {
         let datagrams: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
         // 0-3 to the first (a run of three and a shorter one), 4-5 to the
         // second, 6 to the first.
-        let each = [to[0], to[0], to[0], to[0], to[1], to[1], to[0]];
+        let to = |a: SocketAddr| Addressed {
+            to: Some(a),
+            from: None,
+        };
+        let each = [
+            first.1, first.1, first.1, first.1, second.1, second.1, first.1,
+        ]
+        .map(to);
         assert_eq!(send_each(&sender, &datagrams, &each).unwrap(), 7);
         assert_eq!(
             GSO_BELOW.load(Ordering::Relaxed),
@@ -261,14 +314,40 @@ mod tests {
             "the kernel took the runs as GSO messages"
         );
         let mut buf = [0u8; 100];
-        for (receiver, expected) in [(0, [0usize, 1, 2, 3, 6].as_slice()), (1, &[4, 5])] {
-            receivers[receiver]
-                .set_read_timeout(Some(std::time::Duration::from_secs(5)))
-                .unwrap();
+        for (receiver, expected) in [
+            (&first.0, [0usize, 1, 2, 3, 6].as_slice()),
+            (&second.0, &[4, 5]),
+        ] {
             for &i in expected {
-                let len = receivers[receiver].recv(&mut buf).unwrap();
+                let len = receiver.recv(&mut buf).unwrap();
                 assert_eq!(&buf[..len], &payloads[i][..], "datagram {i}");
             }
+        }
+    }
+
+    /// From a wildcard-bound socket, each datagram (a GSO run's too) leaves
+    /// from the local address it is given, not the route's choice.
+    #[test]
+    fn each_leaves_from_its_given_local_address() {
+        let (receiver, at) = receiver();
+        let sender = super::super::bind_udp(SocketAddr::from(([0, 0, 0, 0], 0)), false).unwrap();
+        let from = |last: u8| Addressed {
+            to: Some(at),
+            from: Some(Destination::new([127, 0, 0, last].into(), 0)),
+        };
+        let datagrams: [&[u8]; 4] = [b"two", b"three", b"three", b"three"];
+        let each = [from(2), from(3), from(3), from(3)];
+        assert_eq!(send_each(&sender, &datagrams, &each).unwrap(), 4);
+        let mut buf = [0u8; 16];
+        for (said, last) in [
+            (&b"two"[..], 2),
+            (b"three", 3),
+            (b"three", 3),
+            (b"three", 3),
+        ] {
+            let (len, source) = receiver.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..len], said);
+            assert_eq!(source.ip(), std::net::IpAddr::from([127, 0, 0, last]));
         }
     }
 }
