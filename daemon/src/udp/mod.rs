@@ -35,6 +35,7 @@ use crate::state::Shared;
 use flow::{Flow, Flows, MAX_DATAGRAM};
 use gather::Gathered;
 use launch::{launch, Start};
+use outbox::Outbox;
 use tcpmux_proto::sniff::datagram::{quic_initial, Datagram};
 
 /// A UDP listener's routes, which a reload replaces.
@@ -84,6 +85,7 @@ pub(crate) async fn serve(
     // a time. Its pages are touched only as deep as batches go.
     let mut buf = vec![0u8; RECV_BATCH * MAX_DATAGRAM];
     let mut batch = Vec::with_capacity(RECV_BATCH);
+    let mut outbox = Outbox::default();
     loop {
         tokio::select! {
             ready = socket.readable() => {
@@ -92,7 +94,7 @@ pub(crate) async fn serve(
                     receive(from, (&mut buf, &mut batch), (&flows, &routes), &shared);
                 }
             }
-            () = replies::relay_ready(&flows, &socket, (&mut buf, &mut batch), &shared) => {}
+            () = replies::relay_ready(&flows, &socket, (&mut buf, &mut batch, &mut outbox), &shared) => {}
         }
         // A flood of datagrams must not starve the rest of the event loop.
         tokio::task::consume_budget().await;

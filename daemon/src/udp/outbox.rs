@@ -18,9 +18,16 @@ use crate::state::Shared;
 
 /// Replies read into the first `len()` slots of the listener's buffer (of
 /// `MAX_DATAGRAM` bytes each), each with its flow.
-#[derive(Default)]
 pub(super) struct Outbox {
     waiting: Vec<(usize, Arc<Flow>)>,
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Outbox {
+            waiting: Vec::with_capacity(RECV_BATCH),
+        }
+    }
 }
 
 impl Outbox {
@@ -82,7 +89,7 @@ impl Outbox {
 }
 
 /// Counts a reply of `len` bytes sent to `flow`'s client, or dropped.
-pub(super) fn count_reply(flow: &Flow, len: usize, sent: bool, shared: &Shared) {
+fn count_reply(flow: &Flow, len: usize, sent: bool, shared: &Shared) {
     if !sent {
         shared.udp.dropped(Dropped::ClientUnreachable.reason());
         return;

@@ -21,25 +21,25 @@ use tcpmux_proto::sniff::datagram::long_header;
 /// backend does not hold up the others.
 const REPLIES_PER_TURN: usize = 4 * RECV_BATCH;
 
-/// Waits for backends with replies and relays them, one turn; `buf` and
-/// `got` are the listener's, free between its own reads.
+/// Waits for backends with replies and relays them, one turn; `buf`, `got`
+/// and `outbox` (empty) are the listener's, free between its own reads.
 pub(super) async fn relay_ready(
     flows: &Flows,
     socket: &UdpSocket,
-    (buf, got): (&mut [u8], &mut Batch),
+    (buf, got, outbox): (&mut [u8], &mut Batch, &mut Outbox),
     shared: &Shared,
 ) {
-    let mut outbox = Outbox::default();
     let relay = |flow: &Arc<Flow>, error| {
         relay(
             flow,
             error,
-            (socket, &mut *buf, &mut *got, &mut outbox),
+            (socket, &mut *buf, &mut *got, &mut *outbox),
             shared,
         )
     };
     flows.backends.turn(relay).await;
-    // After the wait, nothing here yields: what the turn read goes out now.
+    // After the wait nothing here yields (so a turn is never dropped with
+    // replies in the outbox): what the turn read goes out now.
     outbox.flush(socket, buf, shared);
 }
 

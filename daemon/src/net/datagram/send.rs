@@ -41,23 +41,11 @@ pub(crate) fn send_all(
     datagrams: &[&[u8]],
     to: Option<SocketAddr>,
 ) -> io::Result<usize> {
-    sendmmsg_to(
+    send_each(
         socket,
         datagrams,
         &[Addressed { to, from: None }; RECV_BATCH],
     )
-}
-
-/// Sends each of `datagrams` (at most [`RECV_BATCH`]) as its `addressed`
-/// says, in the same order, in one `sendmmsg`: how many the socket took.
-/// The one after them failed (the next call says why); those after it were
-/// not tried.
-pub(crate) fn send_each(
-    socket: &impl AsRawFd,
-    datagrams: &[&[u8]],
-    addressed: &[Addressed],
-) -> io::Result<usize> {
-    sendmmsg_to(socket, datagrams, addressed)
 }
 
 /// Room for one message's control data: a source address (an
@@ -65,9 +53,15 @@ pub(crate) fn send_each(
 #[repr(C, align(8))]
 struct Control([u8; 64]);
 
-/// `sendmmsg` of `datagrams`, the i-th as `to[i]` says, runs of them as
-/// GSO messages: how many datagrams were taken.
-fn sendmmsg_to(socket: &impl AsRawFd, datagrams: &[&[u8]], to: &[Addressed]) -> io::Result<usize> {
+/// Sends each of `datagrams` (at most [`RECV_BATCH`]) as `to` says, in the
+/// same order, in one `sendmmsg`, runs of them as GSO messages: how many
+/// the socket took. The one after them failed (the next call says why);
+/// those after it were not tried.
+pub(crate) fn send_each(
+    socket: &impl AsRawFd,
+    datagrams: &[&[u8]],
+    to: &[Addressed],
+) -> io::Result<usize> {
     let n = datagrams.len().min(to.len()).min(RECV_BATCH);
     let (datagrams, to) = (&datagrams[..n], &to[..n]);
     let names: [Option<socket2::SockAddr>; RECV_BATCH] =
@@ -123,7 +117,7 @@ fn sendmmsg_to(socket: &impl AsRawFd, datagrams: &[&[u8]], to: &[Addressed]) -> 
                 if GSO_BELOW.fetch_min(below, Ordering::Relaxed) > below {
                     tracing::info!(error = %e, segment = datagrams[0].len(), "UDP GSO refused: datagrams of this size and larger go one by one");
                 }
-                sendmmsg_to(socket, datagrams, to)
+                send_each(socket, datagrams, to)
             }
             _ => Err(e),
         };
@@ -132,7 +126,7 @@ fn sendmmsg_to(socket: &impl AsRawFd, datagrams: &[&[u8]], to: &[Addressed]) -> 
     if sent < count && runs[sent] > 1 {
         // The next message, a GSO run, failed: asked again, its error says
         // whether GSO was why (and the run goes one by one).
-        return Ok(taken + sendmmsg_to(socket, &datagrams[taken..], &to[taken..]).unwrap_or(0));
+        return Ok(taken + send_each(socket, &datagrams[taken..], &to[taken..]).unwrap_or(0));
     }
     Ok(taken)
 }
