@@ -120,22 +120,27 @@ fn destination(header: &libc::msghdr) -> Option<Destination> {
     let mut found = None;
     // SAFETY: `header` is one recvmmsg filled in: its control pointer and
     // the length the kernel set describe control messages it wrote into a
-    // buffer still alive; CMSG_FIRSTHDR/NXTHDR stay within that length and
-    // each message's data is at least as long as its type's struct (read
+    // buffer still alive; CMSG_FIRSTHDR/NXTHDR stay within that length, and
+    // a message's data is read only when its length holds the struct (read
     // unaligned, as the buffer promises no more than 8).
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(header);
         while !cmsg.is_null() {
             let data = libc::CMSG_DATA(cmsg);
+            // A message cut short (MSG_CTRUNC) is not read past its end.
+            let holds =
+                |size: usize| (*cmsg).cmsg_len as usize >= libc::CMSG_LEN(size as _) as usize;
             found = match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
-                (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                (libc::IPPROTO_IP, libc::IP_PKTINFO) if holds(size_of::<libc::in_pktinfo>()) => {
                     let info = std::ptr::read_unaligned(data as *const libc::in_pktinfo);
                     Some(Destination {
                         ip: IpAddr::from(info.ipi_addr.s_addr.to_ne_bytes()),
                         interface: 0,
                     })
                 }
-                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO)
+                    if holds(size_of::<libc::in6_pktinfo>()) =>
+                {
                     let info = std::ptr::read_unaligned(data as *const libc::in6_pktinfo);
                     Some(Destination {
                         ip: IpAddr::from(info.ipi6_addr.s6_addr),
