@@ -56,10 +56,7 @@ pub(crate) struct Lingering<T> {
 impl<T> Lingering<T> {
     /// An empty set; must run inside the runtime.
     pub(crate) fn new() -> io::Result<Lingering<T>> {
-        let set = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-        // SAFETY: the OwnedFd is the AsyncFd's, open and the same descriptor
-        // for as long as the AsyncFd lives.
-        let epoll = unsafe { AsyncFd::register(set) }?;
+        let epoll = crate::net::epoll::set()?;
         Ok(Lingering {
             epoll,
             waiting: Vec::new(),

@@ -11,6 +11,7 @@ pub(crate) mod buffers;
 pub(crate) mod close;
 pub(crate) mod conn;
 pub(crate) mod datagram;
+pub(crate) mod epoll;
 pub(crate) mod lingering;
 pub mod listener;
 pub(crate) mod pair;

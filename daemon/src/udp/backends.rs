@@ -46,10 +46,7 @@ pub(super) enum Turn {
 impl<T> Backends<T> {
     /// An empty set; must run inside the runtime.
     pub(super) fn new() -> io::Result<Backends<T>> {
-        let set = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-        // SAFETY: the OwnedFd is the AsyncFd's, open and the same descriptor
-        // for as long as the AsyncFd lives.
-        let epoll = unsafe { AsyncFd::register(set) }?;
+        let epoll = crate::net::epoll::set()?;
         Ok(Backends {
             epoll,
             slots: Mutex::new(Slots::default()),

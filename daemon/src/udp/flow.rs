@@ -266,6 +266,11 @@ impl Flow {
         up.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
+    pub(super) fn count_out(&self, bytes: usize) {
+        let down = &self.session.traffic.down;
+        down.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
     /// Whether it ended.
     pub(super) fn has_ended(&self) -> bool {
         self.ended.load(Ordering::Acquire) != 0

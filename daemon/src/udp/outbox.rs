@@ -5,7 +5,6 @@
 //! two (a request/response client has one reply in flight).
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::net::UdpSocket;
@@ -31,13 +30,15 @@ impl Default for Outbox {
 }
 
 impl Outbox {
-    /// Slots taken.
-    pub(super) fn len(&self) -> usize {
-        self.waiting.len()
-    }
-
     pub(super) fn is_full(&self) -> bool {
         self.waiting.len() >= RECV_BATCH
+    }
+
+    /// The slots of `buf` after those taken, for the next replies to be
+    /// read into, and how many there are.
+    pub(super) fn room<'b>(&self, buf: &'b mut [u8]) -> (&'b mut [u8], usize) {
+        let taken = self.waiting.len();
+        (&mut buf[taken * MAX_DATAGRAM..], RECV_BATCH - taken)
     }
 
     /// One more reply, `len` bytes in the next slot, for `flow`'s client.
@@ -94,9 +95,6 @@ fn count_reply(flow: &Flow, len: usize, sent: bool, shared: &Shared) {
         shared.udp.dropped(Dropped::ClientUnreachable.reason());
         return;
     }
-    flow.session
-        .traffic
-        .down
-        .fetch_add(len as u64, Ordering::Relaxed);
+    flow.count_out(len);
     shared.udp.datagram(Direction::Out, len);
 }

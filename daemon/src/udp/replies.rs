@@ -58,8 +58,8 @@ fn relay(
         if outbox.is_full() {
             outbox.flush(socket, buf, shared);
         }
-        let (free, start) = (RECV_BATCH - outbox.len(), outbox.len() * MAX_DATAGRAM);
-        match recv_batch(&flow.backend, &mut buf[start..], MAX_DATAGRAM, got) {
+        let (room, free) = outbox.room(buf);
+        match recv_batch(&flow.backend, room, MAX_DATAGRAM, got) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !error => return Turn::Drained,
             Err(e) => {
@@ -69,7 +69,7 @@ fn relay(
                 return Turn::Drained;
             }
         }
-        let replies = read_into(&buf[start..], MAX_DATAGRAM, got);
+        let replies = read_into(room, MAX_DATAGRAM, got);
         let replies = &replies[..got.len()];
         if flow.quic {
             for reply in replies {

@@ -46,9 +46,10 @@ pub(crate) struct Received {
 /// What one `recv_batch` read.
 pub(crate) type Batch = Vec<Received>;
 
-/// Room for one message's control data: an `in6_pktinfo` (the larger).
+/// Room for one message's control data, received (an `in6_pktinfo`) or
+/// sent (a source address and a GSO segment size: 40 + 24 bytes at most).
 #[repr(C, align(8))]
-struct Control([u8; 64]);
+pub(super) struct Control(pub(super) [u8; 64]);
 
 /// Reads the datagrams waiting on `socket` in one `recvmmsg`, one into each
 /// `slot_len` slot of `buf` (a slot of 64 KiB takes any datagram whole),

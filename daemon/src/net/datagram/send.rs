@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::recv::{Destination, RECV_BATCH};
+use super::recv::{Control, Destination, RECV_BATCH};
 
 /// Segments per GSO message: UDP_MAX_SEGMENTS of the oldest kernels with GSO.
 const MAX_SEGMENTS: usize = 64;
@@ -48,11 +48,6 @@ pub(crate) fn send_all(
         &[Addressed { to, from: None }; RECV_BATCH],
     )
 }
-
-/// Room for one message's control data: a source address (an
-/// `in6_pktinfo`, the larger) and a GSO segment size.
-#[repr(C, align(8))]
-struct Control([u8; 64]);
 
 /// Sends each of `datagrams` (at most [`RECV_BATCH`]) as `to` says, in the
 /// same order, in one `sendmmsg`, runs of them as GSO messages: how many
