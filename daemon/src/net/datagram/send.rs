@@ -107,12 +107,14 @@ pub(crate) fn send_each(
     };
     if sent < 0 {
         let e = io::Error::last_os_error();
-        return match (runs[0] > 1, e.raw_os_error()) {
-            (true, Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE)) => {
-                let below = match e.raw_os_error() {
-                    Some(libc::EIO) => 0,
-                    _ => datagrams[0].len(),
-                };
+        // The sizes from which GSO goes unused, if GSO was what failed.
+        let below = match e.raw_os_error() {
+            Some(libc::EIO) => Some(0),
+            Some(libc::EINVAL | libc::EMSGSIZE) => Some(datagrams[0].len()),
+            _ => None,
+        };
+        return match (runs[0] > 1, below) {
+            (true, Some(below)) => {
                 if GSO_BELOW.fetch_min(below, Ordering::Relaxed) > below {
                     tracing::info!(error = %e, segment = datagrams[0].len(), "UDP GSO refused: datagrams of this size and larger go one by one");
                 }
