@@ -17,7 +17,9 @@
 # size against the smallest, one line per workload) to OUT (default
 # bench/results). As root (descriptors for 100,000 sessions), about 6 minutes.
 #   bench/scale.sh [SECONDS] [LARGEST_SESSIONS]
-# SECTIONS="services sni sessions pools" (the default) picks the sweeps.
+# SECTIONS="services sni sessions pools" (the default) picks the sweeps;
+# TCPMUXD_BIN (default target/release/tcpmuxd) runs another build, for a
+# before/after in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-3}
@@ -30,7 +32,7 @@ cargo build --release --quiet -p tcpmuxd -p tcpmux-bench -p tcpmux-cli
 . bench/lib.sh
 ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 BENCH=target/release/tcpmux-bench
-DAEMON=target/release/tcpmuxd
+DAEMON=${TCPMUXD_BIN:-target/release/tcpmuxd}
 BASE=${BASE_PORT:-27600}
 PORT=$BASE SRC=$((BASE + 10)) METRICS=$((BASE + 5)) DNS=$((BASE + 6)) POOL=$((BASE + 2000))
 CURVES="$WORK/curves.tsv"   # workload size us-per-connection

@@ -161,6 +161,17 @@ fn drop_in_files_add_services_and_their_errors_name_them() {
         "{stderr}"
     );
 
+    // A drop-in holds service tables only.
+    let (code, _, stderr) = check(
+        main,
+        &[("conf.d/10-web.toml", "listen = [\"127.0.0.1:9\"]\n")],
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("conf.d/10-web.toml:1:1: unknown key `listen`; the keys here are service"),
+        "{stderr}"
+    );
+
     // An empty or a missing conf.d is fine; a missing plain file is not.
     let (code, _, _) = check("include = [\"conf.d/*.toml\"]\n", &[("conf.d/README", "x")]);
     assert_eq!(code, Some(0));

@@ -4,9 +4,9 @@
 //! Indexed by name, so a file of 100,000 services loads in linear time.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use tcpmux_proto::ServiceName;
-use toml::Spanned;
 
 use super::error::{ConfigError, Source};
 use crate::model::{HostPattern, Service};
@@ -28,11 +28,11 @@ impl Claims {
     pub(super) fn claim(
         &mut self,
         src: Source<'_>,
-        key: &Spanned<String>,
+        key: Range<usize>,
         service: &Service,
     ) -> Result<(), ConfigError> {
         self.check(service)
-            .map_err(|message| src.at(key.span(), message))?;
+            .map_err(|message| src.at(key, message))?;
         self.record(service);
         Ok(())
     }

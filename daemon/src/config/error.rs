@@ -175,6 +175,9 @@ fn plain_expected(expected: &str) -> String {
         "a boolean" | "bool" => "true or false".into(),
         "a string" => "text in quotes".into(),
         "a sequence" => "a list [...]".into(),
+        // serde names the Rust type a table is read into (`struct RawService`).
+        "a map" => "a table".into(),
+        other if other.starts_with("struct ") => "a table".into(),
         other => other.to_owned(),
     }
 }
@@ -218,6 +221,10 @@ mod tests {
         assert_eq!(
             humanize("invalid type: integer `1`, expected a boolean"),
             "expected true or false, found the number 1"
+        );
+        assert_eq!(
+            humanize("invalid type: integer `5`, expected struct RawService"),
+            "expected a table, found the number 5"
         );
         assert_eq!(humanize("something else"), "something else");
     }

@@ -172,7 +172,7 @@ impl Config {
     /// else outside the returned value changes.
     pub fn parse(text: &str, origin: &str, keys: &Keys) -> Result<Config, ConfigError> {
         let src = Source { text, origin };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| src.toml(&e))?;
+        let (raw, tables): (RawConfig, _) = raw::read(src)?;
         // One entry alone stands where the key is.
         let listed = raw.listen.as_ref().map(|list| {
             let entries = list
@@ -187,7 +187,7 @@ impl Config {
         });
         let mut listen = listen::listen(src, listed.as_ref(), keys)?.unwrap_or_else(default_listen);
         let drop_ins = include::read(src, raw.include.as_ref())?;
-        let (services, quic_servers) = services::services(src, &raw, &listen, &drop_ins)?;
+        let (services, quic_servers) = services::services(src, &raw, tables, &listen, &drop_ins)?;
         let registry = Registry::new(services);
         for tls in listen
             .iter_mut()

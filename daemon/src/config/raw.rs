@@ -4,10 +4,13 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use serde::de::IntoDeserializer;
 use serde::Deserialize;
+use toml::de::{DeString, DeTable, DeValue};
 use toml::Spanned;
 
 use super::durations::ConfigDuration;
+use super::error::{ConfigError, Source};
 
 /// A `listen` entry written as a table; a plain string is the address alone
 /// (the table's other fields at their defaults).
@@ -145,8 +148,47 @@ pub(crate) struct RawConfig {
     pub(crate) resolvers: Option<Spanned<Vec<String>>>,
     pub(crate) include: Option<Spanned<Vec<String>>>,
     pub(crate) cluster: Option<Spanned<super::cluster::RawCluster>>,
-    #[serde(default)]
-    pub(crate) service: BTreeMap<Spanned<String>, Box<RawService>>,
+}
+
+/// A file's `[service.NAME]` tables in file order, each as toml parsed it.
+/// Each is read into a [`RawService`] (1.2 KiB) when its service is made,
+/// so that a file of 100,000 never holds them all at once.
+pub(crate) type ServiceTables<'i> = Vec<(Spanned<DeString<'i>>, Spanned<DeValue<'i>>)>;
+
+/// Parses `src` into its top-level keys (a `RawConfig` or a `RawDropIn`)
+/// and its service tables, apart.
+pub(crate) fn read<'i, T: Deserialize<'i>>(
+    src: Source<'i>,
+) -> Result<(T, ServiceTables<'i>), ConfigError> {
+    let mut document = DeTable::parse(src.text).map_err(|e| src.toml(&e))?;
+    let tables = match document.get_mut().remove("service") {
+        None => Vec::new(),
+        Some(value) => {
+            let span = value.span();
+            match value.into_inner() {
+                DeValue::Table(tables) => tables.into_iter().collect(),
+                other => {
+                    return Err(src.at(
+                        span,
+                        format!(
+                            "service takes [service.NAME] tables, not {} {}",
+                            article(other.type_str()),
+                            other.type_str()
+                        ),
+                    ))
+                }
+            }
+        }
+    };
+    let top = T::deserialize(toml::de::Deserializer::from(document)).map_err(|e| src.toml(&e))?;
+    Ok((top, tables))
+}
+
+fn article(noun: &str) -> &'static str {
+    match noun.as_bytes().first() {
+        Some(b'a' | b'e' | b'i' | b'o' | b'u') => "an",
+        _ => "a",
+    }
 }
 
 #[derive(Deserialize)]
@@ -302,10 +344,19 @@ impl<'de> Deserialize<'de> for ListenList {
     }
 }
 
-/// A drop-in file named by `include`: service tables only.
+impl RawService {
+    /// Reads one of [`ServiceTables`]' tables.
+    pub(crate) fn read(src: Source<'_>, table: Spanned<DeValue<'_>>) -> Result<Self, ConfigError> {
+        RawService::deserialize(table.into_deserializer()).map_err(|e| src.toml(&e))
+    }
+}
+
+/// A drop-in file named by `include`: service tables only, read apart
+/// ([`read`]); any other key is an error.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDropIn {
-    #[serde(default)]
-    pub(crate) service: BTreeMap<Spanned<String>, Box<RawService>>,
+    /// Read apart; named here so that an unknown key's error lists it.
+    #[serde(default, rename = "service")]
+    _service: Option<serde::de::IgnoredAny>,
 }

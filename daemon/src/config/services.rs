@@ -11,7 +11,7 @@ use toml::Spanned;
 use super::checks::{at_least_one, positive_duration};
 use super::claims::Claims;
 use super::error::{ConfigError, Source};
-use super::raw::{RawConfig, RawDropIn, RawService};
+use super::raw::{self, RawConfig, RawDropIn, RawService, ServiceTables};
 use super::{etc_services, exec, proxy};
 use std::net::IpAddr;
 
@@ -40,6 +40,7 @@ struct Gathered<'a> {
 pub(crate) fn services(
     src: Source<'_>,
     raw: &RawConfig,
+    tables: ServiceTables<'_>,
     listen: &[ListenSpec],
     drop_ins: &[(String, String)],
 ) -> Result<(Services, QuicServers), ConfigError> {
@@ -52,11 +53,11 @@ pub(crate) fn services(
         etc_services::import(src, import, &mut services)?;
     }
     let mut gathered = Gathered::default();
-    add_tables(src, &raw.service, listen, &mut gathered)?;
+    add_tables(src, tables, listen, &mut gathered)?;
     for (path, text) in drop_ins {
         let src = Source { text, origin: path };
-        let drop_in: RawDropIn = toml::from_str(text).map_err(|e| src.toml(&e))?;
-        add_tables(src, &drop_in.service, listen, &mut gathered)?;
+        let (RawDropIn { .. }, tables) = raw::read(src)?;
+        add_tables(src, tables, listen, &mut gathered)?;
     }
     let Gathered {
         defined,
@@ -77,19 +78,21 @@ pub(crate) fn services(
 /// The `[service.NAME]` tables of one file.
 fn add_tables<'a>(
     src: Source<'a>,
-    tables: &BTreeMap<Spanned<String>, Box<RawService>>,
+    mut tables: ServiceTables<'_>,
     listen: &[ListenSpec],
     gathered: &mut Gathered<'a>,
 ) -> Result<(), ConfigError> {
-    // In file order, so a name given twice is reported at its second place.
-    let mut tables: Vec<_> = tables.iter().collect();
+    // In file order (as toml keeps them, but a `[service]` table written
+    // after `[service.x]` adds its keys after x's), so a name given twice
+    // is reported at its second place.
     tables.sort_by_key(|(key, _)| key.span().start);
     // Lines counted as the tables go by, not from the top for each.
     let (mut counted_to, mut line) = (0, 1);
     gathered.seen.reserve(tables.len());
     gathered.defined.reserve(tables.len());
     for (key, table) in tables {
-        let name = service_name(src, key, &gathered.seen)?;
+        let key = Spanned::new(key.span(), key.get_ref().as_ref());
+        let name = service_name(src, &key, &gathered.seen)?;
         let start = key.span().start.min(src.text.len());
         line += src.text.as_bytes()[counted_to..start]
             .iter()
@@ -97,11 +100,12 @@ fn add_tables<'a>(
             .count();
         counted_to = start;
         gathered.seen.insert(name.clone(), (src.origin, line));
+        let table = RawService::read(src, table)?;
         if table.enabled == Some(false) {
             continue;
         }
-        super::udp::quic_server_ids(src, &name, table, &mut gathered.quic_servers)?;
-        let service = service(src, name.clone(), key.span(), table)?;
+        super::udp::quic_server_ids(src, &name, &table, &mut gathered.quic_servers)?;
+        let service = service(src, name.clone(), key.span(), &table)?;
         if let ServiceKind::Proxy(proxy) = &service.kind {
             if let Some(backend) = proxy
                 .backends
@@ -118,7 +122,7 @@ fn add_tables<'a>(
                 ));
             }
         }
-        gathered.claims.claim(src, key, &service)?;
+        gathered.claims.claim(src, key.span(), &service)?;
         gathered.defined.push((name, Box::new(service)));
     }
     Ok(())
@@ -151,7 +155,7 @@ fn is_own_address(backend: &Backend, listen: &[ListenSpec]) -> bool {
 /// The table's name: valid, not `help`, and not a second spelling of one seen.
 fn service_name(
     src: Source<'_>,
-    key: &Spanned<String>,
+    key: &Spanned<&str>,
     seen: &Seen,
 ) -> Result<ServiceName, ConfigError> {
     let name = ServiceName::parse(key.get_ref())

@@ -122,6 +122,21 @@ fn errors_name_the_line() {
             "defined twice",
         ),
         ("listen = [\n", "test.toml:", ""),
+        (
+            "\nservice = 5\n",
+            "test.toml:2:11:",
+            "service takes [service.NAME] tables, not an integer",
+        ),
+        (
+            "service.x = \"echo\"\n",
+            "test.toml:1:13:",
+            "expected a table, found text \"echo\"",
+        ),
+        (
+            "[service.x]\nmax_connections = \"9\"\n",
+            "test.toml:2:19:",
+            "expected a whole number, found text \"9\"",
+        ),
     ];
     for (text, location, words) in cases {
         let error = parse(text).expect_err(text);
@@ -149,6 +164,19 @@ fn a_name_given_twice_is_reported_at_its_second_place() {
     let error =
         parse("[service.a]\nbuiltin = \"echo\"\n\n[service.A]\nbuiltin = \"echo\"\n").unwrap_err();
     assert!(error.starts_with("test.toml:4:"), "{error}");
+    assert!(error.contains("first on line 1"), "{error}");
+}
+
+#[test]
+fn a_name_given_twice_is_reported_where_it_comes_second_in_the_file() {
+    // A `[service]` table written after `[service.b]` adds its keys after
+    // b's; the error still points at the later place in the file.
+    let error = parse("[service]\nB = { builtin = \"echo\" }\n[service.b]\nbuiltin = \"echo\"\n")
+        .unwrap_err();
+    assert!(error.starts_with("test.toml:3:10:"), "{error}");
+    let error = parse("[service.b]\nbuiltin = \"echo\"\n[service]\nB = { builtin = \"echo\" }\n")
+        .unwrap_err();
+    assert!(error.starts_with("test.toml:4:1:"), "{error}");
     assert!(error.contains("first on line 1"), "{error}");
 }
 
