@@ -16,7 +16,9 @@
 #  7. TLS against nginx and HAProxy: bench/tls.sh (needs both; with
 #     TLS=0 left out, it takes some minutes);
 #  8. cost curves as services, SNI names, sessions and pool members grow:
-#     bench/scale.sh (SCALE=0 leaves it out; about 6 minutes).
+#     bench/scale.sh (SCALE=0 leaves it out; about 6 minutes);
+#  9. SNI passthrough, the front alone, against nginx's ssl_preread and
+#     HAProxy's req.ssl_sni: bench/passthrough.sh (needs both).
 #   bench/table.sh [SECONDS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -86,4 +88,11 @@ if [ "${SCALE:-1}" = 0 ]; then
   echo "left out (SCALE=0)"
 else
   bench/scale.sh "$SECS" | grep -v '^#'
+fi
+
+echo; echo "## 9. SNI passthrough, the front alone (bench/passthrough.sh $SECS $CLIENTS $ROUNDS)"
+if have_nginx_stream && command -v haproxy >/dev/null; then
+  bench/passthrough.sh "$SECS" "$CLIENTS" "$ROUNDS" | grep -v '^#'
+else
+  echo "not measured: nginx's stream module and haproxy are needed"
 fi
