@@ -44,6 +44,16 @@ pub enum Command {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
         ports: u16,
     },
+    /// A minimal TCPMUX proxy on tokio, a task per session (bench/c/relay.c's
+    /// exchange and nothing else): the floor of that design, for
+    /// bench/proxy_short.sh.
+    Relay {
+        #[arg(long)]
+        listen: SocketAddr,
+        /// The backend every client is relayed to.
+        #[arg(long)]
+        to: SocketAddr,
+    },
     /// Concurrency sweep: for each level, that many simultaneous downloads of
     /// one service on one async client thread; aggregate MB/s and fairness as
     /// a markdown table, and JSON lines and an SVG plot if asked.

@@ -3,7 +3,8 @@
 //! One module per workload: `bulk` (a byte source and the download client),
 //! `sweep` (the concurrency sweep), `udp` (datagram flows and their echo backend), `requests` (short connections and connect-
 //! per-request echo), `nagle` (the write-write-read experiment), `idle` (and
-//! `idle-unix`, a control-socket flood), `sources` (many source addresses). Every
+//! `idle-unix`, a control-socket flood), `sources` (many source addresses),
+//! `relay` (a minimal tokio proxy, the floor of its design). Every
 //! run checks what it received, and none reports a run that failed.
 #![forbid(unsafe_code)]
 
@@ -13,6 +14,7 @@ mod idle;
 mod latency;
 mod nagle;
 mod progress;
+mod relay;
 mod requests;
 mod sources;
 mod sweep;
@@ -49,6 +51,7 @@ fn run(command: Command) -> Result<(), String> {
             ports,
             ..
         } => bulk::source_tasks(listen, bytes, ports),
+        Command::Relay { listen, to } => relay::relay(listen, to),
         Command::Sweep {
             connect,
             service,

@@ -183,3 +183,23 @@ fn nagle_established_reports_each_way_of_writing_over_one_connection() {
     // Timings are the benchmark's business (bench/nagle.sh), not a test's.
     assert!(text.contains("of 5 rounds"), "{text}");
 }
+
+#[test]
+fn relay_answers_plus_then_the_backends_bytes_and_outlives_a_client_that_left_early() {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpStream};
+    let source = source(32);
+    let relay = backend(&["relay", "--listen", "127.0.0.1:0", "--to", &source.addr]);
+    // A client that leaves before its line ends only its own session.
+    drop(TcpStream::connect(&relay.addr).expect("connect"));
+    for _ in 0..2 {
+        let mut client = TcpStream::connect(&relay.addr).expect("connect");
+        client.write_all(b"short\r\n").expect("request");
+        // Half-closed after the line: the answer still comes, then EOF.
+        client.shutdown(Shutdown::Write).expect("half-close");
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).expect("answer");
+        assert_eq!(answer.len(), 3 + 32, "{answer:?}");
+        assert!(answer.starts_with(b"+\r\n"), "{answer:?}");
+    }
+}

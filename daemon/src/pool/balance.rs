@@ -2,9 +2,9 @@
 //! the best SRV priority balanced by `balance` (round robin by weight, least
 //! connections, the better of two random, or by the client's hash), the
 //! others after them for failover. Only the first is chosen at once, in
-//! constant or logarithmic time (a scan of counts or hashes for
-//! `least-connections` and `source`); the rest of the order is made only for
-//! a client whose first choice failed.
+//! constant or logarithmic time, or in one cheap pass over the counts or
+//! hashes for `least-connections` and `source`; the rest of the order is
+//! made only for a client whose first choice failed.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -55,7 +55,7 @@ impl Order {
                     .chain(&best[..start])
                     .copied()
                     .collect();
-                order.sort_by_key(|&i| view.load(i));
+                order.sort_by(|&a, &b| view.compare_load(a, b));
                 order
             }
             Plan::Listed => best.clone(),
@@ -133,17 +133,15 @@ impl Pool {
             Balance::LeastConnections => {
                 // Ties go round, not always to the first backend.
                 let start = self.turn.fetch_add(1, Ordering::Relaxed) % n;
-                let first = (0..n)
-                    .map(|k| best[(start + k) % n])
-                    .min_by_key(|&i| view.load(i));
-                (first, Plan::ByLoad { start })
+                let round = best[start..].iter().chain(&best[..start]).copied();
+                (view.least_loaded(round), Plan::ByLoad { start })
             }
             Balance::RandomTwo => {
                 // Two different members: the second is drawn from the rest.
                 let a = self.random(n);
                 let b = (a + 1 + self.random(n - 1)) % n;
                 let (first, second) = (best[a], best[b]);
-                let pick = if view.load(second) < view.load(first) {
+                let pick = if view.compare_load(second, first).is_lt() {
                     second
                 } else {
                     first

@@ -65,6 +65,27 @@ fn least_connections_and_random_two_avoid_the_busy_backend() {
 }
 
 #[test]
+fn least_connections_weighs_each_count_and_sends_ties_round() {
+    // Weights 1, 3, 2,000: held 1, 2 and 0 at first.
+    let proxy = proxy(Balance::LeastConnections, &[1, 3, 2000]);
+    let (pool, members) = pool_for(&proxy);
+    let hold = |i: usize| pool.hold(&members.list[i].endpoint);
+    let _held = [hold(0), hold(1), hold(1)];
+    let first = || pool.order_list(Balance::LeastConnections, &members, &[]);
+    assert_eq!(first()[0], 2, "nothing held goes first");
+    // 1 of 2,000 is less than 2 of 3 (in thousandths, 0 against 666).
+    let _third = hold(2);
+    assert_eq!(first()[0], 2);
+    // 2 of 3 (0.67) is less than 1 of 1, and the failover follows by load.
+    let _more = (0..2_000).map(|_| hold(2)).collect::<Vec<_>>();
+    assert_eq!(first(), [1, 0, 2]);
+    // Equal loads (1 of 1 against 3 of 3): the first pick goes round.
+    let _fourth = hold(1);
+    let firsts: std::collections::BTreeSet<usize> = (0..4).map(|_| first()[0]).collect();
+    assert_eq!(firsts, [0, 1].into(), "ties go round");
+}
+
+#[test]
 fn checks_take_a_backend_down_after_fall_and_up_after_rise() {
     let proxy = proxy(Balance::First, &[1, 1]);
     let (pool, members) = pool_for(&proxy);
