@@ -37,6 +37,9 @@ _tcpmux__bench() {
             tcpmux__bench,nagle-established)
                 cmd="tcpmux__bench__subcmd__nagle__subcmd__established"
                 ;;
+            tcpmux__bench,relay)
+                cmd="tcpmux__bench__subcmd__relay"
+                ;;
             tcpmux__bench,rpc)
                 cmd="tcpmux__bench__subcmd__rpc"
                 ;;
@@ -91,6 +94,9 @@ _tcpmux__bench() {
             tcpmux__bench__subcmd__help,nagle-established)
                 cmd="tcpmux__bench__subcmd__help__subcmd__nagle__subcmd__established"
                 ;;
+            tcpmux__bench__subcmd__help,relay)
+                cmd="tcpmux__bench__subcmd__help__subcmd__relay"
+                ;;
             tcpmux__bench__subcmd__help,rpc)
                 cmd="tcpmux__bench__subcmd__help__subcmd__rpc"
                 ;;
@@ -131,7 +137,7 @@ _tcpmux__bench() {
 
     case "${cmd}" in
         tcpmux__bench)
-            opts="-h -V --help --version source sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-burst tls-bulk udp-echo udp udp-idle bulk help"
+            opts="-h -V --help --version source relay sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-burst tls-bulk udp-echo udp udp-idle bulk help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -187,7 +193,7 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__help)
-            opts="source sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-burst tls-bulk udp-echo udp udp-idle bulk help"
+            opts="source relay sweep short rpc nagle nagle-established lines idle sources idle-unix tls-short tls-burst tls-bulk udp-echo udp udp-idle bulk help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -285,6 +291,20 @@ _tcpmux__bench() {
             return 0
             ;;
         tcpmux__subcmd__bench__subcmd__help__subcmd__nagle__subcmd__established)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tcpmux__subcmd__bench__subcmd__help__subcmd__relay)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -584,6 +604,28 @@ _tcpmux__bench() {
                     return 0
                     ;;
                 --rounds)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tcpmux__subcmd__bench__subcmd__relay)
+            opts="-h --listen --to --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --to)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
