@@ -3,7 +3,9 @@
 # tcpmuxd (a UDP listener whose udp_default service has proxy_udp), nginx's
 # stream module (`listen ... udp`, one worker) and sslh's UDP mode
 # (sslh-select and sslh-ev), all in front of the same `tcpmux-bench
-# udp-echo` backend. Rows per round, the fronts alternating:
+# udp-echo` backend; and bench/c/udp_relay.c ("c-floor"), tcpmuxd's design
+# (a connected socket per flow, recvmmsg and sendmmsg by 16) as the least C
+# code, the floor of that design. Rows per round, the fronts alternating:
 #   rr:   FLOWS flows, one 64-byte datagram in flight each (request/response)
 #   bulk: one flow, 32 datagrams of 1,200 bytes in flight (a stream)
 # each with the front's CPU (user + system, all threads) per datagram it
@@ -33,7 +35,8 @@ cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
 . bench/lib.sh
 ulimit -n "$(ulimit -Hn)"
 BENCH=target/release/tcpmux-bench
-ECHO=$BASE TCPMUXD=$((BASE + 1)) NGINX=$((BASE + 2)) SELECT=$((BASE + 3)) EV=$((BASE + 4))
+ECHO=$BASE TCPMUXD=$((BASE + 1)) NGINX=$((BASE + 2)) SELECT=$((BASE + 3)) EV=$((BASE + 4)) FLOOR=$((BASE + 5))
+cc -O2 -o "$WORK/udp_relay" bench/c/udp_relay.c
 
 $BENCH udp-echo --listen 127.0.0.1:$ECHO & PIDS+=($!)
 
@@ -75,6 +78,7 @@ start() {
       RUST_LOG=warn "${TCPMUXD_BIN:-target/release/tcpmuxd}" --config "$WORK/tcpmuxd.toml" 2>"$WORK/tcpmuxd.err" & PID=$! ;;
     nginx) nginx_config $NGINX
       nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PID=$! ;;
+    c-floor) "$WORK/udp_relay" $FLOOR $ECHO & PID=$! ;;
     sslh-select|sslh-ev) local port=$SELECT; [ "$1" = sslh-ev ] && port=$EV
       sslh_config $port
       "$SSLH_DIR/$1" -F"$WORK/sslh-$port.cfg" >/dev/null 2>&1 & PID=$! ;;
@@ -83,9 +87,11 @@ start() {
   $BENCH udp --connect "127.0.0.1:$(port "$1")" --flows 1 --duration 0.3 --label probe >/dev/null \
     || { echo "$1 never answered on udp/$(port "$1")" >&2; exit 1; }
 }
-port() { case $1 in tcpmuxd) echo $TCPMUXD ;; nginx) echo $NGINX ;; sslh-select) echo $SELECT ;; sslh-ev) echo $EV ;; esac; }
+port() { case $1 in tcpmuxd) echo $TCPMUXD ;; c-floor) echo $FLOOR ;; nginx) echo $NGINX ;; sslh-select) echo $SELECT ;; sslh-ev) echo $EV ;; esac; }
 
 FRONTS="tcpmuxd"
+# The C floor binds 127.0.0.1 only: no wildcard rows for it.
+[ "$LISTEN_IP" = 127.0.0.1 ] && FRONTS="$FRONTS c-floor"
 if have_nginx_stream; then FRONTS="$FRONTS nginx"; else echo "# nginx with its stream module is not installed: no nginx rows"; fi
 if [ -n "${SSLH_DIR:-}" ] && [ -x "$SSLH_DIR/sslh-select" ]; then
   FRONTS="$FRONTS sslh-select"
