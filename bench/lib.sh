@@ -75,29 +75,43 @@ $splice
 CFG
 }
 
-# HAProxy in the foreground with the pairs read from stdin:
+# HAProxy in the foreground with its sections read from stdin, on all
+# threads or, with NBTHREAD=N, on N; its PID is ${PIDS[-1]}:
 #   start_haproxy < <(haproxy_pair plain 8000 9000)
 start_haproxy() {
-  { printf 'global\n  maxconn 4000\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n'; cat; } > "$WORK/haproxy.cfg"
+  {
+    printf 'global\n  maxconn 4000\n'
+    if [ -n "${NBTHREAD:-}" ]; then printf '  nbthread %s\n' "$NBTHREAD"; fi
+    printf 'defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n'
+    cat
+  } > "$WORK/haproxy.cfg"
   haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!)
 }
 
-# nginx's stream proxy, one worker: start_nginx_stream PORT BACKEND_PORT
-start_nginx_stream() {
-  cat > "$WORK/nginx.conf" <<CFG
+# nginx with its stream module, one worker, the body of its `stream { }`
+# block read from stdin; its master's PID is ${PIDS[-1]} (the worker, which
+# does the work, is that PID's child):   start_nginx_with <<CFG ... CFG
+start_nginx_with() {
+  {
+    cat <<CFG
 load_module /usr/lib/nginx/modules/ngx_stream_module.so;
 worker_processes 1;
 pid $WORK/nginx.pid;
 error_log $WORK/nginx.err;
-events {}
+events { worker_connections 4096; }
 stream {
-  server {
-    listen 127.0.0.1:$1;
-    proxy_pass 127.0.0.1:$2;
-  }
-}
 CFG
+    cat
+    echo '}'
+  } > "$WORK/nginx.conf"
   nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!)
+}
+
+# nginx's stream proxy, one worker: start_nginx_stream PORT BACKEND_PORT
+start_nginx_stream() {
+  start_nginx_with <<CFG
+  server { listen 127.0.0.1:$1; proxy_pass 127.0.0.1:$2; }
+CFG
 }
 
 have_nginx_stream() { command -v nginx >/dev/null && [ -e /usr/lib/nginx/modules/ngx_stream_module.so ]; }

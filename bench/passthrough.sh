@@ -26,31 +26,16 @@ printf 'listen = [{ address = "127.0.0.1:%s", detect = true }]\n[service.pass]\n
   $MUX $SRC > "$WORK/tcpmuxd.toml"
 RUST_LOG=warn target/release/tcpmuxd --config "$WORK/tcpmuxd.toml" 2>/dev/null & PIDS+=($!) MUXD=$!
 
-cat > "$WORK/nginx.conf" <<CFG
-load_module /usr/lib/nginx/modules/ngx_stream_module.so;
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err;
-events { worker_connections 4096; }
-stream {
+start_nginx_with <<CFG
   map \$ssl_preread_server_name \$to {
     pass.bench.test 127.0.0.1:$SRC;
     default 127.0.0.1:1;
   }
   server { listen 127.0.0.1:$NGINX; ssl_preread on; proxy_pass \$to; }
-}
 CFG
-nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!) NGINXD=$!
+NGINXD=${PIDS[-1]}
 
-cat > "$WORK/haproxy.cfg" <<CFG
-global
-  maxconn 4000
-  nbthread 1
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 60s
-  timeout server 60s
+NBTHREAD=1 start_haproxy <<CFG
 frontend fe_sni
   bind 127.0.0.1:$HAP
   tcp-request inspect-delay 5s
@@ -59,7 +44,7 @@ frontend fe_sni
 backend be_pass
   server source 127.0.0.1:$SRC
 CFG
-haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 & PIDS+=($!) HAPD=$!
+HAPD=${PIDS[-1]}
 
 for p in $SRC $MUX $NGINX $HAP; do wait_port $p; done
 NGINXW=$(pgrep -P "$NGINXD" | head -1)

@@ -87,13 +87,7 @@ sni = ["pass.bench.test"]
 CFG
 RUST_LOG=warn target/release/tcpmuxd --config "$WORK/one-port.toml" & PIDS+=($!) ONED=$!
 
-cat > "$WORK/nginx.conf" <<CFG
-load_module /usr/lib/nginx/modules/ngx_stream_module.so;
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err;
-events { worker_connections 4096; }
-stream {
+start_nginx_with <<CFG
   ssl_certificate $WORK/cert.pem;
   ssl_certificate_key $WORK/key.pem;
   ssl_protocols TLSv1.2 TLSv1.3;
@@ -108,9 +102,8 @@ stream {
   }
   server { listen 127.0.0.1:$NGINX_ONE; ssl_preread on; proxy_pass \$one_port; }
   server { listen 127.0.0.1:$NGINX_INNER ssl; proxy_pass 127.0.0.1:$SHORT_BACKEND; }
-}
 CFG
-nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!) NGINXD=$!
+NGINXD=${PIDS[-1]}
 
 # The TLS backend of rows 4 and 5, a process of its own.
 mkdir -p "$WORK/backend"
