@@ -14,10 +14,7 @@ use crate::{progress, BUFFER};
 /// cost the backend more than the front being measured. `ports` listeners on
 /// consecutive ports from `listen`'s (a pool of that many members).
 pub fn source_tasks(listen: SocketAddr, bytes: u64, ports: u16) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
+    let runtime = crate::runtime()?;
     runtime.block_on(async move {
         let block: Arc<[u8]> = (0..BUFFER).map(|i| (i % 251) as u8).collect();
         let mut loops = tokio::task::JoinSet::new();

@@ -27,10 +27,7 @@ pub fn idle(
 ) -> Result<(), String> {
     let opening = partial.map(opening_start);
     let mut open = Vec::with_capacity(connections);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
+    let runtime = crate::runtime()?;
     for i in 0..connections {
         let stream = connect_from(&runtime, target, source)
             .map_err(|e| format!("connection {i}: {e} (raise ulimit -n?)"))?;

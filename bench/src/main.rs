@@ -280,3 +280,11 @@ fn run_udp(command: Command) -> Result<(), String> {
 
 /// Read buffer of the threaded clients, and block size of `source`.
 const BUFFER: usize = 256 * 1024;
+
+/// The one-thread tokio runtime every async workload runs on.
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))
+}

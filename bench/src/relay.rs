@@ -15,10 +15,7 @@ const LINE: usize = 512;
 
 /// Serves `listen` on one thread until killed, relaying to `to`.
 pub fn relay(listen: SocketAddr, to: SocketAddr) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
+    let runtime = crate::runtime()?;
     runtime.block_on(async {
         let listener = TcpListener::bind(listen)
             .await

@@ -20,10 +20,7 @@ pub fn sources(target: SocketAddr, service: &str, sources: u32, total: u64) -> R
     if sources == 0 || sources > (1 << 24) - (1 << 16) {
         return Err("--sources must be from 1 to 16,711,680".into());
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("runtime: {e}"))?;
+    let runtime = crate::runtime()?;
     let request = format!("{service}\r\n").into_bytes();
     let started = Instant::now();
     let (mut served, mut failed) = (0u64, 0u64);

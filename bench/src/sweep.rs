@@ -32,10 +32,7 @@ pub fn sweep(
         .split(',')
         .map(|l| l.trim().parse().map_err(|_| format!("bad level {l:?}")))
         .collect::<Result<_, _>>()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let runtime = crate::runtime()?;
     let mut results = Vec::new();
     println!("| connections | aggregate MB/s | per-connection MB/s min..max | fairness (max/min) | seconds |");
     println!("|---:|---:|---:|---:|---:|");

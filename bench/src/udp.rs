@@ -105,10 +105,7 @@ struct Flow {
 /// One client thread: its flows as tasks on a current-thread runtime.
 fn client_thread(flows: usize, shape: Flow, done: &Arc<AtomicU64>) -> Latencies {
     let mut all = Latencies::new();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::runtime() {
         Ok(runtime) => runtime,
         Err(_) => {
             all.fail();
