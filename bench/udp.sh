@@ -5,7 +5,10 @@
 # (sslh-select and sslh-ev), all in front of the same `tcpmux-bench
 # udp-echo` backend; and bench/c/udp_relay.c ("c-floor"), tcpmuxd's design
 # (a connected socket per flow, recvmmsg and sendmmsg by 16) as the least C
-# code, the floor of that design. Rows per round, the fronts alternating:
+# code, the floor of that design; and bench/c/udp_uring.c ("c-uring"), the
+# same relay on io_uring (multishot receives into a provided-buffer ring, one
+# io_uring_enter a turn), what another design could reach (needs
+# liburing-dev). Rows per round, the fronts alternating:
 #   rr:   FLOWS flows, one 64-byte datagram in flight each (request/response)
 #   bulk: one flow, 32 datagrams of 1,200 bytes in flight (a stream)
 # each with the front's CPU (user + system, all threads) per datagram it
@@ -35,8 +38,10 @@ cargo build --release --quiet -p tcpmuxd -p tcpmux-bench
 . bench/lib.sh
 ulimit -n "$(ulimit -Hn)"
 BENCH=target/release/tcpmux-bench
-ECHO=$BASE TCPMUXD=$((BASE + 1)) NGINX=$((BASE + 2)) SELECT=$((BASE + 3)) EV=$((BASE + 4)) FLOOR=$((BASE + 5))
+ECHO=$BASE TCPMUXD=$((BASE + 1)) NGINX=$((BASE + 2)) SELECT=$((BASE + 3)) EV=$((BASE + 4)) FLOOR=$((BASE + 5)) URING=$((BASE + 6))
 cc -O2 -o "$WORK/udp_relay" bench/c/udp_relay.c
+HAVE_URING=
+cc -O2 -o "$WORK/udp_uring" bench/c/udp_uring.c -luring 2>/dev/null && HAVE_URING=1
 
 $BENCH udp-echo --listen 127.0.0.1:$ECHO & PIDS+=($!)
 
@@ -79,6 +84,7 @@ start() {
     nginx) nginx_config $NGINX
       nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' & PID=$! ;;
     c-floor) "$WORK/udp_relay" $FLOOR $ECHO & PID=$! ;;
+    c-uring) "$WORK/udp_uring" $URING $ECHO & PID=$! ;;
     sslh-select|sslh-ev) local port=$SELECT; [ "$1" = sslh-ev ] && port=$EV
       sslh_config $port
       "$SSLH_DIR/$1" -F"$WORK/sslh-$port.cfg" >/dev/null 2>&1 & PID=$! ;;
@@ -87,11 +93,14 @@ start() {
   $BENCH udp --connect "127.0.0.1:$(port "$1")" --flows 1 --duration 0.3 --label probe >/dev/null \
     || { echo "$1 never answered on udp/$(port "$1")" >&2; exit 1; }
 }
-port() { case $1 in tcpmuxd) echo $TCPMUXD ;; c-floor) echo $FLOOR ;; nginx) echo $NGINX ;; sslh-select) echo $SELECT ;; sslh-ev) echo $EV ;; esac; }
+port() { case $1 in tcpmuxd) echo $TCPMUXD ;; c-floor) echo $FLOOR ;; c-uring) echo $URING ;; nginx) echo $NGINX ;; sslh-select) echo $SELECT ;; sslh-ev) echo $EV ;; esac; }
 
 FRONTS="tcpmuxd"
-# The C floor binds 127.0.0.1 only: no wildcard rows for it.
-[ "$LISTEN_IP" = 127.0.0.1 ] && FRONTS="$FRONTS c-floor"
+# The C relays bind 127.0.0.1 only: no wildcard rows for them.
+if [ "$LISTEN_IP" = 127.0.0.1 ]; then
+  FRONTS="$FRONTS c-floor"
+  if [ -n "$HAVE_URING" ]; then FRONTS="$FRONTS c-uring"; else echo "# no c-uring rows: bench/c/udp_uring.c needs liburing-dev"; fi
+fi
 if have_nginx_stream; then FRONTS="$FRONTS nginx"; else echo "# nginx with its stream module is not installed: no nginx rows"; fi
 if [ -n "${SSLH_DIR:-}" ] && [ -x "$SSLH_DIR/sslh-select" ]; then
   FRONTS="$FRONTS sslh-select"
