@@ -61,6 +61,45 @@ fn a_reload_keeps_counting_the_sessions_started_before_it() {
 }
 
 #[test]
+fn a_name_renamed_away_and_back_counts_its_sessions_through_reloads_between() {
+    // A deployment that renames services at each reload: the old name's
+    // counts outlive the reloads in between while its session runs.
+    let named = |name: &str| {
+        format!(
+            "builtin_services = false\n[service.{name}]\nbuiltin = \"echo\"\nmax_connections = 1\n"
+        )
+    };
+    let mut daemon = Daemon::with_config(&named("blue"));
+    // The first line a client asking for `name` reads.
+    let answer = |daemon: &Daemon, name: &str| {
+        let mut client = daemon.connect();
+        client.write_all(format!("{name}\r\n").as_bytes()).unwrap();
+        text(read_line(&mut client))
+    };
+    let mut held = daemon.connect();
+    held.write_all(b"blue\r\n").unwrap();
+    assert_eq!(read_line(&mut held), b"+\r\n");
+    for (n, name) in ["green", "red", "green"].into_iter().enumerate() {
+        assert!(reload(&mut daemon, &named(name), n + 1).contains("configuration reloaded"));
+        assert_eq!(answer(&daemon, name), "+\r\n");
+    }
+    assert!(reload(&mut daemon, &named("blue"), 4).contains("configuration reloaded"));
+    assert!(answer(&daemon, "blue").starts_with("-service busy"));
+    // Its session still echoes, and once it ends the name's slot is free.
+    held.write_all(b"still here").unwrap();
+    held.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_all(&mut held), b"still here");
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while answer(&daemon, "blue") != "+\r\n" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "blue's slot was never freed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn sighup_reloads_services_without_touching_running_sessions() {
     // The binary, so that the reload really comes from SIGHUP.
     let mut daemon =

@@ -176,6 +176,12 @@ impl Counter {
         self.0.used.load(SeqCst)
     }
 
+    /// Whether anything but this handle holds it: a unit in use, a client
+    /// in its queue, a clone.
+    pub(crate) fn is_held(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
+    }
+
     pub(crate) fn queue(&self) -> QueueFigures {
         QueueFigures {
             waiting: self.0.waiting.load(SeqCst),

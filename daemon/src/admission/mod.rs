@@ -89,6 +89,17 @@ impl ServiceCounts {
         self.connections.set_cap(self.cap(service));
     }
 
+    /// Whether anything but the usage table holds these counts: a session,
+    /// a program, a queued client, a pool's member in use, or a
+    /// configuration not yet dropped (whose sessions may take more).
+    fn is_held(self: &Arc<Self>) -> bool {
+        Arc::strong_count(self) > 1
+            || self.connections.is_held()
+            || self.instances.is_held()
+            || Arc::strong_count(&self.pool) > 1
+            || Arc::strong_count(&self.udp_pool) > 1
+    }
+
     /// Forgets what an operator set for `name`, a service a reload removed.
     fn forget(&self, name: &ServiceName) {
         *lock(&self.disabled_by) = None;
@@ -107,9 +118,12 @@ impl ServiceCounts {
 /// The counts of every service in a registry, by name.
 pub(crate) type Usage = HashMap<ServiceName, Arc<ServiceCounts>>;
 
-/// Every name's counts, kept across reloads and shared by every worker: a name
-/// keeps its counts for the daemon's life, so the sessions started before a
-/// reload (or on another worker) count against the caps after it.
+/// Every name's counts, kept across reloads and shared by every worker: a
+/// name a reload removed keeps its counts for as long as anything holds them,
+/// so the sessions started before a reload (or on another worker) count
+/// against the caps after it, should the name come back. Once nothing does,
+/// a later reload drops the name: renaming services at every reload does not
+/// grow the table.
 #[derive(Default)]
 pub(crate) struct UsageTable(Mutex<Usage>);
 
@@ -122,8 +136,9 @@ impl UsageTable {
         let mut table = lock(&self.0);
         // Each name taken out of the old table as the registry goes by (a
         // hash each, not an ordered lookup per old name): what is left
-        // after is what the reload removed, forgotten but kept (its
-        // sessions still count, should the name come back).
+        // after is what a reload removed, forgotten, and kept while held
+        // (its sessions still count, should the name come back). Unheld,
+        // its counts are all zero: a fresh entry is the same.
         let mut before = std::mem::take(&mut *table);
         let usage: Usage = registry
             .services()
@@ -133,9 +148,10 @@ impl UsageTable {
                 (service.name.clone(), counts)
             })
             .collect();
-        for (name, counts) in &before {
+        before.retain(|name, counts| {
             counts.forget(name);
-        }
+            counts.is_held()
+        });
         *table = usage.clone();
         table.extend(before);
         usage
@@ -372,6 +388,41 @@ mod tests {
         assert_eq!(back[&chargen].connections.get(), 1);
         drop(held);
         assert_eq!(back[&chargen].connections.get(), 0);
+    }
+
+    #[test]
+    fn names_removed_and_no_longer_held_leave_the_table() {
+        let table = UsageTable::default();
+        let kept = |table: &UsageTable| lock(&table.0).contains_key(&chargen());
+        fn chargen() -> ServiceName {
+            ServiceName::parse("chargen").unwrap()
+        }
+        let without_chargen = || {
+            let mut services = crate::registry::default_services();
+            services.remove(&chargen());
+            Registry::new(services)
+        };
+        // Held by a session: kept across reloads until it ends.
+        let first = table.for_registry(&Registry::builtins());
+        let session = first[&chargen()].connections.acquire(None).unwrap();
+        let second = table.for_registry(&without_chargen());
+        drop(first);
+        let third = table.for_registry(&without_chargen());
+        assert!(kept(&table));
+        drop(session);
+        let fourth = table.for_registry(&without_chargen());
+        assert!(!kept(&table));
+        assert_eq!(lock(&table.0).len(), fourth.len());
+        // Held by a configuration still in use (its sessions may take more).
+        let back = table.for_registry(&Registry::builtins());
+        assert_eq!(back[&chargen()].connections.get(), 0);
+        drop((second, third, fourth));
+        let fifth = table.for_registry(&without_chargen());
+        assert!(kept(&table));
+        drop(back);
+        let sixth = table.for_registry(&without_chargen());
+        assert!(!kept(&table));
+        drop((fifth, sixth));
     }
 
     #[test]
