@@ -30,15 +30,33 @@ fn instance_with(
     backends: &[SocketAddr],
     extra: &str,
 ) -> Daemon {
+    let config = format!("{extra}{}", config(etcd, dir, prefix, node, backends));
+    started(&config, node)
+}
+
+/// An instance's configuration: `web` balanced over `backends`, an admin
+/// socket in `dir`, in the cluster under `prefix` as `node`; more
+/// `[service.*]` tables may follow.
+pub(crate) fn config(
+    etcd: &Etcd,
+    dir: &Path,
+    prefix: &str,
+    node: &str,
+    backends: &[SocketAddr],
+) -> String {
     let backends: Vec<String> = backends.iter().map(|b| format!("\"{b}\"")).collect();
-    let config = format!(
-        "{extra}listen = [\"127.0.0.1:0\"]\nadmin_socket = \"{dir}/{node}.sock\"\n{}\
+    format!(
+        "listen = [\"127.0.0.1:0\"]\nadmin_socket = \"{dir}/{node}.sock\"\n{}\
          [service.web]\nproxy = [{}]\nbalance = \"round-robin\"\n",
         etcd.cluster_line(dir, prefix, node),
         backends.join(", "),
         dir = dir.display(),
-    );
-    let mut daemon = Daemon::binary(&config);
+    )
+}
+
+/// The daemon of `config`, once it has tried etcd.
+pub(crate) fn started(config: &str, node: &str) -> Daemon {
+    let mut daemon = Daemon::binary(config);
     daemon
         .wait_for_log(|l| l.contains("fleet: joined") || l.contains("fleet: etcd unreachable"))
         .unwrap_or_else(|| panic!("{node} never tried etcd: {:?}", daemon.logs()));
@@ -54,7 +72,7 @@ fn admin(dir: &Path, node: &str, words: &str) -> Output {
     common::admin(&socket(dir, node), words)
 }
 
-fn admin_ok(dir: &Path, node: &str, words: &str) -> String {
+pub(crate) fn admin_ok(dir: &Path, node: &str, words: &str) -> String {
     let out = admin(dir, node, words);
     assert!(
         out.status.success(),
@@ -65,7 +83,12 @@ fn admin_ok(dir: &Path, node: &str, words: &str) -> String {
 }
 
 /// Waits until `node`'s answer to `words` (with --json) satisfies `ok`.
-fn wait_for_answer(dir: &Path, node: &str, words: &str, ok: impl Fn(&str) -> bool) -> String {
+pub(crate) fn wait_for_answer(
+    dir: &Path,
+    node: &str,
+    words: &str,
+    ok: impl Fn(&str) -> bool,
+) -> String {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let answer = admin_ok(dir, node, &format!("--json {words}"));
@@ -100,12 +123,12 @@ fn get_status(metrics: &str) -> String {
     response
 }
 
-fn two_backends() -> [SocketAddr; 2] {
+pub(crate) fn two_backends() -> [SocketAddr; 2] {
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     [tagged_echo(any, "one"), tagged_echo(any, "two")]
 }
 
-fn prefix() -> String {
+pub(crate) fn prefix() -> String {
     format!("/test{}", std::process::id())
 }
 

@@ -18,6 +18,7 @@ mod cli;
 mod client_library;
 mod cluster;
 mod cluster_acme;
+mod cluster_added;
 mod cluster_tls;
 mod concurrency;
 mod config_errors;

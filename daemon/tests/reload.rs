@@ -170,7 +170,7 @@ fn wait_refused(addr: &str) {
 
 /// Rewrites the config file, reloads, and waits for the `n`th reload's line
 /// ("configuration reloaded" or "reload failed").
-fn reload(daemon: &mut Daemon, config: &str, n: usize) -> String {
+pub(crate) fn reload(daemon: &mut Daemon, config: &str, n: usize) -> String {
     std::fs::write(daemon.config_path(), config).unwrap();
     daemon.signal("HUP");
     let deadline = std::time::Instant::now() + common::PATIENCE;

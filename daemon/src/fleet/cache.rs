@@ -61,6 +61,11 @@ impl Cache {
             .collect()
     }
 
+    /// Every kept key and its value.
+    pub(super) fn entries(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.held.iter().map(|(k, v)| (k.as_str(), v.as_slice()))
+    }
+
     /// Keeps `key`'s new value (`None`: gone), without writing yet.
     pub(super) fn keep(&mut self, key: &[u8], value: Option<&[u8]>) {
         let Ok(key) = std::str::from_utf8(key) else {

@@ -99,6 +99,7 @@ async fn run(
                     }
                     None => return,
                 },
+                () = link.added() => session::put_added_in_force(&instance, &shared, &cache),
             }
         }
         back_off = (back_off * 2).min(MAX_BACK_OFF);

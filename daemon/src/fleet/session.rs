@@ -251,6 +251,7 @@ async fn follow(
                 Ok(None) => return Err("etcd ended the watch".into()),
                 Err(e) => return Err(format!("watch: {e}")),
             },
+            () = cx.link.added() => put_added_in_force(instance, cx.shared, cx.cache),
             asked = publish.recv() => {
                 let Some(asked) = asked else { return Ok(()) };
                 let key = keys::change_key(&instance.cluster.prefix, &asked.change);
@@ -305,6 +306,23 @@ fn changed(
 fn kept(cx: &Context<'_>, key: &[u8]) -> bool {
     let state = format!("{}/state/", cx.instance.cluster.prefix);
     key.starts_with(state.as_bytes()) || cx.tickets.is_ours(key)
+}
+
+/// Puts the fleet's changes kept in `cache` in force again, for the
+/// services and members a reload or DNS gave this instance since they
+/// came (a change for what it lacked was left then); what this instance's
+/// operator set stays as it is.
+pub(super) fn put_added_in_force(instance: &Instance, shared: &Shared, cache: &Cache) {
+    let prefix = &instance.cluster.prefix;
+    for (key, value) in cache.entries() {
+        let Some(Entry::Change(change, node)) = keys::read(prefix, key.as_bytes(), value) else {
+            continue;
+        };
+        let settings = shared.settings();
+        if !runtime::set_here(&settings.registry, &settings.usage, &change) {
+            put_in_force(shared, &change, node, false);
+        }
+    }
 }
 
 /// Puts a change the fleet holds in force here, as the fleet's and set by

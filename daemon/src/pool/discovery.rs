@@ -53,17 +53,19 @@ struct Answer {
 }
 
 /// Looks up `proxy`'s DNS backends as their answers expire and publishes the
-/// members to `pool`, until a reload gives the pool other backends.
+/// members to `pool`, until a reload gives the pool other backends; `found`
+/// is called after members were published that another answer gave.
 pub(crate) async fn follow(
     service: String,
-    proxy: Arc<Proxy>,
-    pool: Arc<Pool>,
+    (proxy, pool): (Arc<Proxy>, Arc<Pool>),
     resolver: Arc<TokioResolver>,
     dns: Dns,
+    found: impl Fn() + Send,
 ) {
     let mut answers: Vec<Answer> = proxy.backends.iter().map(|_| Answer::default()).collect();
     loop {
         let now = Instant::now();
+        let mut changed = false;
         for (Weighted { backend, .. }, answer) in proxy.backends.iter().zip(&mut answers) {
             if backend.fixed().is_some() || answer.due.is_some_and(|due| due > now) {
                 continue;
@@ -74,6 +76,7 @@ pub(crate) async fn follow(
                         .saturating_duration_since(now)
                         .clamp(dns.min_ttl, dns.max_ttl);
                     if answer.members.as_ref() != Some(&members) {
+                        changed = true;
                         let list: Vec<String> =
                             members.iter().map(|m| m.endpoint.to_string()).collect();
                         tracing::info!(service, %backend, members = list.join(" "), ?ttl, "DNS answer");
@@ -95,6 +98,9 @@ pub(crate) async fn follow(
         }
         if !pool.publish(&proxy, members(&proxy, &answers)) {
             return;
+        }
+        if changed {
+            found();
         }
         let next = answers.iter().filter_map(|a| a.due).min();
         match next {

@@ -2,7 +2,7 @@
 //! (`drain`, `maint`) and a weight, by endpoint, kept until changed or until
 //! a reload removes the member.
 
-use tcpmux_proto::admin::SetBy;
+use tcpmux_proto::admin::{Scope, SetBy};
 
 use super::{lock, Override, Pool};
 use crate::model::{AdminState, Endpoint};
@@ -14,6 +14,19 @@ impl Pool {
             .get(endpoint)
             .and_then(|entry| entry.set)
             .unwrap_or_default()
+    }
+
+    /// Whether this instance's operator (not the fleet) set something for
+    /// `endpoint`; a setting carried by an upgrade, whose setter is not
+    /// known, counts as this instance's.
+    pub(crate) fn set_here(&self, endpoint: &Endpoint) -> bool {
+        lock(&self.state).get(endpoint).is_some_and(|entry| {
+            let by_fleet = entry
+                .set_by
+                .as_ref()
+                .is_some_and(|by| by.scope == Scope::Fleet);
+            entry.set.is_some() && !by_fleet
+        })
     }
 
     /// Every member an operator set something for, for a binary upgrade to

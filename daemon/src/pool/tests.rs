@@ -257,3 +257,29 @@ fn the_view_follows_weights_and_the_end_of_an_ejection() {
     }
     assert_eq!(pool.order_list(Balance::First, &members, &[]), [0, 1]);
 }
+
+#[test]
+fn set_here_is_what_this_instances_operator_set_not_the_fleet() {
+    use tcpmux_proto::admin::{Scope, SetBy};
+    let proxy = proxy(Balance::RoundRobin, &[1, 1]);
+    let (pool, members) = pool_for(&proxy);
+    let endpoint = &members.list[0].endpoint;
+    let by = |scope| {
+        Some(SetBy {
+            node: "a".into(),
+            scope,
+        })
+    };
+    assert!(!pool.set_here(endpoint), "nothing set");
+    pool.set_state(endpoint, AdminState::Drain, by(Scope::Fleet));
+    assert!(!pool.set_here(endpoint), "the fleet's");
+    pool.set_state(endpoint, AdminState::Maint, by(Scope::Local));
+    assert!(pool.set_here(endpoint), "--local");
+    // Carried by an upgrade: who set it is not known, so it is kept.
+    pool.set_weight(endpoint, Some(5), None);
+    assert!(pool.set_here(endpoint), "setter unknown");
+    // Back to the defaults: nothing set any more.
+    pool.set_state(endpoint, AdminState::Ready, None);
+    pool.set_weight(endpoint, None, None);
+    assert!(!pool.set_here(endpoint));
+}

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use super::change::Change;
 
@@ -44,6 +44,9 @@ pub(crate) struct FleetLink {
     pub node: String,
     publish: mpsc::Sender<Publish>,
     view: Mutex<View>,
+    /// Raised when a reload or DNS gave this instance services or members:
+    /// the fleet's state for them is to be put in force.
+    added: Notify,
 }
 
 #[derive(Default)]
@@ -64,6 +67,7 @@ impl FleetLink {
             node,
             publish,
             view: Mutex::new(view),
+            added: Notify::new(),
         };
         (Arc::new(link), receive)
     }
@@ -81,6 +85,18 @@ impl FleetLink {
                 PUBLISH_WAIT.as_secs()
             ))
         })
+    }
+
+    /// Says that a reload or DNS gave this instance services or members
+    /// it may not have had; the fleet's task puts the fleet's state for
+    /// them in force. Several before the task looks count as one.
+    pub(crate) fn targets_added(&self) {
+        self.added.notify_one();
+    }
+
+    /// Until [`FleetLink::targets_added`] was said.
+    pub(crate) async fn added(&self) {
+        self.added.notified().await;
     }
 
     /// How this instance stands with etcd, in a sentence.

@@ -9,7 +9,7 @@ mod link;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tcpmux_proto::admin::SetBy;
+use tcpmux_proto::admin::{Scope, SetBy};
 use tcpmux_proto::ServiceName;
 
 use crate::admission::{ServiceCounts, Usage};
@@ -64,6 +64,27 @@ pub(crate) fn apply(
     // A member back in service makes room: the clients in line get it first.
     counts.connections.set_cap(counts.cap(service));
     Ok(())
+}
+
+/// Whether this instance's operator has set what `change` sets: the
+/// service turned off here, or the member's state or weight set here (or
+/// carried by an upgrade, setter unknown). The fleet's state, put in force
+/// again for what a reload or DNS added, leaves those as they are.
+pub(crate) fn set_here(registry: &Registry, usage: &Usage, change: &Change) -> bool {
+    let Ok((service, counts)) = counts(registry, usage, change.service()) else {
+        return false;
+    };
+    match change {
+        Change::Disabled { .. } => {
+            let by = counts.disabled_by.lock().unwrap_or_else(|p| p.into_inner());
+            let by_fleet = by.as_ref().is_some_and(|by| by.scope == Scope::Fleet);
+            counts.disabled.load(Ordering::Acquire) && !by_fleet
+        }
+        Change::State { backend, .. } | Change::Weight { backend, .. } => {
+            member(service, counts, backend)
+                .is_ok_and(|(endpoint, pools)| pools.iter().any(|pool| pool.set_here(&endpoint)))
+        }
+    }
 }
 
 /// The service `name` and its counts.

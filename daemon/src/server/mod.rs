@@ -432,6 +432,10 @@ async fn reload_config(
         return;
     };
     let replaced = shared.install(settings);
+    // Services and members the reload added take what the fleet set for them.
+    if let Some(fleet) = shared.fleet.get() {
+        fleet.targets_added();
+    }
     live.commit(staged, &config, shared, sessions);
     let services = shared.settings().registry.len();
     let listen = live.follows_file().then_some(config.listen.len());

@@ -75,12 +75,14 @@ pub(super) fn pool_tasks(shared: &Shared) -> JoinSet<()> {
             if proxy.follows_dns() {
                 let resolver =
                     resolver.get_or_insert_with(|| Arc::new(discovery::resolver(&settings.dns)));
+                // Members DNS found take what the fleet set for them.
+                let fleet = shared.fleet.get().cloned();
                 tasks.spawn(discovery::follow(
                     name.clone(),
-                    Arc::clone(proxy),
-                    Arc::clone(pool),
+                    (Arc::clone(proxy), Arc::clone(pool)),
                     Arc::clone(resolver),
                     settings.dns.clone(),
+                    move || fleet.iter().for_each(|fleet| fleet.targets_added()),
                 ));
             }
             if proxy.health_check.is_some() {
