@@ -398,6 +398,19 @@ fn udp_configuration_errors_are_clear() {
             "`udp = true` needs an IP:PORT address",
         ),
         (format!("max_udp_flows = 0\n{service}"), "max_udp_flows must be at least 1"),
+        (format!("{service}udp_responses = 0\n"), "udp_responses must be at least 1"),
+        (
+            format!("{service}udp_responses = 4294967296\n"),
+            "udp_responses 4294967296: at most 4294967295",
+        ),
+        (
+            format!("{service}udp_idle_timeout = \"0s\"\n"),
+            "udp_idle_timeout must be greater than zero",
+        ),
+        (
+            "[service.dns]\nproxy = \"127.0.0.1:53\"\nudp_responses = 1\n".to_owned(),
+            "service dns: `udp_responses` only applies to `proxy_udp` services",
+        ),
         (
             "[service.wg]\nproxy_udp = [{ address = \"127.0.0.1:1\", weight = 0 }]\n".to_owned(),
             "proxy_udp: weight must be a whole number from 1 to 1000",

@@ -56,6 +56,7 @@ mod tls_peers;
 mod tls_resumption;
 mod transparent;
 mod udp;
+mod udp_answers;
 mod udp_netns;
 mod udp_peers;
 mod udp_pool;

@@ -16,7 +16,7 @@ use common::{Daemon, PATIENCE};
 use tcpmux_proto::sniff::datagram::{build_dns_query, build_dtls_hello};
 
 /// A UDP backend that answers each datagram with `tag`, then the datagram.
-fn tagged_udp_echo(tag: &'static str) -> SocketAddr {
+pub(crate) fn tagged_udp_echo(tag: &'static str) -> SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = socket.local_addr().unwrap();
     thread::spawn(move || {
@@ -30,7 +30,7 @@ fn tagged_udp_echo(tag: &'static str) -> SocketAddr {
     addr
 }
 
-fn client() -> UdpSocket {
+pub(crate) fn client() -> UdpSocket {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     socket.set_read_timeout(Some(PATIENCE)).unwrap();
     socket
@@ -38,7 +38,7 @@ fn client() -> UdpSocket {
 
 /// Sends `datagram` from `socket` to `to` and returns the reply and where
 /// it came from.
-fn ask(socket: &UdpSocket, to: SocketAddr, datagram: &[u8]) -> (Vec<u8>, SocketAddr) {
+pub(crate) fn ask(socket: &UdpSocket, to: SocketAddr, datagram: &[u8]) -> (Vec<u8>, SocketAddr) {
     socket.send_to(datagram, to).unwrap();
     let mut buf = vec![0u8; 65_536];
     let (len, from) = socket.recv_from(&mut buf).expect("a reply");

@@ -129,14 +129,14 @@ fn openvpn_client_and_server_shake_hands_through_the_daemon() {
 
 #[test]
 #[ignore = "needs dnsmasq and dig (contrib/test-peers.sh)"]
-fn dig_asks_dnsmasq_through_the_daemon() {
+fn dig_asks_dnsmasq_through_the_daemon_and_each_query_ends_with_its_answer() {
     require_program("dig", "-v", "bind9-dnsutils");
     let dir = common::scratch_dir();
     let port = common::dns::free_port();
     let _dnsmasq = Dnsmasq::start(&dir, port, "192.0.2.77 through.tcpmux.test\n", &[]);
-    let daemon = Daemon::binary(&format!(
+    let mut daemon = Daemon::binary(&format!(
         "listen = [{{ address = \"127.0.0.1:0\", udp = true, dns = \"resolver\" }}]\n\
-         [service.resolver]\nproxy_udp = \"127.0.0.1:{port}\"\n"
+         [service.resolver]\nproxy_udp = \"127.0.0.1:{port}\"\nudp_responses = 1\n"
     ));
     let deadline = Instant::now() + PATIENCE;
     let answer = loop {
@@ -160,6 +160,14 @@ fn dig_asks_dnsmasq_through_the_daemon() {
         assert!(Instant::now() < deadline, "dig got no answer: {answer}");
     };
     assert_eq!(answer, "192.0.2.77");
+    // The query's flow ended with its answer, not a minute later.
+    let line = daemon
+        .wait_for_log(|l| l.contains("udp flow ended: answered"))
+        .expect("the flow's line");
+    assert!(
+        line.contains("service=resolver") && line.contains("routed=dns"),
+        "{line}"
+    );
     daemon.wait_for_figure(
         "tcpmuxd_udp_flows_total{service=\"resolver\",routed=\"dns\"}",
         |v| v >= 1.0,

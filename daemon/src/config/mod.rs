@@ -189,6 +189,10 @@ impl Config {
         let drop_ins = include::read(src, raw.include.as_ref())?;
         let (services, quic_servers) = services::services(src, &raw, tables, &listen, &drop_ins)?;
         let registry = Registry::new(services);
+        let shortest_service_idle = registry
+            .services()
+            .filter_map(|service| service.udp_flows.idle_timeout)
+            .min();
         for tls in listen
             .iter_mut()
             .filter_map(|spec| spec.options.tls.as_mut())
@@ -247,7 +251,7 @@ impl Config {
             metrics_listen: metrics::metrics_listen(src, &raw)?,
             metrics_hosts: metrics::metrics_hosts(src, &raw)?,
             dns: dns::dns(src, &raw)?,
-            udp: udp::settings(src, &raw, quic_servers)?,
+            udp: udp::settings(src, &raw, (quic_servers, shortest_service_idle))?,
             cluster: cluster::cluster(src, raw.cluster.as_ref())?.map(std::sync::Arc::new),
             warnings,
         })

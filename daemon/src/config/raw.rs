@@ -211,6 +211,8 @@ pub(crate) struct RawService {
     pub(crate) backend_tls: Option<Box<Spanned<super::backend_tls::RawBackendTls>>>,
     pub(crate) health_check: Option<Box<Spanned<RawHealthCheck>>>,
     pub(crate) udp_health_check: Option<Box<Spanned<RawHealthCheck>>>,
+    pub(crate) udp_idle_timeout: Option<Spanned<ConfigDuration>>,
+    pub(crate) udp_responses: Option<Spanned<usize>>,
     pub(crate) exec: Option<Spanned<Vec<String>>>,
     pub(crate) handoff: Option<Box<Spanned<RawHandoff>>>,
     pub(crate) reply: Option<Spanned<String>>,
@@ -278,6 +280,16 @@ impl RawService {
             (
                 "udp_health_check",
                 self.udp_health_check.as_deref().map(Spanned::span),
+                "proxy_udp",
+            ),
+            (
+                "udp_idle_timeout",
+                self.udp_idle_timeout.as_ref().map(Spanned::span),
+                "proxy_udp",
+            ),
+            (
+                "udp_responses",
+                self.udp_responses.as_ref().map(Spanned::span),
                 "proxy_udp",
             ),
             ("reply", self.reply.as_ref().map(Spanned::span), "exec"),

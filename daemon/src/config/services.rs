@@ -209,6 +209,7 @@ fn service(
         http_host,
         alpn,
         udp,
+        udp_flows: super::udp::service_flows(src, table)?,
         ..Service::new(name, kind)
     };
     // The cap the queue waits on is the service's own or its backends'.
@@ -352,8 +353,10 @@ fn kind(
     let chosen = chosen_kind(src, name, table)?;
     for (key, span, owner) in table.kind_specific_keys() {
         // `transparent` is for a service's datagrams too.
-        let for_udp =
-            matches!(key, "transparent" | "udp_health_check") && table.proxy_udp.is_some();
+        let for_udp = matches!(
+            key,
+            "transparent" | "udp_health_check" | "udp_idle_timeout" | "udp_responses"
+        ) && table.proxy_udp.is_some();
         if chosen != Some(owner) && !for_udp {
             let hint = match (key, &table.proxy_udp) {
                 ("health_check", Some(_)) => {

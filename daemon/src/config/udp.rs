@@ -1,5 +1,6 @@
 //! Datagrams in the file: a listener's `udp = true` and its routes, a
-//! service's `proxy_udp`, and the top-level `max_udp_flows`,
+//! service's `proxy_udp` (with its own `udp_idle_timeout` and
+//! `udp_responses`), and the top-level `max_udp_flows`,
 //! `max_udp_flows_per_ip` and `udp_idle_timeout`.
 
 use tcpmux_proto::sniff::datagram::Datagram;
@@ -9,8 +10,9 @@ use super::checks::{at_least_one, positive_duration};
 use super::error::{ConfigError, Source};
 use super::raw::{RawConfig, RawListenTable, RawService};
 use crate::model::{
-    Balance, HashKey, ListenAddr, MatchRule, Proxy, QuicServer, QuicServers, RelayMode, UdpRoutes,
-    UdpSettings, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_UDP_FLOWS, MAX_QUIC_SERVER_ID,
+    Balance, HashKey, ListenAddr, MatchRule, Proxy, QuicServer, QuicServers, RelayMode,
+    ServiceFlows, UdpRoutes, UdpSettings, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_UDP_FLOWS,
+    MAX_QUIC_SERVER_ID,
 };
 use tcpmux_proto::ServiceName;
 
@@ -88,11 +90,34 @@ pub(super) fn proxy_udp(
     })
 }
 
-/// The top-level flow settings.
+/// A service's own `udp_idle_timeout` and `udp_responses` (1 or more
+/// replies per client datagram, at most 2^32 - 1).
+pub(super) fn service_flows(
+    src: Source<'_>,
+    table: &RawService,
+) -> Result<ServiceFlows, ConfigError> {
+    let responses = at_least_one(src, "udp_responses", table.udp_responses.as_ref())?;
+    let responses = match (responses, &table.udp_responses) {
+        (Some(n), Some(given)) => Some(u32::try_from(n).map_err(|_| {
+            src.at(
+                given.span(),
+                format!("udp_responses {n}: at most {}", u32::MAX),
+            )
+        })?),
+        _ => None,
+    };
+    Ok(ServiceFlows {
+        idle_timeout: positive_duration(src, "udp_idle_timeout", table.udp_idle_timeout.as_ref())?,
+        responses,
+    })
+}
+
+/// The top-level flow settings; `shortest_service_idle` is the shortest
+/// of the services' own `udp_idle_timeout`s.
 pub(super) fn settings(
     src: Source<'_>,
     raw: &RawConfig,
-    quic_servers: QuicServers,
+    (quic_servers, shortest_service_idle): (QuicServers, Option<std::time::Duration>),
 ) -> Result<UdpSettings, ConfigError> {
     Ok(UdpSettings {
         max_flows: at_least_one(src, "max_udp_flows", raw.max_udp_flows.as_ref())?
@@ -103,6 +128,7 @@ pub(super) fn settings(
             raw.max_udp_flows_per_ip.as_ref(),
         )?,
         idle_timeout: positive_duration(src, "udp_idle_timeout", raw.udp_idle_timeout.as_ref())?,
+        shortest_service_idle,
         quic_servers,
     })
 }

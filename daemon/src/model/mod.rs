@@ -49,8 +49,8 @@ pub use tls::{
     TlsClient,
 };
 pub use udp::{
-    HandedFlow, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS, DEFAULT_QUIC_IDLE_TIMEOUT,
-    DEFAULT_UDP_IDLE_TIMEOUT,
+    HandedFlow, ServiceFlows, UdpRoutes, UdpSettings, DEFAULT_MAX_UDP_FLOWS,
+    DEFAULT_QUIC_IDLE_TIMEOUT, DEFAULT_UDP_IDLE_TIMEOUT,
 };
 
 /// One registered service: a name, what it does, and who may use it.
@@ -84,6 +84,8 @@ pub struct Service {
     /// backend is hashed on its client's address (`balance = "source"`);
     /// of the relay settings only `transparent` means anything here.
     pub udp: Option<Arc<Proxy>>,
+    /// How its flows end (`udp_idle_timeout`, `udp_responses`).
+    pub udp_flows: ServiceFlows,
 }
 
 impl Service {
@@ -101,6 +103,7 @@ impl Service {
             http_host: Vec::new(),
             alpn: Vec::new(),
             udp: None,
+            udp_flows: ServiceFlows::default(),
         }
     }
 

@@ -88,6 +88,15 @@ pub struct HandedFlow {
     pub socket: OwnedFd,
 }
 
+/// How a service's flows end besides the daemon's settings: its own
+/// `udp_idle_timeout`, and `udp_responses`, the replies a client datagram
+/// expects (DNS: 1), after which the flow ends at once instead of idling.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServiceFlows {
+    pub idle_timeout: Option<Duration>,
+    pub responses: Option<u32>,
+}
+
 /// The flow settings: `max_udp_flows` (the daemon's), `max_udp_flows_per_ip`
 /// (each listener socket's), `udp_idle_timeout`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,6 +105,8 @@ pub struct UdpSettings {
     pub max_flows_per_ip: Option<usize>,
     /// As configured; `None`: 60 s, 30 s for QUIC.
     pub idle_timeout: Option<Duration>,
+    /// The shortest of the services' own `udp_idle_timeout`s, if any set one.
+    pub shortest_service_idle: Option<Duration>,
     /// The `proxy_udp` backends' `quic_server_id`s, daemon-wide.
     pub quic_servers: super::QuicServers,
 }
@@ -106,6 +117,7 @@ impl Default for UdpSettings {
             max_flows: DEFAULT_MAX_UDP_FLOWS,
             max_flows_per_ip: None,
             idle_timeout: None,
+            shortest_service_idle: None,
             quic_servers: super::QuicServers::default(),
         }
     }
@@ -119,6 +131,21 @@ impl UdpSettings {
             (None, Some(Datagram::Quic)) => DEFAULT_QUIC_IDLE_TIMEOUT,
             (None, _) => DEFAULT_UDP_IDLE_TIMEOUT,
         }
+    }
+
+    /// How long a flow of `protocol` to a service with `own` settings may
+    /// stay idle: the service's `udp_idle_timeout`, else the daemon's.
+    pub fn idle_timeout_for(&self, own: &ServiceFlows, protocol: Option<Datagram>) -> Duration {
+        own.idle_timeout
+            .unwrap_or_else(|| self.idle_timeout(protocol))
+    }
+
+    /// The shortest idle timeout any flow may have now.
+    pub fn shortest_idle(&self) -> Duration {
+        let daemon = self
+            .idle_timeout(None)
+            .min(self.idle_timeout(Some(Datagram::Quic)));
+        self.shortest_service_idle.map_or(daemon, |s| s.min(daemon))
     }
 }
 
@@ -139,5 +166,22 @@ mod tests {
             settings.idle_timeout(Some(Datagram::Quic)),
             Duration::from_secs(5)
         );
+        assert_eq!(settings.shortest_idle(), Duration::from_secs(5));
+        // A service's own timeout comes first, and may be the shortest.
+        let own = ServiceFlows {
+            idle_timeout: Some(Duration::from_secs(2)),
+            responses: Some(1),
+        };
+        assert_eq!(
+            settings.idle_timeout_for(&own, None),
+            Duration::from_secs(2)
+        );
+        let none = ServiceFlows::default();
+        assert_eq!(
+            settings.idle_timeout_for(&none, None),
+            Duration::from_secs(5)
+        );
+        settings.shortest_service_idle = own.idle_timeout;
+        assert_eq!(settings.shortest_idle(), Duration::from_secs(2));
     }
 }

@@ -74,6 +74,9 @@ fn one(handed: HandedFlow, flows: &Arc<Flows>, shared: &Arc<Shared>) -> bool {
         backend: (handed.backend, backend),
         pool,
         idle: handed.idle,
+        // What its client asked before the handover is not known: the
+        // flow ends by its idle timeout.
+        answers: 0,
         quic: handed.quic,
         adopted: true,
     };

@@ -20,6 +20,8 @@ pub(crate) enum Ended {
     Killed = 5,
     /// Handed to a successor (a binary upgrade), which goes on with it.
     HandedOver = 6,
+    /// Its backend sent every reply `udp_responses` expects.
+    Answered = 7,
 }
 
 impl fmt::Display for Ended {
@@ -31,6 +33,7 @@ impl fmt::Display for Ended {
             Ended::BackendError => "udp flow ended: backend error",
             Ended::Killed => "udp flow ended: killed",
             Ended::HandedOver => "udp flow handed over to the successor",
+            Ended::Answered => "udp flow ended: answered (udp_responses)",
         })
     }
 }

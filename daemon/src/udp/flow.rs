@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -177,6 +177,10 @@ pub(crate) struct Flow {
     /// Its idle timeout in milliseconds, which the listener's sweep
     /// checks (sweep.rs).
     idle_ms: u64,
+    /// Replies each client datagram expects (`udp_responses`); 0: not
+    /// counted. And the replies still owed: at none, the flow has ended.
+    answers: u32,
+    owed: AtomicU32,
     started: Instant,
     /// Its row in the live-session table (the bytes each way, and the kill
     /// an operator may send), given up when the flow is dropped.
@@ -202,6 +206,7 @@ pub(super) struct Parts {
     pub(super) routed: &'static str,
     pub(super) pool: (Arc<Pool>, Held),
     pub(super) idle: Duration,
+    pub(super) answers: u32,
     pub(super) quic: bool,
     pub(super) reply_from: Option<Destination>,
 }
@@ -220,6 +225,8 @@ impl Flow {
             ended: AtomicU8::new(0),
             quic: parts.quic,
             idle_ms: u64::try_from(parts.idle.as_millis()).unwrap_or(u64::MAX),
+            answers: parts.answers,
+            owed: AtomicU32::new(0),
             started: Instant::now(),
             session: parts.session,
             service: parts.service,
@@ -259,6 +266,39 @@ impl Flow {
         if !self.established.load(Ordering::Relaxed) {
             self.established.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// `sent` client datagrams went to the backend: each owed its replies.
+    pub(super) fn expect_answers(&self, sent: usize) {
+        if self.answers == 0 || sent == 0 {
+            return;
+        }
+        let more = u32::try_from(sent)
+            .unwrap_or(u32::MAX)
+            .saturating_mul(self.answers);
+        let _ = self
+            .owed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |owed| {
+                Some(owed.saturating_add(more))
+            });
+    }
+
+    /// How many of `replies` to relay: all, unless `udp_responses` counts
+    /// them, then those still owed (the rest would be more than the client
+    /// asked for); and whether that answered all, which ends the flow.
+    pub(super) fn take_answers(&self, replies: usize) -> (usize, bool) {
+        if self.answers == 0 {
+            return (replies, false);
+        }
+        let replies = u32::try_from(replies).unwrap_or(u32::MAX);
+        let owed = self
+            .owed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |owed| {
+                Some(owed.saturating_sub(replies))
+            });
+        let owed = owed.unwrap_or(0);
+        let taken = owed.min(replies);
+        (taken as usize, taken == owed)
     }
 
     pub(super) fn count_in(&self, bytes: usize) {

@@ -27,6 +27,8 @@ pub(super) struct Start<'a> {
     pub(super) backend: (SocketAddr, std::net::UdpSocket),
     pub(super) pool: &'a Arc<Pool>,
     pub(super) idle: Duration,
+    /// Replies a client datagram expects (`udp_responses`); 0: not counted.
+    pub(super) answers: u32,
     pub(super) quic: bool,
     /// Handed over by a predecessor, which counted it as started.
     pub(super) adopted: bool,
@@ -65,6 +67,7 @@ pub(super) fn launch(
         routed: start.routed,
         pool: (Arc::clone(start.pool), held),
         idle: start.idle,
+        answers: start.answers,
         quic: start.quic,
         reply_from: start.reply_from,
     };

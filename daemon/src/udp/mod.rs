@@ -171,6 +171,7 @@ fn receive(
 fn forward(flow: &Flow, datagrams: &[&[u8]], shared: &Shared) {
     flow.touch();
     let taken = send_all(&flow.backend, datagrams, None).unwrap_or(0);
+    flow.expect_answers(taken);
     for (i, datagram) in datagrams.iter().enumerate() {
         match i < taken {
             true => {
@@ -231,7 +232,8 @@ fn start_flow(
         routed: route.routed,
         backend: (backend_addr, backend),
         pool: route.pool,
-        idle: settings.udp.idle_timeout(route.protocol),
+        idle: (settings.udp).idle_timeout_for(&route.service.udp_flows, route.protocol),
+        answers: route.service.udp_flows.responses.unwrap_or(0),
         quic,
         adopted: false,
     };

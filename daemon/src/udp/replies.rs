@@ -2,7 +2,9 @@
 //! listener's epoll set says it has some (backends.rs), is read up to 16
 //! datagrams per `recvmmsg`, and the turn's replies of every ready flow go
 //! to their clients 16 per `sendmmsg` (outbox.rs), from the listener's
-//! socket. The daemon sends a client only what its backend sent.
+//! socket. The daemon sends a client only what its backend sent; with
+//! `udp_responses`, only the replies its datagrams asked for, and the flow
+//! ends with the last of them.
 
 use std::io;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use tokio::net::UdpSocket;
 use super::backends::Turn;
 use super::flow::{Ended, Flow, Flows, MAX_DATAGRAM};
 use super::outbox::Outbox;
+use super::route::Dropped;
 use crate::model::Owner;
 use crate::net::datagram::{read_into, recv_batch, Batch, RECV_BATCH};
 use crate::state::Shared;
@@ -77,8 +80,19 @@ fn relay(
             }
         }
         flow.touch();
-        for reply in replies {
+        let (relayed, answered) = flow.take_answers(replies.len());
+        for reply in &replies[..relayed] {
             outbox.push(reply.len(), flow);
+        }
+        for _ in relayed..replies.len() {
+            shared.udp.dropped(Dropped::Unasked.reason());
+        }
+        if answered {
+            // The client has every reply it asked for: they go now (the
+            // flow's log line counts them), and the flow ends.
+            outbox.flush(socket, buf, shared);
+            flow.end(Ended::Answered);
+            return Turn::Drained;
         }
         if got.len() < free {
             // A short batch found the socket empty: no second call to be

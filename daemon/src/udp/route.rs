@@ -64,6 +64,9 @@ pub(crate) enum Dropped {
     BackendBusy,
     /// A backend's reply the client's address could not be sent.
     ClientUnreachable,
+    /// A backend's reply beyond the `udp_responses` its client's
+    /// datagrams asked for.
+    Unasked,
 }
 
 impl Dropped {
@@ -78,6 +81,7 @@ impl Dropped {
             Dropped::BackendUnavailable => "backend_unavailable",
             Dropped::BackendBusy => "backend_busy",
             Dropped::ClientUnreachable => "client_unreachable",
+            Dropped::Unasked => "unasked",
         }
     }
 }

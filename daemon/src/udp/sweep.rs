@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tcpmux_proto::sniff::datagram::Datagram;
 use tokio::task::JoinHandle;
 
 use super::flow::{Ended, Flows};
@@ -45,10 +44,6 @@ pub(super) fn start(flows: Arc<Flows>, shared: Arc<Shared>) -> Sweep {
 
 /// A tenth of the shortest idle timeout in force, within 50 ms and 1 s.
 fn period(shared: &Shared) -> Duration {
-    let settings = shared.settings();
-    let udp = &settings.udp;
-    let shortest = udp
-        .idle_timeout(None)
-        .min(udp.idle_timeout(Some(Datagram::Quic)));
+    let shortest = shared.settings().udp.shortest_idle();
     (shortest / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
