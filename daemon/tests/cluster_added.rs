@@ -42,13 +42,15 @@ fn a_service_a_reload_adds_takes_the_fleets_state_and_a_local_setting_stays() {
     let prefix = prefix();
     let api = format!("[service.api]\nproxy = [\"{one}\", \"{two}\"]\n");
     let more = format!("[service.more]\nproxy = [\"{one}\"]\n");
+    let last = format!("[service.last]\nproxy = [\"{one}\"]\n");
     let base = |node| config(&etcd, &dir, &prefix, node, &[one, two]);
-    let _a = started(&format!("{}{api}{more}", base("a")), "a");
+    let _a = started(&format!("{}{api}{more}{last}", base("a")), "a");
     let mut b = started(&base("b"), "b");
 
     // Made on a while b has neither api nor more.
     admin_ok(&dir, "a", &format!("set backend api {one} state drain"));
     admin_ok(&dir, "a", "disable service more");
+    admin_ok(&dir, "a", "disable service last");
     synced(&dir, two, 3);
     let backends = admin_ok(&dir, "b", "--json show backends");
     assert!(!backends.contains("\"api\""), "{backends}");
@@ -80,6 +82,22 @@ fn a_service_a_reload_adds_takes_the_fleets_state_and_a_local_setting_stays() {
         api_here.contains(r#""set_by":{"node":"b","scope":"local"}"#),
         "{api_here}"
     );
+
+    // b's operator turns more back on here: a return to the default, which
+    // the next reload (giving b last) leaves as b's word too.
+    admin_ok(&dir, "b", "enable service more --local");
+    let reloaded = reload(&mut b, &format!("{}{api}{more}{last}", base("b")), 3);
+    assert!(reloaded.contains("configuration reloaded"), "{reloaded}");
+    wait_for_answer(&dir, "b", "show services", |answer| {
+        answer.contains(r#""name":"last""#) && answer.matches(r#""state":"disabled""#).count() == 1
+    });
+    let services = admin_ok(&dir, "b", "--json show services");
+    let parsed: serde_json::Value = serde_json::from_str(&services).unwrap();
+    let rows = parsed["services"].as_array().expect("rows");
+    let more_row = rows.iter().find(|row| row["name"] == "more");
+    let more_row = more_row.unwrap_or_else(|| panic!("{services}"));
+    assert_eq!(more_row["state"], "enabled", "{services}");
+    assert_eq!(more_row["set_by"]["scope"], "local", "{services}");
 }
 
 #[test]

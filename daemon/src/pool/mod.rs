@@ -57,13 +57,17 @@ struct MemberState {
     /// keep the member: the operator's word stands until the operator
     /// changes it, or a reload removes the member.
     set: Option<Override>,
-    /// Who set it: this instance's operator or the fleet's.
+    /// Who set it: this instance's operator or the fleet's. This
+    /// instance's also when it set the defaults back (`set` is then none).
     set_by: Option<tcpmux_proto::admin::SetBy>,
 }
 
 impl MemberState {
     fn is_empty(&self) -> bool {
-        self.known.is_none() && self.set.is_none() && self.held.load(Ordering::Acquire) == 0
+        self.known.is_none()
+            && self.set.is_none()
+            && self.set_by.is_none()
+            && self.held.load(Ordering::Acquire) == 0
     }
 }
 

@@ -17,16 +17,15 @@ impl Pool {
     }
 
     /// Whether this instance's operator (not the fleet) set something for
-    /// `endpoint`; a setting carried by an upgrade, whose setter is not
-    /// known, counts as this instance's.
+    /// `endpoint`, back to the defaults too; a setting carried by an
+    /// upgrade, whose setter is not known, counts as this instance's.
     pub(crate) fn set_here(&self, endpoint: &Endpoint) -> bool {
-        lock(&self.state).get(endpoint).is_some_and(|entry| {
-            let by_fleet = entry
-                .set_by
-                .as_ref()
-                .is_some_and(|by| by.scope == Scope::Fleet);
-            entry.set.is_some() && !by_fleet
-        })
+        lock(&self.state)
+            .get(endpoint)
+            .is_some_and(|entry| match &entry.set_by {
+                Some(by) => by.scope == Scope::Local,
+                None => entry.set.is_some(),
+            })
     }
 
     /// Every member an operator set something for, for a binary upgrade to
@@ -55,9 +54,13 @@ impl Pool {
         let entry = state.entry(endpoint.clone()).or_default();
         let mut set = entry.set.unwrap_or_default();
         change(&mut set);
-        // Back to the defaults: nothing to remember.
+        // Back to the defaults: nothing to remember, but that this
+        // instance's operator did so (the fleet's state leaves it).
         entry.set = (set != Override::default()).then_some(set);
-        entry.set_by = entry.set.and(by);
+        entry.set_by = match entry.set {
+            Some(_) => by,
+            None => by.filter(|by| by.scope == Scope::Local),
+        };
         if entry.is_empty() {
             state.remove(endpoint);
         }
@@ -70,10 +73,11 @@ impl Pool {
         let mut forgotten = Vec::new();
         let mut state = lock(&self.state);
         for (endpoint, entry) in state.iter_mut() {
-            if entry.set.is_some() && gone(endpoint) {
-                entry.set = None;
+            if (entry.set.is_some() || entry.set_by.is_some()) && gone(endpoint) {
+                if entry.set.take().is_some() {
+                    forgotten.push(endpoint.clone());
+                }
                 entry.set_by = None;
-                forgotten.push(endpoint.clone());
             }
         }
         state.retain(|_, entry| !entry.is_empty());

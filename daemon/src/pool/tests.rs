@@ -282,4 +282,11 @@ fn set_here_is_what_this_instances_operator_set_not_the_fleet() {
     pool.set_state(endpoint, AdminState::Ready, None);
     pool.set_weight(endpoint, None, None);
     assert!(!pool.set_here(endpoint));
+    // Unless this instance's operator set them back over the fleet's word.
+    pool.set_state(endpoint, AdminState::Drain, by(Scope::Fleet));
+    pool.set_state(endpoint, AdminState::Ready, by(Scope::Local));
+    assert!(pool.set_here(endpoint), "--local back to ready");
+    assert_eq!(pool.override_of(endpoint), Override::default());
+    pool.set_state(endpoint, AdminState::Ready, by(Scope::Fleet));
+    assert!(!pool.set_here(endpoint), "the fleet's word again");
 }

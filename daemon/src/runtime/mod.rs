@@ -43,8 +43,11 @@ pub(crate) fn apply(
     match change {
         Change::Disabled { disabled, .. } => {
             counts.disabled.store(*disabled, Ordering::Release);
+            // A local enable is kept as this instance's word (the fleet's
+            // state put in force again leaves it); a fleet's one is the
+            // default, which needs no setter.
             *counts.disabled_by.lock().unwrap_or_else(|p| p.into_inner()) =
-                by.filter(|_| *disabled);
+                by.filter(|by| *disabled || by.scope == Scope::Local);
         }
         Change::State { backend, state, .. } => {
             let (endpoint, pools) = member(service, counts, backend)?;
@@ -67,18 +70,20 @@ pub(crate) fn apply(
 }
 
 /// Whether this instance's operator has set what `change` sets: the
-/// service turned off here, or the member's state or weight set here (or
-/// carried by an upgrade, setter unknown). The fleet's state, put in force
-/// again for what a reload or DNS added, leaves those as they are.
+/// service turned off or on here, or the member's state or weight set here,
+/// back to the defaults too (or carried by an upgrade, setter unknown). The
+/// fleet's state, put in force again for what a reload or DNS added,
+/// leaves those as they are.
 pub(crate) fn set_here(registry: &Registry, usage: &Usage, change: &Change) -> bool {
     let Ok((service, counts)) = counts(registry, usage, change.service()) else {
         return false;
     };
     match change {
         Change::Disabled { .. } => {
-            let by = counts.disabled_by.lock().unwrap_or_else(|p| p.into_inner());
-            let by_fleet = by.as_ref().is_some_and(|by| by.scope == Scope::Fleet);
-            counts.disabled.load(Ordering::Acquire) && !by_fleet
+            match &*counts.disabled_by.lock().unwrap_or_else(|p| p.into_inner()) {
+                Some(by) => by.scope == Scope::Local,
+                None => counts.disabled.load(Ordering::Acquire),
+            }
         }
         Change::State { backend, .. } | Change::Weight { backend, .. } => {
             member(service, counts, backend)
