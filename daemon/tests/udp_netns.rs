@@ -487,3 +487,58 @@ for i in range(40):
     time.sleep(0.05)
 print("answered %d of 40 through %d flow" % (answered, len(flows)))
 "#;
+
+/// Holds UDP 127.0.0.1:40001 and says so.
+const HOLD_40001: &str = r#"
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 40001))
+print("bound", flush=True)
+time.sleep(600)
+"#;
+
+/// `127.0.0.1:0` with `udp = true`: one port for both sides, though the
+/// port the kernel gives the TCP side first is another program's for UDP.
+/// In a namespace whose ephemeral range is 40000-40001, with 40001 held
+/// for UDP (bind(0) hands out the odd one first).
+#[test]
+#[ignore = "needs root and python3 (a network namespace; CI runs it)"]
+fn a_port_0_listener_finds_a_port_free_for_both_its_sides() {
+    use std::io::{BufRead, BufReader};
+    let ns = Joined::new(15);
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &ns.name,
+        "sysctl",
+        "-qw",
+        "net.ipv4.ip_local_port_range=40000 40001",
+    ]);
+    let mut holder = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-c", HOLD_40001])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let stdout = holder.stdout.take().expect("piped");
+    let holder = Started(holder);
+    let mut said = String::new();
+    BufReader::new(stdout).read_line(&mut said).unwrap();
+    assert_eq!(said.trim(), "bound");
+    // One event loop, then two (`--workers`, whose sockets are bound before).
+    for args in [&[][..], &["--workers", "2"][..]] {
+        let mut daemon = Daemon::start_wrapped(
+            &["ip", "netns", "exec", &ns.name],
+            Some("listen = [{ address = \"127.0.0.1:0\", udp = true }]\n"),
+            args,
+            &[],
+        );
+        assert_eq!(daemon.addr.port(), 40000, "{args:?}");
+        daemon
+            .wait_for_log(|l| {
+                l.contains("listening for datagrams") && l.contains("udp=127.0.0.1:40000")
+            })
+            .expect("the UDP side on the TCP side's port");
+    }
+    drop(holder);
+}

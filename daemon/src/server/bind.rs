@@ -14,8 +14,56 @@ use crate::net::unix_socket::{self, remove_stale_socket};
 /// its options.
 pub(super) type Bound = ((ListenAddr, Option<String>), Listener, ListenOptions);
 
+/// Each TCP listener `listen` asks for, handed over by a predecessor or
+/// bound here; and the UDP sides bound here with theirs (`bind_with_udp`),
+/// by configured address.
+pub(super) fn clients(
+    listen: &[ListenSpec],
+    handed: &mut ByAddress,
+) -> Result<(Vec<Bound>, ByAddress), RunError> {
+    let mut paired = Vec::new();
+    let listeners = listen
+        .iter()
+        .filter(|spec| spec.tcp)
+        .map(|spec| {
+            let listener = adopt_or_bind(take(handed, &spec.addr), || {
+                let (listener, udp) = bind_with_udp(spec)?;
+                paired.extend(udp.map(|fd| (spec.addr.clone(), fd)));
+                Ok(listener)
+            })?;
+            let key = (spec.addr.clone(), spec.name.clone());
+            Ok((key, listener, spec.options.clone()))
+        })
+        .collect::<Result<Vec<_>, RunError>>()?;
+    Ok((listeners, paired))
+}
+
+/// A listener for `spec`, and when it asks for port 0 with a UDP side too,
+/// that side's socket on the same port, found as `on_one_port` says.
+fn bind_with_udp(spec: &ListenSpec) -> Result<(Listener, Option<OwnedFd>), BindError> {
+    let ListenAddr::Tcp(configured) = &spec.addr else {
+        return Ok((Listener::bind(&spec.addr)?, None));
+    };
+    if configured.port() != 0 || spec.options.udp.is_none() {
+        return Ok((Listener::bind(&spec.addr)?, None));
+    }
+    let bind_tcp = || {
+        let listener = Listener::bind(&spec.addr)?;
+        let at = match listener.local_addr() {
+            ListenAddr::Tcp(at) => at,
+            ListenAddr::Unix(_) => *configured,
+        };
+        Ok((listener, at))
+    };
+    let (listener, udp) = crate::net::datagram::on_one_port(bind_tcp, false)?;
+    Ok((listener, Some(udp.into())))
+}
+
+/// Sockets by the address they were configured as.
+pub(super) type ByAddress = Vec<(ListenAddr, OwnedFd)>;
+
 /// The descriptor of the socket configured as `addr`, if one was handed over.
-pub(super) fn take(handed: &mut Vec<(ListenAddr, OwnedFd)>, addr: &ListenAddr) -> Option<OwnedFd> {
+pub(super) fn take(handed: &mut ByAddress, addr: &ListenAddr) -> Option<OwnedFd> {
     let at = handed.iter().position(|(a, _)| a == addr)?;
     Some(handed.swap_remove(at).1)
 }

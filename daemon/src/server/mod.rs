@@ -30,7 +30,7 @@ use crate::ops::privileges::drop_privileges;
 use crate::ops::{logging, systemd};
 pub use crate::state::DaemonState;
 use crate::state::Shared;
-use bind::{adopt, adopt_or_bind, take, Bound};
+use bind::{adopt, take, Bound};
 pub use error::RunError;
 use listeners::{ChosenBy, Live};
 use once::{chores, once_per_daemon, pool_tasks};
@@ -130,20 +130,11 @@ impl Server {
                 udp.extend(udp_listeners::adopt(spec, prebound.fd)?);
             }
         }
-        let listeners = if inherited.is_empty() && udp.is_empty() {
-            config
-                .listen
-                .iter()
-                .filter(|spec| spec.tcp)
-                .map(|spec| {
-                    let handed = take(&mut handed.clients, &spec.addr);
-                    let listener = adopt_or_bind(handed, || Listener::bind(&spec.addr))?;
-                    let key = (spec.addr.clone(), spec.name.clone());
-                    Ok((key, listener, spec.options.clone()))
-                })
-                .collect::<Result<Vec<_>, RunError>>()?
+        // With the UDP sides bound with their TCP side, on the port it got.
+        let (listeners, mut paired) = if inherited.is_empty() && udp.is_empty() {
+            bind::clients(&config.listen, &mut handed.clients)?
         } else {
-            adopt(inherited, &config.listen)?
+            (adopt(inherited, &config.listen)?, Vec::new())
         };
         // A UDP side at its TCP side's bound address: one port for both.
         let prebound_udp = !udp.is_empty();
@@ -155,7 +146,10 @@ impl Server {
                 ListenAddr::Tcp(addr) => Some(addr),
                 ListenAddr::Unix(_) => None,
             });
-            udp.extend(udp_listeners::bind(spec, at, &mut handed.udp)?);
+            match take(&mut paired, &spec.addr) {
+                Some(fd) => udp.extend(udp_listeners::adopt(spec, fd)?),
+                None => udp.extend(udp_listeners::bind(spec, at, &mut handed.udp)?),
+            }
         }
         let mut singles = [None, None, None, None];
         let mut bind = |role: Role, handed: &mut Handed| -> Result<(), RunError> {

@@ -22,6 +22,35 @@ const RECEIVE_BUFFER: usize = 4 << 20;
 
 /// A UDP socket bound to `addr`, non-blocking.
 pub(crate) fn bind_udp(addr: SocketAddr, reuse_port: bool) -> Result<UdpSocket, BindError> {
+    bind_udp_io(addr, reuse_port).map_err(|e| udp_bind_error(addr, &e))
+}
+
+/// Tries of a port for a TCP and a UDP socket together.
+const PAIR_TRIES: usize = 32;
+
+/// A TCP socket from `bind_tcp` (asked for port 0) and a UDP socket on the
+/// port it got: that port may be another program's for UDP, so another is
+/// tried, the TCP sockets of the ports tried held meanwhile (or the kernel
+/// could give the same one again).
+pub(crate) fn on_one_port<T>(
+    mut bind_tcp: impl FnMut() -> Result<(T, SocketAddr), BindError>,
+    reuse_port: bool,
+) -> Result<(T, UdpSocket), BindError> {
+    let mut tried = Vec::new();
+    loop {
+        let (tcp, at) = bind_tcp()?;
+        match bind_udp_io(at, reuse_port) {
+            Ok(udp) => return Ok((tcp, udp)),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && tried.len() < PAIR_TRIES => {
+                tried.push(tcp);
+            }
+            Err(e) => return Err(udp_bind_error(at, &e)),
+        }
+    }
+}
+
+/// [`bind_udp`] with the system's error.
+fn bind_udp_io(addr: SocketAddr, reuse_port: bool) -> io::Result<UdpSocket> {
     let bound = || -> io::Result<UdpSocket> {
         let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
         if addr.is_ipv6() {
@@ -48,7 +77,12 @@ pub(crate) fn bind_udp(addr: SocketAddr, reuse_port: bool) -> Result<UdpSocket, 
         socket.bind(&addr.into())?;
         Ok(socket.into())
     };
-    bound().map_err(|e| BindError {
+    bound()
+}
+
+/// What an operator is told when the UDP port `addr` cannot be had.
+fn udp_bind_error(addr: SocketAddr, e: &io::Error) -> BindError {
+    BindError {
         addr: ListenAddr::Tcp(addr),
         reason: match e.kind() {
             io::ErrorKind::AddrInUse => format!(
@@ -62,7 +96,7 @@ pub(crate) fn bind_udp(addr: SocketAddr, reuse_port: bool) -> Result<UdpSocket, 
             ),
             _ => format!("UDP: {e}"),
         },
-    })
+    }
 }
 
 /// A socket of its own for one flow, connected to `backend`: the backend's

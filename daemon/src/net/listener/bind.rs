@@ -10,7 +10,7 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::model::{ListenAddr, ListenOptions, ListenSpec};
-use crate::net::datagram::bind_udp;
+use crate::net::datagram::{bind_udp, on_one_port};
 use crate::net::unix_socket::remove_stale_socket;
 
 /// Pending-connection queue length; the kernel caps it at net.core.somaxconn.
@@ -53,7 +53,7 @@ impl Prebound {
 /// new connections across them, and keeps each client's datagrams on one
 /// (it hashes their addresses); Unix sockets (which cannot be shared that
 /// way) go to worker 0 only. A port 0 is resolved by the first bind and
-/// reused by the rest, UDP on the port TCP got.
+/// reused by the rest, UDP on the port TCP got (one free for both).
 pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>>, BindError> {
     let mut sets: Vec<Vec<Prebound>> = (0..workers).map(|_| Vec::new()).collect();
     for spec in specs {
@@ -64,15 +64,34 @@ pub fn prebind(specs: &[ListenSpec], workers: usize) -> Result<Vec<Vec<Prebound>
         match &spec.addr {
             ListenAddr::Tcp(addr) => {
                 let mut actual = *addr;
+                // Port 0 with both sides: the first worker's pair on a port
+                // free for both (on_one_port), the others' on it too.
+                let (mut first_tcp, mut first_udp) = (None, None);
+                if addr.port() == 0 && spec.tcp && spec.options.udp.is_some() {
+                    let bind_tcp = || {
+                        let socket = tcp_socket(*addr, true).map_err(fail)?;
+                        let at = socket.local_addr().ok().and_then(|a| a.as_socket());
+                        Ok((socket, at.unwrap_or(*addr)))
+                    };
+                    let (tcp, udp) = on_one_port(bind_tcp, true)?;
+                    actual = udp.local_addr().unwrap_or(actual);
+                    (first_tcp, first_udp) = (Some(tcp), Some(udp));
+                }
                 for set in sets.iter_mut().filter(|_| spec.tcp) {
-                    let socket = tcp_socket(actual, true).map_err(fail)?;
+                    let socket = match first_tcp.take() {
+                        Some(socket) => socket,
+                        None => tcp_socket(actual, true).map_err(fail)?,
+                    };
                     if let Some(bound) = socket.local_addr().ok().and_then(|a| a.as_socket()) {
                         actual = bound;
                     }
                     set.push(Prebound::ours(socket.into(), spec, None));
                 }
                 for set in sets.iter_mut().filter(|_| spec.options.udp.is_some()) {
-                    let socket = bind_udp(actual, true)?;
+                    let socket = match first_udp.take() {
+                        Some(socket) => socket,
+                        None => bind_udp(actual, true)?,
+                    };
                     if let Ok(bound) = socket.local_addr() {
                         actual = bound;
                     }
