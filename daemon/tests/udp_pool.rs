@@ -37,11 +37,16 @@ fn udp_backend(addr: SocketAddr, tag: &'static str) -> (SocketAddr, Arc<AtomicBo
 
 /// A new flow from 127.0.0.`n`: the tag of the backend that answered it.
 fn reached(daemon: &Daemon, n: u8) -> String {
+    // Each socket is kept open to the end of the tests: closed, its port
+    // could be handed to a later one, whose datagram would then join the
+    // closed one's flow (still live in the daemon) instead of starting one.
+    static KEPT: std::sync::Mutex<Vec<UdpSocket>> = std::sync::Mutex::new(Vec::new());
     let socket = UdpSocket::bind((format!("127.0.0.{n}"), 0)).unwrap();
     socket.set_read_timeout(Some(PATIENCE)).unwrap();
     socket.send_to(b"hello", daemon.addr).unwrap();
     let mut buf = [0u8; 256];
     let len = socket.recv(&mut buf).expect("a reply");
+    KEPT.lock().unwrap_or_else(|p| p.into_inner()).push(socket);
     String::from_utf8_lossy(&buf[..len])
         .trim_end_matches("hello")
         .to_owned()
